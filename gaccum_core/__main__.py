@@ -1,0 +1,7 @@
+"""`python -m gaccum_core`: the command line."""
+
+import sys
+
+from gaccum_core.cli import main
+
+sys.exit(main())

@@ -1,0 +1,71 @@
+"""The accumulation contract: which samples form each window and how each micro-batch is weighted.
+
+Pure arithmetic, no torch state: a window of k micro-batches of size b holds exactly the b*k
+samples that one batch of size b*k would hold, so accumulated and big-batch runs see the same data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One micro-batch: a slice [start, stop) of the epoch's sample order."""
+
+    start: int
+    stop: int
+    weight_divisor: int  # the loss sum is divided by this: window samples (mean) or 1 (sum)
+    ends_window: bool
+
+    @property
+    def size(self) -> int:
+        """Samples in this micro-batch."""
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class Window:
+    """The micro-batches that feed one optimizer step."""
+
+    micro_batches: tuple[MicroBatch, ...]
+
+    @property
+    def samples(self) -> int:
+        """Samples in the whole window."""
+        return self.micro_batches[-1].stop - self.micro_batches[0].start
+
+
+def epoch_order(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
+    """The sample order of one epoch: a permutation fixed by (seed, epoch), never by batch size."""
+    generator = torch.Generator().manual_seed((seed * 1_000_003 + epoch) % (2**63))
+    return torch.randperm(num_samples, generator=generator)
+
+
+def plan_epoch(num_samples: int, micro_batch_size: int, accum_steps: int, reduction: str) -> list[Window]:
+    """Split an epoch into windows of accum_steps micro-batches; the last window may be partial."""
+    window_size = micro_batch_size * accum_steps
+    windows = []
+    for w_start in range(0, num_samples, window_size):
+        w_stop = min(w_start + window_size, num_samples)
+        divisor = (w_stop - w_start) if reduction == "mean" else 1
+        starts = range(w_start, w_stop, micro_batch_size)
+        micro = tuple(
+            MicroBatch(s, min(s + micro_batch_size, w_stop), divisor, s + micro_batch_size >= w_stop)
+            for s in starts
+        )
+        windows.append(Window(micro))
+    return windows
+
+
+def windows_per_epoch(num_samples: int, micro_batch_size: int, accum_steps: int) -> int:
+    """Optimizer steps in one epoch (ceil of samples over the effective batch)."""
+    return -(-num_samples // (micro_batch_size * accum_steps))
+
+
+def planned_steps(num_samples: int, micro_batch_size: int, accum_steps: int, epochs: int, max_steps: int) -> int:
+    """Optimizer steps the whole run will take: epochs of windows, capped by max_steps (0 = no cap)."""
+    total = epochs * windows_per_epoch(num_samples, micro_batch_size, accum_steps)
+    return min(total, max_steps) if max_steps else total

@@ -1,0 +1,147 @@
+"""Command line: `python -m gaccum_core run ...` trains one run with a progress bar; `doctor` checks the machine."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Any, Sequence
+
+from tqdm import tqdm
+
+from gaccum_core.config import FIELD_HELP, ConfigError, RunConfig
+from gaccum_core.runner import Runner, RunSnapshot
+
+_CHOICES = {"reduction", "amp", "clear_cache", "compile", "optimizer", "lr_schedule", "model", "dataset"}
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"gaccum: error: {message}\n")
+
+
+def _typed(kind: str, flag: str):
+    def convert(text: str) -> Any:
+        try:
+            return int(text) if kind == "int" else float(text)
+        except ValueError:
+            noun = "an integer" if kind == "int" else "a number"
+            raise argparse.ArgumentTypeError(f"{flag}={text!r} is not allowed: {noun}") from None
+    convert.__name__ = kind
+    return convert
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    import gaccum_core.config as config_module
+
+    for f in dataclasses.fields(RunConfig):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default
+        help_text = f"{FIELD_HELP[f.name]} (default: {default})"
+        if f.type == "bool":
+            parser.add_argument(flag, action="store_true", dest=f.name, help=help_text)
+        elif f.type in ("int", "float"):
+            parser.add_argument(flag, type=_typed(f.type, flag), default=default, dest=f.name,
+                                metavar=f.type.upper(), help=help_text)
+        else:
+            choices = _choices(config_module, f.name) if f.name in _CHOICES else None
+            parser.add_argument(flag, default=default, dest=f.name, choices=choices,
+                                metavar=f.name.upper() if choices is None else None, help=help_text)
+
+
+def _choices(module: Any, name: str) -> tuple[str, ...]:
+    table = {"reduction": "REDUCTIONS", "amp": "AMP_MODES", "clear_cache": "CLEAR_CACHE_MODES",
+             "compile": "COMPILE_MODES", "optimizer": "OPTIMIZERS", "lr_schedule": "LR_SCHEDULES",
+             "model": "MODELS", "dataset": "DATASETS"}
+    return getattr(module, table[name])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `gaccum` argument parser with its run and doctor commands."""
+    parser = _OneLineParser(prog="python -m gaccum_core", description="Exact gradient accumulation experiments.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
+    run = commands.add_parser("run", help="train one run in the foreground with a progress bar",
+                              description="Train one run; prints the run directory as the last line.")
+    _add_config_flags(run)
+    run.add_argument("--runs-dir", default="runs", help="directory that holds one folder per run (default: runs)")
+    run.add_argument("--name", default=None, help="a label appended to the run id")
+    doctor = commands.add_parser("doctor", help="what this machine can do: torch, CUDA, memory, AMP, compile")
+    doctor.add_argument("--device", default="auto", help="device to check (default: auto)")
+    return parser
+
+
+def _config_from_args(args: argparse.Namespace) -> RunConfig:
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
+    return RunConfig(**values)
+
+
+def _flag_error(exc: ConfigError) -> str:
+    flag = "--" + exc.field.replace("_", "-")
+    return f"gaccum: error: {flag}={exc.value!r} is not allowed: {exc.allowed}"
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Validate, train with a progress bar, print the run directory; 0 when finished."""
+    from gaccum_core.engine import preflight
+
+    try:
+        config = _config_from_args(args)
+        preflight(config)
+        runner = Runner(args.runs_dir)
+        run_id = runner.submit(config, args.name)
+    except ConfigError as exc:
+        print(_flag_error(exc), file=sys.stderr)
+        return 2
+    except ValueError as exc:  # data, model input and runs-directory errors all explain themselves
+        print(f"gaccum: error: {exc}", file=sys.stderr)
+        return 2
+    snapshot = _follow(runner, run_id)
+    if snapshot.message:
+        print(f"{snapshot.state}: {snapshot.message}", file=sys.stderr)
+    print(runner.store.path(run_id).resolve())
+    return {"finished": 0, "stopped": 130}.get(snapshot.state, 1)
+
+
+def _follow(runner: Runner, run_id: str) -> RunSnapshot:
+    """Draw a progress bar until the run ends; Ctrl-C stops the run and waits for it."""
+    bar = tqdm(total=None, unit="step", desc=run_id, file=sys.stderr, dynamic_ncols=True)
+    try:
+        while not (snap := runner.wait(run_id, timeout=0.2)).done:
+            _draw(bar, snap)
+    except KeyboardInterrupt:
+        runner.stop(run_id)
+        snap = runner.wait(run_id)
+    _draw(bar, snap)
+    bar.close()
+    return snap
+
+
+def _draw(bar: tqdm, snap: RunSnapshot) -> None:
+    if snap.total_steps and bar.total != snap.total_steps:
+        bar.reset(total=snap.total_steps)
+    bar.n = snap.steps_done
+    if snap.metrics:
+        last = snap.metrics[-1]
+        postfix = {"loss": f"{last['loss']:.4f}", "skipped": last["skipped_total"]}
+        if last["scale"] is not None:
+            postfix["scale"] = f"{last['scale']:g}"
+        bar.set_postfix(postfix, refresh=False)
+    bar.set_description(f"{snap.run_id} [{snap.state}]", refresh=False)
+    bar.refresh()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `python -m gaccum_core`."""
+    args = build_parser().parse_args(argv)
+    if args.command == "doctor":
+        from gaccum_core.doctor import doctor_report
+
+        try:
+            print(doctor_report(args.device))
+        except ConfigError as exc:
+            print(_flag_error(exc), file=sys.stderr)
+            return 2
+        return 0
+    return run_command(args)

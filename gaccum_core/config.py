@@ -1,0 +1,212 @@
+"""RunConfig: the one frozen description of a training run, validated on construction."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REDUCTIONS = ("mean", "sum")
+AMP_MODES = ("off", "fp16", "bf16")
+CLEAR_CACHE_MODES = ("off", "step", "micro")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+OPTIMIZERS = ("sgd", "adam", "adamw")
+LR_SCHEDULES = ("constant", "cosine")
+MODELS = ("mlp", "cnn", "cnn_bn", "cnn_gn", "resnet18", "resnet50",
+          "mobilenet_v3_small", "efficientnet_b0", "vit_b_16")
+DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake")
+
+# Far beyond any real run; catches a typo like 3200000 before it allocates anything.
+MAX_BATCH = 1 << 16
+MAX_ACCUM = 1 << 16
+MAX_IMAGE = 1024
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+
+
+FIELD_HELP = {
+    "model": "model to train: " + ", ".join(MODELS),
+    "dataset": "data set: digits (bundled, no download), mnist, fashionmnist, cifar10 (from data_dir), fake",
+    "micro_batch_size": "samples per forward/backward pass (b)",
+    "accum_steps": "micro-batches accumulated per optimizer step (k); effective batch = b*k",
+    "reduction": "loss reduction: mean (weighted by each micro-batch's share of the window) or sum",
+    "amp": "mixed precision: off, fp16 (autocast + GradScaler) or bf16 (autocast, no scaler)",
+    "init_scale": "GradScaler's initial loss scale (fp16 only)",
+    "growth_interval": "clean steps before the GradScaler doubles the scale (fp16 only)",
+    "grad_clip": "clip the gradient norm to this value after unscaling (0 = off)",
+    "clear_cache": "gc.collect() + torch.cuda.empty_cache(): off, after each optimizer step, or after each micro-batch",
+    "compile": "torch.compile mode: off, default, reduce-overhead, max-autotune",
+    "optimizer": "sgd (with momentum), adam or adamw",
+    "lr": "base learning rate",
+    "momentum": "SGD momentum (ignored by adam/adamw)",
+    "weight_decay": "weight decay",
+    "lr_schedule": "constant or cosine (after warmup), advanced once per optimizer step",
+    "warmup_steps": "optimizer steps of linear warmup",
+    "epochs": "passes over the training set",
+    "max_steps": "stop after this many optimizer steps (0 = no limit)",
+    "seed": "seed for the initial weights and the sample order",
+    "device": "auto, cpu, cuda or cuda:N",
+    "data_dir": "where mnist, fashionmnist and cifar10 are read from",
+    "download": "download mnist/fashionmnist/cifar10 into data_dir when missing",
+    "image_size": "resize images to this size for the model (0 = the data set's own size; fake: generated size)",
+    "fake_samples": "training samples of the fake data set (its test split is a fifth of that)",
+    "fake_classes": "classes of the fake data set",
+    "eval_every": "evaluate on the test split every N optimizer steps (0 = at the end of each epoch)",
+}
+
+
+class ConfigError(ValueError):
+    """A config field holds a value that is not allowed."""
+
+    def __init__(self, field: str, value: Any, allowed: str) -> None:
+        self.field, self.value, self.allowed = field, value, allowed
+        super().__init__(f"{field}={value!r} is not allowed: {allowed}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Every setting of one accumulation experiment."""
+
+    model: str = "mlp"
+    dataset: str = "digits"
+    micro_batch_size: int = 32
+    accum_steps: int = 4
+    reduction: str = "mean"
+    amp: str = "off"
+    init_scale: float = 65536.0
+    growth_interval: int = 2000
+    grad_clip: float = 0.0
+    clear_cache: str = "off"
+    compile: str = "off"
+    optimizer: str = "sgd"
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
+    epochs: int = 1
+    max_steps: int = 0
+    seed: int = 0
+    device: str = "auto"
+    data_dir: str = "data"
+    download: bool = False
+    image_size: int = 0
+    fake_samples: int = 1024
+    fake_classes: int = 10
+    eval_every: int = 0
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _check_choices(self)
+        _check_ranges(self)
+
+    @property
+    def effective_batch_size(self) -> int:
+        """Samples per optimizer step in a full window: micro_batch_size * accum_steps."""
+        return self.micro_batch_size * self.accum_steps
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as a plain JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """The config as indented JSON."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        """Build a config from a dict; unknown keys are an error, missing keys take defaults."""
+        if not isinstance(data, dict):
+            raise ConfigError("config", type(data).__name__, "a JSON object of RunConfig fields")
+        names = {f.name for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in names:
+                raise ConfigError(key, data[key], f"a known field ({', '.join(sorted(names))})")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunConfig":
+        """Parse a config written by to_json (or by hand)."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError("config.json", text[:40], f"valid JSON ({exc.msg} at line {exc.lineno})") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunConfig":
+        """Read a config.json file."""
+        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _check_types(cfg: RunConfig) -> None:
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        kind = f.type if isinstance(f.type, str) else f.type.__name__
+        if kind == "bool":
+            ok = isinstance(value, bool)
+        elif kind == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif kind == "float":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if ok:
+                object.__setattr__(cfg, f.name, float(value))
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            raise ConfigError(f.name, value, f"a value of type {kind}")
+
+
+def _check_choices(cfg: RunConfig) -> None:
+    for name, choices in (("model", MODELS), ("dataset", DATASETS), ("reduction", REDUCTIONS),
+                          ("amp", AMP_MODES), ("clear_cache", CLEAR_CACHE_MODES),
+                          ("compile", COMPILE_MODES), ("optimizer", OPTIMIZERS),
+                          ("lr_schedule", LR_SCHEDULES)):
+        if getattr(cfg, name) not in choices:
+            raise ConfigError(name, getattr(cfg, name), "one of " + ", ".join(choices))
+    if not _DEVICE_RE.match(cfg.device):
+        raise ConfigError("device", cfg.device, "auto, cpu, cuda or cuda:N")
+
+
+def _int_range(cfg: RunConfig, name: str, low: int, high: int, note: str = "") -> None:
+    value = getattr(cfg, name)
+    if not low <= value <= high:
+        raise ConfigError(name, value, f"an integer from {low} to {high}{note}")
+
+
+def _positive_float(cfg: RunConfig, name: str, allow_zero: bool, high: float = math.inf) -> None:
+    value = getattr(cfg, name)
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not (math.isfinite(value) and low_ok and value <= high):
+        bound = "≥ 0" if allow_zero else "> 0"
+        raise ConfigError(name, value, f"a finite number {bound}" + (f" and ≤ {high:g}" if high < math.inf else ""))
+
+
+def _check_ranges(cfg: RunConfig) -> None:
+    _int_range(cfg, "micro_batch_size", 1, MAX_BATCH)
+    _int_range(cfg, "accum_steps", 1, MAX_ACCUM)
+    _int_range(cfg, "growth_interval", 1, 10**9)
+    _int_range(cfg, "warmup_steps", 0, 10**9)
+    _int_range(cfg, "epochs", 1, 10**6)
+    _int_range(cfg, "max_steps", 0, 10**9, " (0 = no limit)")
+    _int_range(cfg, "seed", 0, 2**63 - 1)
+    _int_range(cfg, "image_size", 0, MAX_IMAGE, " (0 = the dataset's own size)")
+    _int_range(cfg, "fake_samples", 2, 10**7)
+    _int_range(cfg, "fake_classes", 2, 100_000)
+    _int_range(cfg, "eval_every", 0, 10**9, " (0 = at the end of each epoch)")
+    _positive_float(cfg, "lr", allow_zero=False, high=1e3)
+    _positive_float(cfg, "init_scale", allow_zero=False, high=2.0**126)
+    _positive_float(cfg, "grad_clip", allow_zero=True)
+    _positive_float(cfg, "momentum", allow_zero=True, high=1.0)
+    _positive_float(cfg, "weight_decay", allow_zero=True)
+    if cfg.momentum >= 1.0:
+        raise ConfigError("momentum", cfg.momentum, "a number from 0 to below 1")
+    if not cfg.data_dir.strip():
+        raise ConfigError("data_dir", cfg.data_dir, "a non-empty directory path")

@@ -1,0 +1,224 @@
+"""The training engine: exact gradient accumulation with AMP, clipping, scheduling and metrics.
+
+One optimizer step per window of accum_steps micro-batches (the last window of an epoch may be
+partial). Each micro-batch's summed loss is divided by the window's sample count (mean) or by 1
+(sum), so the accumulated gradient equals the one-big-batch gradient on the same samples.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from gaccum_core.accumulation import Window, epoch_order, plan_epoch, planned_steps
+from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.data import load_data
+from gaccum_core.device import autocast_works, resolve_device
+from gaccum_core.memory import MB, ActivationMeter, MemoryProbe
+from gaccum_core.metrics import MetricSink, Row
+from gaccum_core.models import build_model
+from gaccum_core.optim import make_optimizer, make_scheduler
+from gaccum_core.precision import Precision
+
+StopCheck = Callable[[], bool]
+
+
+class CompileError(RuntimeError):
+    """torch.compile could not compile the model on this device."""
+
+
+@dataclass
+class _Counters:
+    """Running totals across optimizer steps."""
+
+    step: int = 0
+    samples_seen: int = 0
+    skipped_total: int = 0
+    last_eval_step: int = -1
+
+
+def clear_cache(device: torch.device) -> float:
+    """gc.collect() and, on CUDA, empty_cache(); returns the seconds it took."""
+    start = time.perf_counter()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return time.perf_counter() - start
+
+
+def _compiled(model: torch.nn.Module, mode: str) -> torch.nn.Module:
+    if mode == "off":
+        return model
+    return torch.compile(model, mode=None if mode == "default" else mode)
+
+
+def _check_micro_batch(config: RunConfig, num_train: int) -> None:
+    if config.micro_batch_size > num_train:
+        raise ConfigError("micro_batch_size", config.micro_batch_size,
+                          f"at most {num_train}, the size of the {config.dataset} training set")
+
+
+def preflight(config: RunConfig) -> None:
+    """Check, before any run directory exists, what only the device, data and model can tell."""
+    device = resolve_device(config.device)
+    if config.amp != "off":
+        dtype = torch.float16 if config.amp == "fp16" else torch.bfloat16
+        works, why = autocast_works(device, dtype)
+        if not works:
+            raise ConfigError("amp", config.amp, f"off or a precision {device} supports ({why})")
+    data = load_data(config)
+    _check_micro_batch(config, len(data.train))
+    build_model(config.model, data.input_shape, data.num_classes, config.image_size)
+
+
+class Engine:
+    """One run's data, model, optimizer and precision on one device."""
+
+    def __init__(self, config: RunConfig, device: torch.device | None = None) -> None:
+        self.config = config
+        self.device = device or resolve_device(config.device)
+        self.data = load_data(config)
+        self.num_train = len(self.data.train)
+        _check_micro_batch(config, self.num_train)
+        torch.manual_seed(config.seed)
+        self.model = build_model(config.model, self.data.input_shape, self.data.num_classes,
+                                 config.image_size).to(self.device)
+        self.forward = _compiled(self.model, config.compile)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(config, self.params)
+        self.total_steps = planned_steps(self.num_train, config.micro_batch_size, config.accum_steps,
+                                         config.epochs, config.max_steps)
+        self.scheduler = make_scheduler(config, self.optimizer, self.total_steps)
+        self.precision = Precision(config.amp, self.device, config.init_scale, config.growth_interval)
+        self.memory = MemoryProbe(self.device)
+        self.activations = ActivationMeter(self.params)
+
+    def run(self, sink: MetricSink, should_stop: StopCheck = lambda: False) -> str:
+        """Train until the planned steps are done ('finished') or should_stop() ('stopped')."""
+        cfg, counters = self.config, _Counters()
+        self._start = time.perf_counter()
+        self.model.train()
+        for epoch in range(cfg.epochs):
+            order = epoch_order(self.num_train, cfg.seed, epoch)
+            for window in plan_epoch(self.num_train, cfg.micro_batch_size, cfg.accum_steps, cfg.reduction):
+                if counters.step >= self.total_steps:
+                    break
+                row = self._guarded_window(window, order, epoch, counters, should_stop)
+                if row is None:
+                    return "stopped"
+                sink.log_step(row)
+                if cfg.eval_every and counters.step % cfg.eval_every == 0:
+                    self._log_eval(sink, epoch, counters)
+            if not cfg.eval_every and counters.step > counters.last_eval_step:
+                self._log_eval(sink, epoch, counters)
+            if counters.step >= self.total_steps:
+                break
+        if counters.step > counters.last_eval_step:
+            self._log_eval(sink, epoch, counters)
+        return "finished"
+
+    def _guarded_window(self, window: Window, order: torch.Tensor, epoch: int,
+                        counters: _Counters, should_stop: StopCheck) -> Row | None:
+        """_train_window, explaining BatchNorm on one sample and compiler failures (raised on first use)."""
+        try:
+            return self._train_window(window, order, epoch, counters, should_stop)
+        except ValueError as exc:
+            if "Expected more than 1 value per channel" not in str(exc):
+                raise
+            raise ConfigError("micro_batch_size", self.config.micro_batch_size,
+                              f"a size whose micro-batches all hold 2 or more samples for {self.config.model}: "
+                              "its BatchNorm cannot normalise a single value per channel (a last "
+                              f"micro-batch of 1 sample occurs when {self.num_train} % micro_batch_size == 1)"
+                              ) from exc
+        except Exception as exc:
+            origin = type(exc).__module__
+            if self.config.compile == "off" or not origin.startswith(("torch._dynamo", "torch._inductor")):
+                raise
+            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise CompileError(f"torch.compile(mode={self.config.compile!r}) failed on {self.device}: "
+                               f"{first_line[:300]}. Set compile to off.") from exc
+
+    def _forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Summed cross-entropy of one micro-batch, computed in fp32 from (autocast) logits."""
+        with self.precision.autocast():
+            logits = self.forward(x)
+        return F.cross_entropy(logits.float(), y, reduction="sum")
+
+    def _micro_batch(self, order: torch.Tensor, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.data.train.batch(order[start:stop])
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def _train_window(self, window: Window, order: torch.Tensor, epoch: int,
+                      counters: _Counters, should_stop: StopCheck) -> Row | None:
+        """Accumulate one window and take one optimizer step; None when stopped mid-window."""
+        cfg, start = self.config, time.perf_counter()
+        self.memory.start_step()
+        # Summed on the device and read once per step: no host sync per micro-batch.
+        loss_sum = torch.zeros((), device=self.device)
+        cache_s = 0.0
+        for i, micro in enumerate(window.micro_batches):
+            if should_stop():
+                self.optimizer.zero_grad(set_to_none=True)
+                return None
+            x, y = self._micro_batch(order, micro.start, micro.stop)
+            with self.activations.measure() if i == 0 else nullcontext():
+                loss = self._forward_loss(x, y)
+            loss_sum += loss.detach()
+            self.precision.backward(loss / micro.weight_divisor)
+            if cfg.clear_cache == "micro":
+                cache_s += clear_cache(self.device)
+        lr = self.optimizer.param_groups[0]["lr"]
+        outcome = self.precision.step(self.optimizer, self.params, cfg.grad_clip)
+        if not outcome.skipped:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if cfg.clear_cache == "step":
+            cache_s += clear_cache(self.device)
+        loss_total, grad_norm = torch.stack([loss_sum, outcome.grad_norm.float()]).tolist()
+        return self._row(window, epoch, counters, start, cache_s, lr, loss_total, grad_norm, outcome)
+
+    def _row(self, window: Window, epoch: int, counters: _Counters, start: float, cache_s: float,
+             lr: float, loss_total: float, grad_norm: float, outcome) -> Row:
+        step_time = time.perf_counter() - start
+        counters.step += 1
+        counters.samples_seen += window.samples
+        counters.skipped_total += int(outcome.skipped)
+        return {
+            "step": counters.step, "epoch": epoch, "micro_batches": len(window.micro_batches),
+            "samples": window.samples, "samples_seen": counters.samples_seen,
+            "loss": loss_total / window.samples, "lr": lr, "grad_norm": grad_norm,
+            "scale": outcome.scale, "skipped": int(outcome.skipped), "skipped_total": counters.skipped_total,
+            **self.memory.read(), "activation_mb": self.activations.bytes / MB,
+            "cache_clear_s": cache_s, "step_time_s": step_time,
+            "samples_per_s": window.samples / step_time if step_time > 0 else None,
+            "wall_time_s": time.perf_counter() - self._start,
+        }
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[float, float]:
+        """Mean test loss and accuracy over the whole test split."""
+        self.model.eval()
+        test, size = self.data.test, self.config.micro_batch_size
+        loss_sum = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device, dtype=torch.long)
+        for begin in range(0, len(test), size):
+            x, y = test.batch(torch.arange(begin, min(begin + size, len(test))))
+            x, y = x.to(self.device), y.to(self.device)
+            with self.precision.autocast():
+                logits = self.forward(x).float()
+            loss_sum += F.cross_entropy(logits, y, reduction="sum")
+            correct += (logits.argmax(dim=1) == y).sum()
+        self.model.train()
+        return loss_sum.item() / len(test), correct.item() / len(test)
+
+    def _log_eval(self, sink: MetricSink, epoch: int, counters: _Counters) -> None:
+        test_loss, accuracy = self.evaluate()
+        counters.last_eval_step = counters.step
+        sink.log_eval({"epoch": epoch, "step": counters.step, "test_loss": test_loss,
+                       "test_accuracy": accuracy, "wall_time_s": time.perf_counter() - self._start})

@@ -1,0 +1,72 @@
+"""Metric rows, the sink protocol that receives them, and the small math the UI and CLI share."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Protocol
+
+STEP_COLUMNS = (
+    "step", "epoch", "micro_batches", "samples", "samples_seen", "loss", "lr", "grad_norm",
+    "scale", "skipped", "skipped_total", "mem_allocated_mb", "mem_reserved_mb", "mem_peak_mb",
+    "activation_mb", "cache_clear_s", "step_time_s", "samples_per_s", "wall_time_s",
+)
+EVAL_COLUMNS = ("epoch", "step", "test_loss", "test_accuracy", "wall_time_s")
+
+Row = dict[str, Any]
+
+
+class MetricSink(Protocol):
+    """Receives one row per optimizer step and one per evaluation, in order."""
+
+    def log_step(self, row: Row) -> None:
+        """Take one optimizer step's metrics (keys: STEP_COLUMNS)."""
+
+    def log_eval(self, row: Row) -> None:
+        """Take one evaluation's metrics (keys: EVAL_COLUMNS)."""
+
+
+class NullSink:
+    """A sink that keeps nothing (oracle tests, benchmarks of the loop alone)."""
+
+    def log_step(self, row: Row) -> None:
+        """Drop the row."""
+
+    def log_eval(self, row: Row) -> None:
+        """Drop the row."""
+
+
+class FanOut:
+    """Passes every row to several sinks."""
+
+    def __init__(self, *sinks: MetricSink) -> None:
+        self.sinks = sinks
+
+    def log_step(self, row: Row) -> None:
+        """Give the row to every sink."""
+        for sink in self.sinks:
+            sink.log_step(row)
+
+    def log_eval(self, row: Row) -> None:
+        """Give the row to every sink."""
+        for sink in self.sinks:
+            sink.log_eval(row)
+
+
+def eta_seconds(steps_done: int, total_steps: int, elapsed_s: float) -> float | None:
+    """Seconds left at the average pace so far; None before the first step."""
+    if steps_done <= 0 or elapsed_s <= 0:
+        return None
+    return max(total_steps - steps_done, 0) * elapsed_s / steps_done
+
+
+def smooth_ema(values: Iterable[float], weight: float) -> list[float]:
+    """Debiased exponential moving average, as TensorBoard smooths scalars (weight in [0, 1))."""
+    out, last, debias = [], 0.0, 1.0
+    for value in values:
+        if not math.isfinite(value):
+            out.append(value)
+            continue
+        last = last * weight + (1 - weight) * value
+        debias *= weight
+        out.append(last / (1 - debias))
+    return out

@@ -1,0 +1,65 @@
+"""Mixed precision: autocast for the forward pass and a GradScaler that is a no-op when disabled.
+
+fp16 = autocast(float16) + GradScaler; bf16 = autocast(bfloat16), no scaler (its range is fp32's);
+off = neither. The loop calls the same methods in every mode, so it has no precision branches.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import torch
+
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What one optimizer step did."""
+
+    grad_norm: torch.Tensor  # unscaled, before clipping; still on the device
+    scale: float | None      # the loss scale used for this step's backward passes
+    skipped: bool            # the scaler found inf/NaN gradients and skipped optimizer.step()
+
+
+class Precision:
+    """Autocast + GradScaler for one device, configured once per run."""
+
+    def __init__(self, amp: str, device: torch.device, init_scale: float, growth_interval: int) -> None:
+        self.device_type = device.type
+        self.dtype = _DTYPES.get(amp)
+        self.scaler = torch.amp.GradScaler(
+            device.type, init_scale=init_scale, growth_interval=growth_interval, enabled=amp == "fp16"
+        )
+
+    @property
+    def uses_scaler(self) -> bool:
+        """True when losses are scaled (fp16)."""
+        return self.scaler.is_enabled()
+
+    def autocast(self) -> AbstractContextManager:
+        """The context for forward pass and loss."""
+        return torch.autocast(device_type=self.device_type, dtype=self.dtype, enabled=self.dtype is not None)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward on the (scaled, when fp16) loss; gradients accumulate in .grad."""
+        self.scaler.scale(loss).backward()
+
+    def step(self, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], grad_clip: float) -> StepOutcome:
+        """Unscale (when clipping), clip, step and update the scale: call once per window."""
+        scale = self.scaler.get_scale() if self.uses_scaler else None
+        grads = [p.grad for p in params if p.grad is not None]
+        if grad_clip > 0:
+            self.scaler.unscale_(optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        else:
+            # The norm of scaled gradients divided by the scale: unscaled without touching .grad.
+            grad_norm = torch.nn.utils.get_total_norm(grads)
+            if scale is not None:
+                grad_norm = grad_norm / scale
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        # update() backs the scale off exactly when it found inf/NaN, and only then lowers it.
+        skipped = scale is not None and self.scaler.get_scale() < scale
+        return StepOutcome(grad_norm, scale, skipped)

@@ -1,0 +1,217 @@
+"""The background runner: runs execute in worker threads, one at a time per device; later runs queue.
+
+States: queued -> running -> finished | stopped | failed. The training thread only touches plain
+Python state under a lock; snapshot() copies it for a UI or CLI to poll without reading files.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gaccum_core.config import RunConfig
+from gaccum_core.device import device_name, resolve_device
+from gaccum_core.engine import Engine
+from gaccum_core.metrics import FanOut, Row, eta_seconds
+from gaccum_core.store import RunStore, now_iso
+
+FINAL_STATES = ("finished", "stopped", "failed")
+
+
+def failure_message(exc: BaseException, config: RunConfig) -> str:
+    """A one-paragraph explanation of why a run failed, with advice where there is some."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if _is_out_of_memory(exc):
+        b, k = config.micro_batch_size, config.accum_steps
+        advice = (f"lower the micro-batch size and raise accumulation steps to keep the effective batch "
+                  f"of {b * k}, e.g. micro_batch_size={max(b // 2, 1)} with accum_steps={k * 2}")
+        return f"out of memory at micro_batch_size={b}: {advice}. ({text[:200]})"
+    if isinstance(exc, ValueError) or type(exc).__name__ == "CompileError":
+        return text
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    # The CPU allocator raises a plain RuntimeError where CUDA raises torch.OutOfMemoryError.
+    return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """A consistent copy of one run's state."""
+
+    run_id: str
+    config: RunConfig
+    state: str
+    message: str
+    device: str
+    steps_done: int
+    total_steps: int
+    queue_position: int
+    elapsed_s: float
+    eta_s: float | None
+    metrics: tuple[Row, ...]
+    evals: tuple[Row, ...]
+
+    @property
+    def done(self) -> bool:
+        """True once the run has ended (finished, stopped or failed)."""
+        return self.state in FINAL_STATES
+
+
+@dataclass
+class _Run:
+    run_id: str
+    config: RunConfig
+    device_key: str
+    state: str = "queued"
+    message: str = ""
+    device: str = ""
+    total_steps: int = 0
+    started: float | None = None
+    ended: float | None = None
+    metrics: list[Row] = field(default_factory=list)
+    evals: list[Row] = field(default_factory=list)
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    done_event: threading.Event = field(default_factory=threading.Event)
+
+
+class _MemorySink:
+    """Keeps rows in the run's in-memory state for snapshot()."""
+
+    def __init__(self, run: _Run, lock: threading.Lock) -> None:
+        self.run, self.lock = run, lock
+
+    def log_step(self, row: Row) -> None:
+        """Keep the step row."""
+        with self.lock:
+            self.run.metrics.append(row)
+
+    def log_eval(self, row: Row) -> None:
+        """Keep the eval row."""
+        with self.lock:
+            self.run.evals.append(row)
+
+
+class Runner:
+    """Runs configs in background threads and tracks them; one instance per server process."""
+
+    def __init__(self, runs_dir: str = "runs") -> None:
+        self.store = RunStore(runs_dir)
+        self._lock = threading.Lock()
+        self._runs: dict[str, _Run] = {}
+        self._queues: dict[str, deque[_Run]] = {}
+        self._workers: dict[str, threading.Thread] = {}
+
+    def submit(self, config: RunConfig, name: str | None = None) -> str:
+        """Create the run on disk and queue it; returns the run id."""
+        device_key = str(resolve_device(config.device))
+        run_id = self.store.create(config, name)
+        run = _Run(run_id, config, device_key)
+        with self._lock:
+            self._runs[run_id] = run
+            self._queues.setdefault(device_key, deque()).append(run)
+            worker = self._workers.get(device_key)
+            if worker is None or not worker.is_alive():
+                worker = threading.Thread(target=self._work, args=(device_key,), name=f"gaccum-{device_key}",
+                                          daemon=True)
+                self._workers[device_key] = worker
+                worker.start()
+        return run_id
+
+    def stop(self, run_id: str) -> None:
+        """Ask a run to stop: a queued run never starts, a running one stops within one micro-batch."""
+        with self._lock:
+            run = self._runs[run_id]
+            run.stop_event.set()
+            queue = self._queues.get(run.device_key, deque())
+            if run in queue:
+                queue.remove(run)
+                self._finish(run, "stopped", "stopped before it started")
+
+    def snapshot(self, run_id: str) -> RunSnapshot:
+        """A copy of one run's state."""
+        with self._lock:
+            return self._snapshot(self._runs[run_id])
+
+    def snapshots(self) -> list[RunSnapshot]:
+        """Copies of every run this runner has seen, in submission order."""
+        with self._lock:
+            return [self._snapshot(run) for run in self._runs.values()]
+
+    def wait(self, run_id: str, timeout: float | None = None) -> RunSnapshot:
+        """Block until the run ends (or the timeout passes) and return its snapshot."""
+        self._runs[run_id].done_event.wait(timeout)
+        return self.snapshot(run_id)
+
+    def _snapshot(self, run: _Run) -> RunSnapshot:
+        now = run.ended or time.monotonic()
+        elapsed = now - run.started if run.started else 0.0
+        queue = self._queues.get(run.device_key, deque())
+        position = queue.index(run) + 1 if run in queue else 0
+        eta = eta_seconds(len(run.metrics), run.total_steps, elapsed) if run.state == "running" else None
+        return RunSnapshot(run.run_id, run.config, run.state, run.message, run.device, len(run.metrics),
+                           run.total_steps, position, elapsed, eta, tuple(run.metrics), tuple(run.evals))
+
+    def _work(self, device_key: str) -> None:
+        while True:
+            with self._lock:
+                queue = self._queues[device_key]
+                if not queue:
+                    # Leave under the lock, so submit() sees this worker gone and starts another.
+                    del self._workers[device_key]
+                    return
+                run = queue.popleft()
+                run.state, run.started = "running", time.monotonic()
+            self._execute(run)
+
+    def _execute(self, run: _Run) -> None:
+        device = torch.device(run.device_key)
+        run.device = device_name(device)
+        self.store.update_status(run.run_id, state="running", started=now_iso(), device=run.device)
+        writer = self.store.writer(run.run_id)
+        engine = None
+        try:
+            engine = Engine(run.config, device)
+            with self._lock:
+                run.total_steps = engine.total_steps
+            state = engine.run(FanOut(writer, _MemorySink(run, self._lock)), run.stop_event.is_set)
+            self.store.save_model(run.run_id, engine.model.state_dict())
+            message = "" if state == "finished" else "stopped by the user"
+        except Exception as exc:  # every failure ends the run with a message, never a dead thread
+            state, message = "failed", failure_message(exc, run.config)
+            (self.store.path(run.run_id) / "traceback.txt").write_text(traceback.format_exc())
+        finally:
+            writer.close()
+            del engine
+            _release_memory(device)
+        with self._lock:
+            self._finish(run, state, message)
+
+    def _finish(self, run: _Run, state: str, message: str) -> None:
+        """Record the final state in memory and on disk (called with the lock held)."""
+        run.state, run.message, run.ended = state, message, time.monotonic()
+        self.store.update_status(run.run_id, state=state, message=message, ended=now_iso())
+        run.done_event.set()
+
+
+def _release_memory(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def run_summary(snapshot: RunSnapshot) -> dict[str, Any]:
+    """Final figures of a run, for tables and the CLI."""
+    last = snapshot.metrics[-1] if snapshot.metrics else {}
+    last_eval = snapshot.evals[-1] if snapshot.evals else {}
+    return {"run_id": snapshot.run_id, "state": snapshot.state, "steps": snapshot.steps_done,
+            "loss": last.get("loss"), "test_accuracy": last_eval.get("test_accuracy"),
+            "skipped_total": last.get("skipped_total")}

@@ -1,0 +1,202 @@
+"""The run store: one directory per run, the only module that writes to disk.
+
+runs/<run_id>/ holds config.json, status.json, metrics.csv, eval.csv and, at the end, model.pt.
+JSON files are replaced atomically; CSV rows are appended one whole line per write and flushed,
+so a reader in another process never sees a half-written row.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from gaccum_core.config import RunConfig
+from gaccum_core.metrics import EVAL_COLUMNS, STEP_COLUMNS, Row
+
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_SLUG_RE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+class StoreError(ValueError):
+    """A run id or the runs directory is not usable; the message says why."""
+
+
+def validate_run_id(run_id: str) -> str:
+    """Return run_id if it is a plain directory name (no separators, no '..'), else raise StoreError."""
+    if not isinstance(run_id, str) or not _RUN_ID_RE.match(run_id) or ".." in run_id:
+        raise StoreError(f"run id {run_id!r} is not allowed: letters, digits, '_', '-', '.' only, no '..' or '/'")
+    return run_id
+
+
+def now_iso() -> str:
+    """The current UTC time as ISO 8601."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _csv_line(values: list[Any]) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(["" if v is None else v for v in values])
+    return buffer.getvalue()
+
+
+class CsvAppender:
+    """Appends whole rows to a CSV file, flushing each one for live readers."""
+
+    def __init__(self, path: Path, columns: tuple[str, ...]) -> None:
+        self.columns = columns
+        new = not path.exists() or path.stat().st_size == 0
+        self._file = open(path, "a", encoding="utf-8", newline="")
+        if new:
+            self._append(list(columns))
+
+    def _append(self, values: list[Any]) -> None:
+        # One write() of one whole line, then flush: the line reaches the file in one piece.
+        self._file.write(_csv_line(values))
+        self._file.flush()
+
+    def append(self, row: Row) -> None:
+        """Write one row (missing keys are empty cells)."""
+        self._append([row.get(c) for c in self.columns])
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+
+
+class RunWriter:
+    """A MetricSink that appends to a run's metrics.csv and eval.csv."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.metrics = CsvAppender(run_dir / "metrics.csv", STEP_COLUMNS)
+        self.evals = CsvAppender(run_dir / "eval.csv", EVAL_COLUMNS)
+
+    def log_step(self, row: Row) -> None:
+        """Append an optimizer step's row."""
+        self.metrics.append(row)
+
+    def log_eval(self, row: Row) -> None:
+        """Append an evaluation's row."""
+        self.evals.append(row)
+
+    def close(self) -> None:
+        """Close both files."""
+        self.metrics.close()
+        self.evals.close()
+
+
+class RunStore:
+    """The runs directory."""
+
+    def __init__(self, root: str | Path = "runs") -> None:
+        self.root = Path(root)
+
+    def path(self, run_id: str) -> Path:
+        """The directory of a run (the id is validated first)."""
+        return self.root / validate_run_id(run_id)
+
+    def new_run_id(self, name: str | None = None) -> str:
+        """A fresh, sortable id: UTC time, a random suffix and the optional name."""
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        slug = _SLUG_RE.sub("-", name).strip("-")[:40] if name else ""
+        return "-".join(p for p in (stamp, secrets.token_hex(3), slug) if p)
+
+    def create(self, config: RunConfig, name: str | None = None) -> str:
+        """Make the run directory with config.json, status.json (queued) and CSV headers."""
+        self._ensure_writable_root()
+        run_id = self.new_run_id(name)
+        run_dir = self.path(run_id)
+        try:
+            run_dir.mkdir()
+            _write_atomic(run_dir / "config.json", config.to_json() + "\n")
+            self._write_status(run_dir, {"run_id": run_id, "name": name or "", "state": "queued",
+                                         "message": "", "created": now_iso(),
+                                         "torch_version": torch.__version__})
+            RunWriter(run_dir).close()
+        except BaseException:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        return run_id
+
+    def _ensure_writable_root(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"runs directory {self.root.resolve()} cannot be created: {exc.strerror}") from None
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise StoreError(f"runs directory {self.root.resolve()} is not writable: choose another runs directory")
+
+    def _write_status(self, run_dir: Path, status: dict[str, Any]) -> None:
+        _write_atomic(run_dir / "status.json", json.dumps(status, indent=2) + "\n")
+
+    def update_status(self, run_id: str, **fields: Any) -> dict[str, Any]:
+        """Merge fields into status.json (atomically) and return the new status."""
+        status = {**self.read_status(run_id), **fields}
+        self._write_status(self.path(run_id), status)
+        return status
+
+    def read_status(self, run_id: str) -> dict[str, Any]:
+        """status.json as a dict."""
+        return json.loads((self.path(run_id) / "status.json").read_text(encoding="utf-8"))
+
+    def read_config(self, run_id: str) -> RunConfig:
+        """config.json as a validated RunConfig."""
+        return RunConfig.load(self.path(run_id) / "config.json")
+
+    def writer(self, run_id: str) -> RunWriter:
+        """A sink appending to this run's CSV files."""
+        return RunWriter(self.path(run_id))
+
+    def read_metrics(self, run_id: str) -> pd.DataFrame:
+        """metrics.csv as a DataFrame (one row per optimizer step)."""
+        return pd.read_csv(self.path(run_id) / "metrics.csv")
+
+    def read_evals(self, run_id: str) -> pd.DataFrame:
+        """eval.csv as a DataFrame."""
+        return pd.read_csv(self.path(run_id) / "eval.csv")
+
+    def save_model(self, run_id: str, state_dict: dict[str, torch.Tensor]) -> Path:
+        """Write model.pt (the state_dict) atomically."""
+        target = self.path(run_id) / "model.pt"
+        tmp = target.with_name(".model.pt.tmp")
+        torch.save(state_dict, tmp)
+        os.replace(tmp, target)
+        return target
+
+    def load_model(self, run_id: str) -> dict[str, torch.Tensor]:
+        """model.pt, loaded with weights_only=True (never arbitrary pickles)."""
+        return torch.load(self.path(run_id) / "model.pt", map_location="cpu", weights_only=True)
+
+    def list_runs(self) -> list[str]:
+        """Run ids on disk, oldest first."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _RUN_ID_RE.match(p.name))
+
+    def delete(self, run_id: str) -> None:
+        """Remove a run's directory."""
+        shutil.rmtree(self.path(run_id))

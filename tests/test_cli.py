@@ -1,0 +1,61 @@
+"""The CLI: flags for every field, one-line errors with exit status 2, the run directory last."""
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from gaccum_core.cli import build_parser, main
+from gaccum_core.config import FIELD_HELP, RunConfig
+
+
+def test_every_config_field_has_a_flag_and_help():
+    help_text = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    for f in dataclasses.fields(RunConfig):
+        assert "--" + f.name.replace("_", "-") in help_text
+        assert f.name in FIELD_HELP
+    assert "--runs-dir" in help_text and "--name" in help_text
+
+
+def test_run_prints_its_directory_last_and_exits_zero(tmp_path, capsys):
+    code = main(["run", "--model", "mlp", "--micro-batch-size", "16", "--accum-steps", "2",
+                 "--max-steps", "3", "--device", "cpu", "--runs-dir", str(tmp_path)])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0
+    run_dir = out[-1]
+    assert run_dir.startswith(str(tmp_path))
+    assert (tmp_path / run_dir.rsplit("/", 1)[1] / "model.pt").exists()
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["--micro-batch-size", "0"], "--micro-batch-size=0"),
+    (["--micro-batch-size", "abc"], "--micro-batch-size='abc'"),
+    (["--accum-steps", "-3"], "--accum-steps=-3"),
+    (["--lr", "nan"], "--lr=nan"),
+    (["--lr", "0"], "--lr=0.0"),
+    (["--amp", "fp8"], "invalid choice: 'fp8'"),
+    (["--model", "gpt9"], "invalid choice: 'gpt9'"),
+    (["--micro-batch-size", "100000"], "--micro-batch-size=100000"),
+    (["--micro-batch-size", "5000"], "at most 1437"),
+    (["--model", "vit_b_16"], "multiple of 16"),
+    (["--dataset", "mnist", "--data-dir", "{tmp}/nodata"], "download"),
+])
+def test_bad_flag_values_are_one_line_errors_with_no_run_directory(tmp_path, flags, expected):
+    runs = tmp_path / "runs"
+    flags = [f.replace("{tmp}", str(tmp_path)) for f in flags]
+    done = subprocess.run([sys.executable, "-m", "gaccum_core", "run", "--device", "cpu",
+                           "--runs-dir", str(runs), *flags], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_doctor_reports_versions_device_and_precisions(capsys):
+    from gaccum_core.doctor import doctor_report
+
+    report = doctor_report("cpu", check_compile=False)
+    for word in ("torch", "CUDA", "CPU", "GiB free", "fp16 autocast  yes", "bf16 autocast  yes"):
+        assert word in report

@@ -1,0 +1,74 @@
+"""The run store: ids are validated, files are written whole, rows are readable while appended."""
+
+import json
+
+import pytest
+import torch
+
+from gaccum_core.config import RunConfig
+from gaccum_core.metrics import EVAL_COLUMNS, STEP_COLUMNS
+from gaccum_core.store import RunStore, StoreError, validate_run_id
+
+
+@pytest.mark.parametrize("bad", ["../x", "..", "/etc", "a/b", "", ".hidden", "a\\b", "x" * 200, "a..b"])
+def test_unsafe_run_ids_are_refused(bad):
+    with pytest.raises(StoreError):
+        validate_run_id(bad)
+
+
+def test_create_writes_config_status_and_csv_headers(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    cfg = RunConfig(model="cnn", accum_steps=3)
+    run_id = store.create(cfg, name="my run/../x")
+    assert "/" not in run_id and ".." not in run_id and run_id.endswith("my-run-x")
+    assert store.read_config(run_id) == cfg
+    status = store.read_status(run_id)
+    assert status["state"] == "queued" and status["torch_version"] == torch.__version__
+    assert list(store.read_metrics(run_id).columns) == list(STEP_COLUMNS)
+    assert list(store.read_evals(run_id).columns) == list(EVAL_COLUMNS)
+    assert store.list_runs() == [run_id]
+
+
+def test_rows_are_flushed_as_they_are_written(tmp_path):
+    store = RunStore(tmp_path)
+    run_id = store.create(RunConfig())
+    writer = store.writer(run_id)
+    writer.log_step({"step": 1, "loss": 2.5, "scale": None})
+    # Another reader sees the row before the writer is closed.
+    frame = store.read_metrics(run_id)
+    assert frame["step"].tolist() == [1] and frame["loss"].tolist() == [2.5]
+    assert frame["scale"].isna().all()
+    writer.close()
+
+
+def test_status_updates_merge_and_are_atomic(tmp_path):
+    store = RunStore(tmp_path)
+    run_id = store.create(RunConfig())
+    store.update_status(run_id, state="running", device="CPU")
+    status = store.update_status(run_id, state="finished")
+    assert status["device"] == "CPU" and status["state"] == "finished"
+    assert json.loads((tmp_path / run_id / "status.json").read_text()) == status
+    assert not [p for p in (tmp_path / run_id).iterdir() if p.name.endswith(".tmp")]
+
+
+def test_model_round_trip_uses_weights_only(tmp_path):
+    store = RunStore(tmp_path)
+    run_id = store.create(RunConfig())
+    store.save_model(run_id, {"w": torch.arange(3.0)})
+    assert torch.equal(store.load_model(run_id)["w"], torch.arange(3.0))
+
+
+def test_unwritable_runs_directory_is_a_clear_error_and_leaves_nothing(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StoreError, match="cannot be created"):
+        RunStore(blocker / "runs").create(RunConfig())
+
+
+def test_delete_removes_only_that_run(tmp_path):
+    store = RunStore(tmp_path)
+    keep, drop = store.create(RunConfig()), store.create(RunConfig())
+    store.delete(drop)
+    assert store.list_runs() == [keep]
+    with pytest.raises(StoreError):
+        store.delete("../" + keep)
