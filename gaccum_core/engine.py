@@ -98,6 +98,7 @@ class Engine:
         self.precision = Precision(config.amp, self.device, config.init_scale, config.growth_interval)
         self.memory = MemoryProbe(self.device)
         self.activations = ActivationMeter(self.params)
+        self._activation_size = 0
 
     def run(self, sink: MetricSink, should_stop: StopCheck = lambda: False) -> str:
         """Train until the planned steps are done ('finished') or should_stop() ('stopped')."""
@@ -144,6 +145,14 @@ class Engine:
             raise CompileError(f"torch.compile(mode={self.config.compile!r}) failed on {self.device}: "
                                f"{first_line[:300]}. Set compile to off.") from exc
 
+    def _measure_activations(self, micro_batch_size: int) -> bool:
+        """Whether this micro-batch's saved tensors must be counted: the saved bytes depend only on
+        the micro-batch size (same model, precision and device), so count once per size."""
+        if micro_batch_size == self._activation_size:
+            return False
+        self._activation_size = micro_batch_size
+        return True
+
     def _forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Summed cross-entropy of one micro-batch, computed in fp32 from (autocast) logits."""
         with self.precision.autocast():
@@ -159,28 +168,28 @@ class Engine:
         """Accumulate one window and take one optimizer step; None when stopped mid-window."""
         cfg, start = self.config, time.perf_counter()
         self.memory.start_step()
-        # Summed on the device and read once per step: no host sync per micro-batch.
-        loss_sum = torch.zeros((), device=self.device)
+        # Kept on the device and read once per step: no host sync per micro-batch.
+        losses = []
         cache_s = 0.0
         for i, micro in enumerate(window.micro_batches):
             if should_stop():
                 self.optimizer.zero_grad(set_to_none=True)
                 return None
             x, y = self._micro_batch(order, micro.start, micro.stop)
-            with self.activations.measure() if i == 0 else nullcontext():
+            with self.activations.measure() if i == 0 and self._measure_activations(micro.size) else nullcontext():
                 loss = self._forward_loss(x, y)
-            loss_sum += loss.detach()
+            losses.append(loss.detach())
             self.precision.backward(loss / micro.weight_divisor)
             if cfg.clear_cache == "micro":
                 cache_s += clear_cache(self.device)
         lr = self.optimizer.param_groups[0]["lr"]
         outcome = self.precision.step(self.optimizer, self.params, cfg.grad_clip)
-        if not outcome.skipped:
+        if not outcome.skipped and self.scheduler is not None:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         if cfg.clear_cache == "step":
             cache_s += clear_cache(self.device)
-        loss_total, grad_norm = torch.stack([loss_sum, outcome.grad_norm.float()]).tolist()
+        loss_total, grad_norm = torch.stack([torch.stack(losses).sum(), outcome.grad_norm.float()]).tolist()
         return self._row(window, epoch, counters, start, cache_s, lr, loss_total, grad_norm, outcome)
 
     def _row(self, window: Window, epoch: int, counters: _Counters, start: float, cache_s: float,

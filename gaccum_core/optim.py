@@ -28,8 +28,11 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int, schedule: str) -> 
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def make_scheduler(config: RunConfig, optimizer: torch.optim.Optimizer, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """A LambdaLR that the engine advances once per taken optimizer step."""
+def make_scheduler(config: RunConfig, optimizer: torch.optim.Optimizer,
+                   total_steps: int) -> torch.optim.lr_scheduler.LambdaLR | None:
+    """A LambdaLR that the engine advances once per taken optimizer step; None for a constant lr."""
+    if config.lr_schedule == "constant" and config.warmup_steps == 0:
+        return None
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(step, config.warmup_steps, total_steps, config.lr_schedule)
     )
