@@ -59,3 +59,18 @@ def test_doctor_reports_versions_device_and_precisions(capsys):
     report = doctor_report("cpu", check_compile=False)
     for word in ("torch", "CUDA", "CPU", "GiB free", "fp16 autocast  yes", "bf16 autocast  yes"):
         assert word in report
+
+
+def test_doctor_command_checks_compile_in_a_child_process():
+    done = subprocess.run([sys.executable, "-m", "gaccum_core", "doctor", "--device", "cpu"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "torch.compile yes" in done.stdout or "torch.compile no: " in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_doctor_with_a_device_this_machine_lacks_is_a_one_line_error():
+    done = subprocess.run([sys.executable, "-m", "gaccum_core", "doctor", "--device", "cuda:7"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "--device='cuda:7'" in done.stderr

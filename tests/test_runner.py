@@ -75,3 +75,50 @@ def test_snapshot_is_a_copy(tmp_path):
     snap = runner.wait(run_id, timeout=60)
     assert isinstance(snap.metrics, tuple) and len(snap.metrics) == 3
     assert snap.eta_s is None and snap.elapsed_s > 0
+
+
+def test_out_of_memory_mid_run_fails_with_advice_keeps_rows_and_the_next_run_works(tmp_path, monkeypatch):
+    from gaccum_core.engine import Engine
+
+    real_forward = Engine._forward_loss
+    calls = []
+
+    def forward_then_oom(self, x, y):
+        calls.append(1)
+        if len(calls) == 7:  # the 4th window's first micro-batch
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_forward(self, x, y)
+
+    monkeypatch.setattr(Engine, "_forward_loss", forward_then_oom)
+    runner = Runner(tmp_path)
+    run_id = runner.submit(RunConfig(max_steps=10, **TINY))
+    snap = runner.wait(run_id, timeout=60)
+    assert snap.state == "failed"
+    assert "out of memory" in snap.message and "accum_steps=4" in snap.message
+    assert runner.store.read_metrics(run_id)["step"].tolist() == [1, 2, 3]
+    assert "OutOfMemoryError" in (tmp_path / run_id / "traceback.txt").read_text()
+    monkeypatch.setattr(Engine, "_forward_loss", real_forward)
+    assert runner.wait(runner.submit(RunConfig(max_steps=2, **TINY)), timeout=60).state == "finished"
+
+
+def test_compile_works_on_the_cpu_and_matches_eager(tmp_path):
+    runner = Runner(tmp_path)
+    eager = runner.wait(runner.submit(RunConfig(max_steps=3, **TINY)), timeout=60)
+    compiled = runner.wait(runner.submit(RunConfig(max_steps=3, compile="default", **TINY)), timeout=600)
+    assert compiled.state == "finished", compiled.message
+    assert [r["loss"] for r in compiled.metrics] == pytest.approx([r["loss"] for r in eager.metrics], rel=1e-4)
+
+
+def test_a_compile_failure_is_a_clear_message(tmp_path, monkeypatch):
+    import torch._dynamo.exc
+
+    def broken_compile(model, mode=None):
+        def fail(*args, **kwargs):
+            raise torch._dynamo.exc.TorchRuntimeError("backend='inductor' raised: gcc: not found")
+        return fail
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    runner = Runner(tmp_path)
+    snap = runner.wait(runner.submit(RunConfig(max_steps=2, compile="max-autotune", **TINY)), timeout=60)
+    assert snap.state == "failed"
+    assert snap.message.startswith("torch.compile(mode='max-autotune') failed on cpu") and "compile to off" in snap.message
