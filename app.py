@@ -1,26 +1,37 @@
-"""gaccum home: what the app is for, the device found and the latest runs."""
+"""gaccum home: what the app is for, the device found, the run in progress and the latest runs."""
 
 import streamlit as st
 
+from gaccum_core.catalog import run_table
 from gaccum_core.device import device_name, memory_info, resolve_device
-from gaccum_core.store import RunStore
+from ui import get_runner
 
 st.set_page_config(page_title="gaccum", layout="wide")
 st.title("gaccum")
 st.write(
-    "Gradient accumulation imitates a large batch with small micro-batches. "
-    "gaccum trains with exact accumulation and shows what each option costs and saves."
+    "Gradient accumulation imitates a large batch with small micro-batches, at the memory cost of one "
+    "micro-batch. gaccum trains with exact accumulation, checked against the one-big-batch update, and "
+    "measures what mixed precision, cache clearing and torch.compile cost and save."
 )
 device = resolve_device("auto")
-free, total = memory_info(device)
 if device.type == "cuda":
-    st.info(f"Device: {device_name(device)}: {free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB")
+    free, total = memory_info(device)
+    st.info(f"Device: {device_name(device)} · {free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB")
 else:
     st.info("CPU — runs train on the CPU")
+
+runner = get_runner()
+active = [s for s in runner.snapshots() if not s.done]
+for snapshot in active:
+    st.success(f"In progress: {snapshot.run_id} ({snapshot.state}, step {snapshot.steps_done} of "
+               f"{snapshot.total_steps or '?'})")
+st.page_link("pages/1_Train.py", label="Train: configure and watch a run", icon="▶️")
+st.page_link("pages/2_Runs.py", label="Runs: compare, export, delete", icon="📊")
+
 st.subheader("Latest runs")
-store = RunStore("runs")
-runs = store.list_runs()[-10:][::-1]
-if runs:
-    st.table([{"run": r, "state": store.read_status(r).get("state", "?")} for r in runs])
+table = run_table(runner.store, [s.run_id for s in active])
+if table.empty:
+    st.write("No runs yet.")
 else:
-    st.write("No runs yet: start one with `python -m gaccum_core run`.")
+    columns = [c for c in ("run_id", "state", "label", "steps", "final_loss", "test_accuracy") if c in table]
+    st.dataframe(table[columns].head(10), hide_index=True, width="stretch")

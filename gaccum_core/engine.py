@@ -8,6 +8,7 @@ partial). Each micro-batch's summed loss is divided by the window's sample count
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -64,6 +65,16 @@ def _check_micro_batch(config: RunConfig, num_train: int) -> None:
                           f"at most {num_train}, the size of the {config.dataset} training set")
 
 
+_SEED_LOCK = threading.Lock()
+
+
+def _seeded_model(config: RunConfig, input_shape: tuple[int, int, int], num_classes: int) -> torch.nn.Module:
+    """Build the model from config.seed without touching the process's global RNG, one thread at a time."""
+    with _SEED_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        return build_model(config.model, input_shape, num_classes, config.image_size)
+
+
 def preflight(config: RunConfig) -> None:
     """Check, before any run directory exists, what only the device, data and model can tell."""
     device = resolve_device(config.device)
@@ -86,9 +97,7 @@ class Engine:
         self.data = load_data(config)
         self.num_train = len(self.data.train)
         _check_micro_batch(config, self.num_train)
-        torch.manual_seed(config.seed)
-        self.model = build_model(config.model, self.data.input_shape, self.data.num_classes,
-                                 config.image_size).to(self.device)
+        self.model = _seeded_model(config, self.data.input_shape, self.data.num_classes).to(self.device)
         self.forward = _compiled(self.model, config.compile)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(config, self.params)
@@ -220,7 +229,8 @@ class Engine:
             x, y = test.batch(torch.arange(begin, min(begin + size, len(test))))
             x, y = x.to(self.device), y.to(self.device)
             with self.precision.autocast():
-                logits = self.forward(x).float()
+                # Eager, not compiled: switching a compiled model to eval mode would recompile it.
+                logits = self.model(x).float()
             loss_sum += F.cross_entropy(logits, y, reduction="sum")
             correct += (logits.argmax(dim=1) == y).sum()
         self.model.train()

@@ -21,10 +21,6 @@ def test_dataset_names_match_config() -> None:
     assert DATASET_NAMES == config.DATASETS
 
 
-def test_core_does_not_import_streamlit() -> None:
-    assert "streamlit" not in sys.modules
-
-
 def test_digits_shapes_and_classes() -> None:
     bundle = load_data(RunConfig(dataset="digits"))
     assert isinstance(bundle, DataBundle)

@@ -1,0 +1,88 @@
+"""The runs on disk as a table: settings, state and final figures per run, damaged runs included."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable
+
+import pandas as pd
+
+from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.runner import FINAL_STATES
+from gaccum_core.store import RunStore
+
+SETTINGS = ("model", "dataset", "micro_batch_size", "accum_steps", "reduction", "amp", "init_scale",
+            "grad_clip", "clear_cache", "compile", "optimizer", "lr", "lr_schedule", "seed")
+
+
+def run_label(config: RunConfig) -> str:
+    """A short legend text naming what usually differs between compared runs."""
+    parts = [config.model, f"b={config.micro_batch_size}", f"k={config.accum_steps}"]
+    if config.amp != "off":
+        parts.append(config.amp)
+    if config.reduction != "mean":
+        parts.append(config.reduction)
+    if config.clear_cache != "off":
+        parts.append(f"clear={config.clear_cache}")
+    if config.compile != "off":
+        parts.append(f"compile={config.compile}")
+    return " ".join(parts)
+
+
+def _summary(metrics: pd.DataFrame, evals: pd.DataFrame) -> dict[str, object]:
+    last = metrics.iloc[-1] if len(metrics) else None
+    return {
+        "steps": len(metrics),
+        "final_loss": None if last is None else last["loss"],
+        "test_accuracy": evals["test_accuracy"].iloc[-1] if len(evals) else None,
+        "peak_mem_mb": metrics["mem_peak_mb"].max() if len(metrics) else None,
+        "samples_per_s": metrics["samples_per_s"].median() if len(metrics) else None,
+        "skipped": int(last["skipped_total"]) if last is not None else 0,
+    }
+
+
+def describe_run(store: RunStore, run_id: str, live: Iterable[str] = ()) -> dict[str, object]:
+    """One table row for a run; a run that cannot be read is 'damaged' with the reason."""
+    row: dict[str, object] = {"run_id": run_id}
+    try:
+        status = store.read_status(run_id)
+        config = store.read_config(run_id)
+        metrics, evals = store.read_metrics(run_id), store.read_evals(run_id)
+    except (OSError, ValueError, ConfigError, KeyError, pd.errors.ParserError) as exc:
+        return {**row, "state": "damaged", "message": f"{type(exc).__name__}: {exc}"[:300]}
+    state = status.get("state", "?")
+    if state not in FINAL_STATES and run_id not in set(live):
+        # Queued or running on disk, but no runner in this process owns it: the server stopped.
+        state = "interrupted"
+    row.update(state=state, message=status.get("message", ""), created=status.get("created", ""),
+               label=run_label(config), **{k: getattr(config, k) for k in SETTINGS},
+               effective_batch=config.effective_batch_size, **_summary(metrics, evals))
+    return row
+
+
+def run_table(store: RunStore, live: Iterable[str] = ()) -> pd.DataFrame:
+    """Every run on disk, newest first."""
+    live = set(live)
+    rows = [describe_run(store, run_id, live) for run_id in reversed(store.list_runs())]
+    return pd.DataFrame(rows)
+
+
+def combined_csv(store: RunStore, run_ids: Iterable[str]) -> str:
+    """The metrics of several runs in one CSV, each row carrying its run's id and settings."""
+    frames = []
+    for run_id in run_ids:
+        config = store.read_config(run_id)
+        frame = store.read_metrics(run_id)
+        settings = {"run_id": run_id, **{k: getattr(config, k) for k in SETTINGS}}
+        frames.append(frame.assign(**settings)[[*settings, *frame.columns]])
+    if not frames:
+        return ""
+    buffer = io.StringIO()
+    pd.concat(frames, ignore_index=True).to_csv(buffer, index=False)
+    return buffer.getvalue()
+
+
+def config_json(store: RunStore, run_id: str) -> str:
+    """The run's config as pretty JSON (for display)."""
+    return json.dumps(store.read_config(run_id).to_dict(), indent=2)

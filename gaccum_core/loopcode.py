@@ -1,0 +1,169 @@
+"""The plain-PyTorch training loop a RunConfig stands for, rendered as readable Python source.
+
+The dashboard shows it under "The loop you are running": the loop the engine runs, written the way
+a person would write it, with only the lines this config needs (no branches for disabled features).
+"""
+
+from __future__ import annotations
+
+from gaccum_core.config import RunConfig
+
+_OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}
+_GET_BATCH_DOC = (
+    "# get_batch(indices) returns (x, y) for a 1-D tensor of sample indices; for a torch Dataset `ds`:",
+    "#     get_batch = lambda idx: torch.utils.data.default_collate([ds[i] for i in idx.tolist()])",
+)
+
+
+def render_loop(config: RunConfig) -> str:
+    """The training loop the engine runs for this config, as Python source ending in a newline."""
+    lines = [*_header(config), "", *_constants(config), "", "",
+             "def train(model, get_batch, num_samples, device):",
+             '    """Train model in place on samples 0..num_samples-1 as gaccum does; returns the model."""',
+             *_indent(_setup(config), 1), *_indent(_loop(config), 1), "    return model"]
+    return "\n".join(lines) + "\n"
+
+
+def _indent(lines: list[str], levels: int) -> list[str]:
+    return [("    " * levels + line) if line else "" for line in lines]
+
+
+def _uses_scheduler(cfg: RunConfig) -> bool:
+    return cfg.lr_schedule != "constant" or cfg.warmup_steps > 0
+
+
+def _header(cfg: RunConfig) -> list[str]:
+    amp = {"off": "fp32", "fp16": "fp16 autocast + GradScaler", "bf16": "bf16 autocast"}[cfg.amp]
+    lines = [f"# The loop gaccum runs for {cfg.model} on {cfg.dataset}, {amp}: b={cfg.micro_batch_size} x "
+             f"k={cfg.accum_steps} = {cfg.effective_batch_size}",
+             "# samples per optimizer step, the same samples one batch of b*k would hold.",
+             *_GET_BATCH_DOC, ""]
+    stdlib = ["import gc"] if cfg.clear_cache != "off" else []
+    stdlib += ["import math"] if cfg.lr_schedule == "cosine" else []
+    return lines + stdlib + ([""] if stdlib else []) + ["import torch", "import torch.nn.functional as F"]
+
+
+def _constants(cfg: RunConfig) -> list[str]:
+    lines = [f"micro_batch_size = {cfg.micro_batch_size}  # b: samples per forward/backward pass",
+             f"accum_steps = {cfg.accum_steps}  # k: micro-batches whose gradients add up before one step",
+             "window_size = micro_batch_size * accum_steps  # the effective batch size",
+             f"epochs = {cfg.epochs}",
+             f"seed = {cfg.seed}  # fixes the sample order of every epoch"]
+    if cfg.max_steps:
+        lines.append(f"max_steps = {cfg.max_steps}  # stop after this many optimizer steps")
+    if cfg.warmup_steps:
+        lines.append(f"warmup_steps = {cfg.warmup_steps}  # optimizer steps of linear lr warmup")
+    if cfg.grad_clip > 0:
+        lines.append(f"grad_clip = {cfg.grad_clip!r}  # max L2 norm of all gradients together")
+    return lines
+
+
+def _setup(cfg: RunConfig) -> list[str]:
+    extra = f", momentum={cfg.momentum!r}" if cfg.optimizer == "sgd" else ""
+    lines = ["model = model.to(device)", "model.train()",
+             f"optimizer = torch.optim.{_OPTIMIZERS[cfg.optimizer]}(model.parameters(), lr={cfg.lr!r}"
+             f"{extra}, weight_decay={cfg.weight_decay!r})"]
+    if cfg.amp == "fp16":
+        lines += ["# Small fp16 gradients underflow to 0: scale the loss up, unscale before the step.",
+                  f"scaler = torch.amp.GradScaler(device.type, init_scale={cfg.init_scale!r}, "
+                  f"growth_interval={cfg.growth_interval})"]
+    if cfg.compile != "off":
+        mode = "" if cfg.compile == "default" else f', mode="{cfg.compile}"'
+        lines.append(f"model = torch.compile(model{mode})  # same parameters, compiled forward")
+    return lines + _scheduler(cfg)
+
+
+def _scheduler(cfg: RunConfig) -> list[str]:
+    if not _uses_scheduler(cfg):
+        return []
+    lines = []
+    if cfg.lr_schedule == "cosine":
+        total = "min(epochs * steps_per_epoch, max_steps)" if cfg.max_steps else "epochs * steps_per_epoch"
+        lines += ["steps_per_epoch = -(-num_samples // window_size)  # ceil: a partial last window is a step",
+                  f"total_steps = {total}"]
+    lines += ["", "def lr_factor(step):  # multiplies lr at optimizer step `step` (0-based)"]
+    if cfg.warmup_steps:
+        lines += ["    if step < warmup_steps:",
+                  "        return (step + 1) / (warmup_steps + 1)  # linear warmup"]
+    if cfg.lr_schedule == "constant":
+        lines.append("    return 1.0")
+    else:
+        after = "step - warmup_steps" if cfg.warmup_steps else "step"
+        span = "total_steps - warmup_steps" if cfg.warmup_steps else "total_steps"
+        lines += [f"    progress = min(({after}) / max({span}, 1), 1.0)",
+                  "    return 0.5 * (1.0 + math.cos(math.pi * progress))  # cosine decay towards 0"]
+    return lines + ["", "scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)"]
+
+
+def _loop(cfg: RunConfig) -> list[str]:
+    seed = "seed * 1_000_003 + epoch"
+    if cfg.seed * 1_000_003 + cfg.epochs - 1 >= 2**63:
+        seed = f"({seed}) % 2**63"  # manual_seed takes at most 63 bits here
+    lines = ["step = 0"] if cfg.max_steps else []
+    lines += ["for epoch in range(epochs):",
+              "    # The order depends on (seed, epoch) only, never on b or k.",
+              f"    generator = torch.Generator().manual_seed({seed})",
+              "    order = torch.randperm(num_samples, generator=generator)",
+              "    for start in range(0, num_samples, window_size):",
+              "        window = order[start:start + window_size]  # the epoch's last window may be shorter",
+              "        for micro_start in range(0, len(window), micro_batch_size):",
+              *_indent(_micro_batch(cfg), 3),
+              *_indent(_optimizer_step(cfg), 2)]
+    return lines
+
+
+def _micro_batch(cfg: RunConfig) -> list[str]:
+    lines = ["x, y = get_batch(window[micro_start:micro_start + micro_batch_size])",
+             "x, y = x.to(device), y.to(device)"]
+    if cfg.amp == "off":
+        lines.append("logits = model(x)  # (B, classes)")
+    else:
+        dtype = "float16" if cfg.amp == "fp16" else "bfloat16"
+        lines += [f"with torch.autocast(device_type=device.type, dtype=torch.{dtype}):",
+                  "    logits = model(x)  # (B, classes), computed in reduced precision"]
+    if cfg.reduction == "mean":
+        lines += ["# Summed, then divided by the window's sample count: the accumulated gradient is the",
+                  "# window mean, exact even for a short last micro-batch or a partial last window",
+                  "# (loss / accum_steps would give a short micro-batch's samples too much weight).",
+                  'loss = F.cross_entropy(logits.float(), y, reduction="sum") / len(window)']
+    else:
+        lines += ["# reduction=sum: every sample adds its full gradient, so it grows with the window.",
+                  'loss = F.cross_entropy(logits.float(), y, reduction="sum")']
+    backward = "scaler.scale(loss).backward()" if cfg.amp == "fp16" else "loss.backward()"
+    lines.append(f"{backward}  # gradients add up in .grad across the window")
+    if cfg.clear_cache == "micro":
+        lines += ["# clear_cache=micro: free garbage and cached CUDA memory after every backward.",
+                  *_clear_cache()]
+    return lines
+
+
+def _optimizer_step(cfg: RunConfig) -> list[str]:
+    fp16, clip = cfg.amp == "fp16", cfg.grad_clip > 0
+    lines = ["# Window done: one optimizer step on the accumulated gradients."]
+    if fp16 and clip:
+        lines.append("scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones")
+    if clip:
+        lines.append("torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)")
+    if fp16 and _uses_scheduler(cfg):
+        lines.append("scale = scaler.get_scale()")
+    if fp16:
+        lines += ["scaler.step(optimizer)  # skipped when the gradients hold inf/NaN",
+                  "scaler.update()  # halves the scale after a skip, doubles it after clean runs"]
+    else:
+        lines.append("optimizer.step()")
+    if fp16 and _uses_scheduler(cfg):
+        lines += ["if scaler.get_scale() >= scale:  # the scale drops only when the step was skipped",
+                  "    scheduler.step()  # once per step taken"]
+    elif _uses_scheduler(cfg):
+        lines.append("scheduler.step()  # once per optimizer step, never per micro-batch")
+    lines.append("optimizer.zero_grad(set_to_none=True)")
+    if cfg.clear_cache == "step":
+        lines += ["# clear_cache=step: free garbage and cached CUDA memory after every optimizer step.",
+                  *_clear_cache()]
+    if cfg.max_steps:
+        lines += ["step += 1", "if step == max_steps:", "    return model"]
+    return lines
+
+
+def _clear_cache() -> list[str]:
+    return ["gc.collect()", 'if device.type == "cuda":', "    torch.cuda.empty_cache()"]

@@ -1,0 +1,73 @@
+"""Helpers for driving the real dashboard: a streamlit server on a free loopback port, and Chromium."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--enable-unsafe-swiftshader",
+                 "--disable-background-networking"]
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def dashboard(runs_dir: Path, timeout_s: float = 90) -> Iterator[str]:
+    """`streamlit run app.py` on a free loopback port; yields its base URL and stops it after."""
+    port = free_port()
+    env = {**os.environ, "GACCUM_RUNS_DIR": str(runs_dir)}
+    log = open(runs_dir.parent / f"streamlit-{port}.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+                               "--server.address", "127.0.0.1", "--server.headless", "true"],
+                              cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, server, timeout_s)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def _wait_healthy(url: str, server: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"streamlit exited with status {server.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise TimeoutError(f"streamlit did not answer at {url} within {timeout_s} s")
+
+
+def loss_points(page) -> int:
+    """Points plotly.js computed for the first trace of the first chart (the loss chart)."""
+    return page.evaluate(LOSS_POINTS_JS)
+
+
+# plotly.py ships numpy arrays base64-encoded, so count plotly.js's computed points, not trace.x.
+LOSS_POINTS_JS = """() => {
+    const plot = document.querySelector('.js-plotly-plot');
+    return plot && plot.calcdata && plot.calcdata.length ? plot.calcdata[0].length : 0;
+}"""

@@ -1,0 +1,109 @@
+"""Streamlit AppTest for every page: controls, a tiny run started from the page, charts, downloads."""
+
+from pathlib import Path
+
+import pytest
+from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+from streamlit.testing.v1 import AppTest
+
+from gaccum_core.config import RunConfig
+from gaccum_core.metrics import STEP_COLUMNS
+
+HEADER = ",".join(STEP_COLUMNS)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def runs_dir(tmp_path, monkeypatch):
+    """Each test gets its own runs directory (and so its own per-process runner)."""
+    monkeypatch.setenv("GACCUM_RUNS_DIR", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def downloads(monkeypatch):
+    """Captures what download buttons would send, by file name."""
+    files = {}
+    real = MemoryMediaFileStorage.load_and_get_id
+
+    def capture(self, path_or_data, mimetype, kind, filename=None):
+        if filename:
+            files[filename] = path_or_data
+        return real(self, path_or_data, mimetype, kind, filename)
+
+    monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", capture)
+    return files
+
+
+def runner():
+    import ui
+
+    return ui.get_runner()
+
+
+def test_home_page_shows_the_device_and_latest_runs(runs_dir):
+    run_id = runner().submit(RunConfig(device="cpu", model="mlp", max_steps=2))
+    runner().wait(run_id, timeout=60)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    assert not at.exception
+    assert "CPU — runs train on the CPU" in at.info[0].value
+    assert run_id in at.dataframe[0].value["run_id"].tolist()
+
+
+def test_train_page_runs_a_tiny_run_and_draws_its_charts(runs_dir, downloads):
+    at = AppTest.from_file(str(ROOT / "pages/1_Train.py"), default_timeout=120).run()
+    assert not at.exception
+    for key in ("cfg_model", "cfg_dataset", "cfg_clear_cache", "cfg_compile", "cfg_optimizer", "cfg_device"):
+        assert at.selectbox(key=key) is not None
+    assert at.slider(key="cfg_micro_batch_size").value == 32 and at.slider(key="cfg_accum_steps").value == 4
+    assert at.metric[0].value == "128"
+    at.selectbox(key="cfg_model").select("mlp")
+    at.slider(key="cfg_micro_batch_size").set_value(16)
+    at.number_input(key="cfg_max_steps").set_value(3)
+    at.radio(key="cfg_amp").set_value("fp16")
+    at.run()
+    assert at.metric[0].value == "64"
+    assert "GradScaler" in at.code[0].value
+    at.button[0].click().run()
+    assert not at.exception
+    (run_id,) = at.session_state["session_runs"]
+    assert runner().wait(run_id, timeout=120).state == "finished"
+    at.run()
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 6
+    csv = downloads[f"{run_id}-metrics.csv"]
+    assert csv.decode().splitlines()[0] == HEADER and len(csv.decode().splitlines()) == 4
+
+
+def test_train_page_explains_a_setting_that_cannot_run_before_start(runs_dir):
+    at = AppTest.from_file(str(ROOT / "pages/1_Train.py"), default_timeout=120).run()
+    at.selectbox(key="cfg_model").select("vit_b_16")
+    at.run()
+    assert any("multiple of 16" in e.value for e in at.sidebar.error)
+    assert at.button[0].disabled
+
+
+def test_settings_survive_a_page_switch(runs_dir):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at.switch_page("pages/1_Train.py").run()
+    at.slider(key="cfg_accum_steps").set_value(8).run()
+    at.switch_page("pages/2_Runs.py").run()
+    at.switch_page("pages/1_Train.py").run()
+    assert at.slider(key="cfg_accum_steps").value == 8
+
+
+def test_runs_page_lists_overlays_exports_and_deletes(runs_dir, downloads):
+    ids = [runner().submit(RunConfig(device="cpu", model="mlp", max_steps=2, accum_steps=k)) for k in (1, 2)]
+    for run_id in ids:
+        runner().wait(run_id, timeout=60)
+    at = AppTest.from_file(str(ROOT / "pages/2_Runs.py"), default_timeout=60).run()
+    assert not at.exception
+    assert set(at.dataframe[0].value["run_id"]) == set(ids)
+    at.multiselect(key="runs_selected").set_value(ids).run()
+    assert len(at.get("plotly_chart")) == 6
+    combined = downloads["gaccum-runs.csv"].decode().splitlines()
+    assert combined[0].startswith("run_id,model,dataset") and len(combined) == 1 + 4
+    at.checkbox(key="confirm_delete").check().run()
+    at.button(key="delete_run").click().run()
+    assert not at.exception
+    assert sorted(p.name for p in runs_dir.iterdir()) == [ids[1]]

@@ -1,0 +1,48 @@
+"""The real dashboard in Debian's Chromium: change the micro-batch slider, start a tiny run, watch
+the loss chart fill, let the run finish, download its CSV and check the header."""
+
+import shutil
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from browser import CHROMIUM, CHROMIUM_ARGS, LOSS_POINTS_JS, dashboard, loss_points
+from gaccum_core.metrics import STEP_COLUMNS
+
+# In CI Chromium is installed by .ci/run; a machine without it fails here rather than skipping.
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_a_tiny_run_from_the_browser(tmp_path):
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: apt-get install -y chromium"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with dashboard(runs) as url, sync_playwright() as play:
+        browser = play.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        page.goto(f"{url}/Train")
+        slider = page.get_by_role("slider", name="Micro-batch size b")
+        expect(slider).to_have_value("32", timeout=60_000)
+        slider.focus()
+        for _ in range(16):
+            page.keyboard.press("ArrowLeft")
+        expect(slider).to_have_value("16")
+        expect(page.get_by_test_id("stMetricValue").first).to_have_text("64")
+        steps = page.get_by_role("spinbutton", name="Max optimizer steps (0 = no limit)")
+        steps.fill("12")
+        steps.press("Enter")
+        start = page.get_by_role("button", name="Start")
+        expect(start).to_be_enabled(timeout=30_000)
+        start.click()
+        page.wait_for_function(f"() => ({LOSS_POINTS_JS})() > 0", timeout=60_000)
+        assert loss_points(page) > 0
+        expect(page.get_by_text("finished: step 12 of 12")).to_be_visible(timeout=120_000)
+        button = page.get_by_role("button", name="Download the latest run's metrics.csv")
+        with page.expect_download(timeout=30_000) as info:
+            button.click()
+        lines = info.value.path().read_text().splitlines()
+        assert lines[0] == ",".join(STEP_COLUMNS)
+        assert len(lines) == 13
+        browser.close()
+    (run_dir,) = runs.iterdir()
+    assert '"micro_batch_size": 16' in (run_dir / "config.json").read_text()

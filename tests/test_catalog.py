@@ -1,0 +1,45 @@
+"""The runs table: settings and final figures per run, damaged and interrupted runs, combined CSV."""
+
+import io
+
+import pandas as pd
+
+from gaccum_core.catalog import combined_csv, run_label, run_table
+from gaccum_core.config import RunConfig
+from gaccum_core.metrics import STEP_COLUMNS
+from gaccum_core.runner import Runner
+
+TINY = dict(device="cpu", model="mlp", micro_batch_size=16, accum_steps=2, max_steps=3)
+
+
+def test_table_lists_finished_damaged_and_interrupted_runs(tmp_path):
+    runner = Runner(tmp_path)
+    done = runner.submit(RunConfig(**TINY))
+    runner.wait(done, timeout=60)
+    damaged = runner.submit(RunConfig(**TINY))
+    runner.wait(damaged, timeout=60)
+    (tmp_path / damaged / "config.json").write_text('{"micro_batch_size": -1}')
+    ghost = runner.store.create(RunConfig(**TINY))
+    runner.store.update_status(ghost, state="running")  # as left by a killed server
+    table = run_table(runner.store).set_index("run_id")
+    assert table.loc[done, "state"] == "finished" and table.loc[done, "steps"] == 3
+    assert table.loc[done, "skipped"] == 0 and 0 < table.loc[done, "test_accuracy"] <= 1
+    assert table.loc[damaged, "state"] == "damaged" and "micro_batch_size" in table.loc[damaged, "message"]
+    assert table.loc[ghost, "state"] == "interrupted"
+    assert run_table(runner.store, live=[ghost]).set_index("run_id").loc[ghost, "state"] == "running"
+
+
+def test_combined_csv_carries_run_ids_and_settings(tmp_path):
+    runner = Runner(tmp_path)
+    a = runner.submit(RunConfig(**TINY))
+    b = runner.submit(RunConfig(**{**TINY, "accum_steps": 4, "amp": "bf16"}))
+    runner.wait(a, timeout=60), runner.wait(b, timeout=60)
+    frame = pd.read_csv(io.StringIO(combined_csv(runner.store, [a, b])))
+    assert list(frame.columns[:3]) == ["run_id", "model", "dataset"]
+    assert set(STEP_COLUMNS) <= set(frame.columns)
+    assert frame.groupby("run_id")["accum_steps"].first().to_dict() == {a: 2, b: 4}
+    assert len(frame) == 6
+
+
+def test_run_label_names_what_differs():
+    assert run_label(RunConfig(model="cnn", micro_batch_size=8, accum_steps=4, amp="fp16")) == "cnn b=8 k=4 fp16"

@@ -1,0 +1,206 @@
+"""Dashboard figures: decimation keeps what a user looks for, and every chart draws any input."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+import pytest
+
+from gaccum_core.charts import (CHARTS, MAX_POINTS, NO_EVALS, NO_SCALER, PALETTE, WAITING, RunSeries,
+                                accuracy_figure, build_figures, downsample, loss_figure, memory_figure,
+                                scale_figure)
+from gaccum_core.config import RunConfig
+from gaccum_core.engine import Engine
+from gaccum_core.metrics import EVAL_COLUMNS, STEP_COLUMNS, smooth_ema
+
+
+def metrics(n, fp16=False, cuda=False, seed=0):
+    """n hand-made optimizer-step rows with every STEP_COLUMN."""
+    rng = np.random.default_rng(seed)
+    step = np.arange(1, n + 1)
+    skipped = np.zeros(n, dtype=int)
+    if fp16:
+        skipped[[0, n // 2]] = 1
+    frame = pd.DataFrame({
+        "step": step, "epoch": step // 100, "micro_batches": 4, "samples": 32, "samples_seen": step * 32,
+        "loss": 2 * np.exp(-step / max(n, 1)) + rng.normal(0, 0.1, n), "lr": 1e-3,
+        "grad_norm": rng.uniform(0.5, 2, n),
+        "scale": 65536.0 / 2.0 ** (np.cumsum(skipped) - skipped) if fp16 else np.nan,
+        "skipped": skipped, "skipped_total": np.cumsum(skipped),
+        "mem_allocated_mb": 100.0, "mem_reserved_mb": 200.0 if cuda else np.nan, "mem_peak_mb": 150.0,
+        "activation_mb": 20.0, "cache_clear_s": 0.0, "step_time_s": 0.01, "samples_per_s": 3200.0,
+        "wall_time_s": step * 0.01,
+    })
+    return frame[list(STEP_COLUMNS)]
+
+
+def evals(steps):
+    return pd.DataFrame({"epoch": 0, "step": steps, "test_loss": 1.0,
+                         "test_accuracy": np.linspace(0.5, 0.9, len(steps)),
+                         "wall_time_s": np.asarray(steps) * 0.01 + 0.5})[list(EVAL_COLUMNS)]
+
+
+def run(n, label="run", evals_at=(), **kind):
+    return RunSeries(run_id=label, label=label, metrics=metrics(n, **kind), evals=evals(list(evals_at)))
+
+
+def empty_run():
+    return RunSeries("empty", "empty", pd.DataFrame(columns=STEP_COLUMNS), pd.DataFrame(columns=EVAL_COLUMNS))
+
+
+def annotations(figure):
+    return [a.text for a in figure.layout.annotations]
+
+
+# --- downsample -----------------------------------------------------------------------------
+
+def test_downsample_keeps_first_last_and_a_single_spike_of_a_long_series():
+    frame = metrics(50_000)
+    frame.loc[31_337, "loss"] = 50.0
+    frame.loc[12_345, "loss"] = -50.0
+    small = downsample(frame, "step", "loss")
+    assert len(small) <= MAX_POINTS
+    assert len(small) > MAX_POINTS * 0.9  # uses its budget, not a handful of points
+    assert small["step"].iloc[0] == 1 and small["step"].iloc[-1] == 50_000
+    assert 50.0 in small["loss"].values and -50.0 in small["loss"].values
+    assert small["step"].is_monotonic_increasing
+    assert small["loss"].max() == frame["loss"].max() and small["loss"].min() == frame["loss"].min()
+
+
+def test_downsample_respects_a_small_budget():
+    small = downsample(metrics(10_001), "wall_time_s", "loss", max_points=100)
+    assert len(small) <= 100 and small["step"].iloc[-1] == 10_001
+
+
+def test_downsample_returns_short_frames_unchanged():
+    frame = metrics(MAX_POINTS)
+    assert downsample(frame, "step", "loss") is frame
+
+
+def test_downsample_drops_non_finite_values_without_crashing():
+    frame = metrics(50_000)
+    frame.loc[[0, 100, 40_000], "loss"] = [np.nan, np.inf, -np.inf]
+    small = downsample(frame, "step", "loss")
+    assert np.isfinite(small["loss"]).all() and len(small) <= MAX_POINTS
+    assert small["step"].iloc[0] == 2  # the first finite point
+    short = downsample(metrics(10).assign(loss=np.nan), "step", "loss")
+    assert short.empty
+
+
+# --- figures --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("x", ["step", "samples_seen", "wall_time_s"])
+def test_every_chart_draws_overlaid_runs_with_a_stable_uirevision(x):
+    runs = [run(50, "a", evals_at=[25, 50], fp16=True), run(80, "b", evals_at=[40, 80], fp16=True)]
+    figures = build_figures(runs, x, smoothing=0.6)
+    assert list(figures) == list(CHARTS)
+    expected = {"loss": 4, "scale": 4, "skipped": 2, "memory": 6, "throughput": 2, "accuracy": 2}
+    for name, figure in figures.items():
+        assert isinstance(figure, go.Figure)
+        assert len(figure.data) == expected[name], name
+        assert figure.layout.uirevision == name
+        assert figure.layout.xaxis.title.text and figure.layout.yaxis.title.text and figure.layout.title.text
+        assert figure.layout.showlegend and not annotations(figure)
+    assert figures["scale"].layout.yaxis.type == "log"
+    assert figures["loss"].layout.yaxis.type == "linear"
+    white = pio.templates["plotly_white"].layout
+    look = figures["loss"].layout.template.layout
+    assert (look.plot_bgcolor, look.xaxis.gridcolor, look.colorway) == (white.plot_bgcolor, white.xaxis.gridcolor,
+                                                                        white.colorway)
+
+
+def test_a_run_keeps_its_colour_across_charts():
+    figures = build_figures([run(10, "a"), run(10, "b")], "step", 0.5)
+    assert figures["throughput"].data[1].line.color == PALETTE[1]
+    assert figures["loss"].data[3].line.color == PALETTE[1]
+    assert {t.line.color for t in figures["memory"].data if t.name.startswith("b ")} == {PALETTE[1]}
+
+
+@pytest.mark.parametrize("runs", [[], [empty_run()], [empty_run(), empty_run()]])
+def test_no_steps_yet_gives_the_waiting_annotation(runs):
+    for name, figure in build_figures(runs, "samples_seen", 0.9).items():
+        assert annotations(figure) == [WAITING], name
+        assert len(figure.data) == 0
+
+
+def test_scale_chart_marks_skipped_steps_and_leaves_out_runs_without_a_scaler():
+    figure = scale_figure([run(100, "amp-off"), run(100, "fp16", fp16=True)], "step")
+    line, marks = figure.data
+    assert line.name == "fp16" and line.line.color == PALETTE[1]
+    assert list(marks.x) == [1, 51] and marks.mode == "markers" and marks.marker.symbol == "x"
+    assert list(marks.y) == [65536.0, 32768.0]  # the scale those steps used
+
+
+def test_scale_chart_without_any_scaler_says_so():
+    figure = scale_figure([run(100, "a"), run(100, "b")], "step")
+    assert len(figure.data) == 0 and annotations(figure) == [NO_SCALER]
+
+
+def test_memory_chart_draws_reserved_memory_only_when_measured():
+    cpu = memory_figure([run(10, "cpu")], "step")
+    cuda = memory_figure([run(10, "gpu", cuda=True)], "step")
+    assert [t.name for t in cpu.data] == ["cpu allocated", "cpu peak", "cpu activations"]
+    assert len(cuda.data) == 4 and len({t.line.dash for t in cuda.data}) == 4
+    assert cuda.layout.yaxis.title.text == "MB"
+
+
+def test_accuracy_against_samples_seen_uses_the_metrics_row_of_each_eval_step():
+    figure = accuracy_figure([run(100, "a", evals_at=[10, 100])], "samples_seen")
+    (trace,) = figure.data
+    assert list(trace.x) == [320, 3200] and list(trace.y) == [0.5, 0.9]
+    assert "markers" in trace.mode and "lines" in trace.mode
+    by_wall_time = accuracy_figure([run(100, "a", evals_at=[10, 100])], "wall_time_s")
+    assert list(by_wall_time.data[0].x) == pytest.approx([0.6, 1.5])
+
+
+def test_accuracy_before_the_first_evaluation_says_so():
+    figure = accuracy_figure([run(10, "a")], "samples_seen")
+    assert len(figure.data) == 0 and annotations(figure) == [NO_EVALS]
+
+
+def test_zero_smoothing_draws_the_raw_loss():
+    raw, smoothed = loss_figure([run(300)], "step", smoothing=0.0).data
+    np.testing.assert_array_equal(raw.y, smoothed.y)
+    assert raw.opacity < 1 and raw.line.width < smoothed.line.width
+
+
+def test_smoothing_runs_on_the_full_series_before_downsampling():
+    frame = metrics(20_000)
+    figure = loss_figure([RunSeries("a", "a", frame, evals([]))], "step", smoothing=0.99)
+    smoothed = figure.data[1]
+    assert len(smoothed.x) <= MAX_POINTS
+    full = dict(zip(frame["step"], smooth_ema(frame["loss"].tolist(), 0.99)))
+    assert list(smoothed.y) == pytest.approx([full[s] for s in smoothed.x])
+    # Smoothing the decimated points instead would give visibly different values.
+    decimated = downsample(frame, "step", "loss")
+    wrong = smooth_ema(decimated["loss"].tolist(), 0.99)
+    assert max(abs(a - b) for a, b in zip(wrong, [full[s] for s in decimated["step"]])) > 0.05
+
+
+def test_bad_options_name_the_field():
+    with pytest.raises(ValueError, match="smoothing=1"):
+        loss_figure([run(5)], "step", smoothing=1)
+    with pytest.raises(ValueError, match="x='epoch'"):
+        scale_figure([run(5)], "epoch")
+
+
+def test_a_real_engine_run_draws_without_errors():
+    rows = []
+
+    class ListSink:
+        def log_step(self, row):
+            rows.append(row)
+
+        def log_eval(self, row):
+            pass
+
+    Engine(RunConfig(model="mlp", device="cpu", max_steps=5)).run(ListSink())
+    real = RunSeries("real", "b=32 k=4", pd.DataFrame(rows), evals([5]))
+    figures = build_figures([real], "samples_seen", 0.6)
+    assert len(figures["loss"].data) == 2 and len(figures["accuracy"].data) == 1
+    assert annotations(figures["scale"]) == [NO_SCALER]
+    assert all(math.isfinite(v) for v in figures["loss"].data[1].y)
+    for figure in figures.values():
+        figure.to_json()

@@ -1,0 +1,86 @@
+"""Streamlit glue shared by the pages: the per-process runner, persistent widgets, the run controls.
+
+Pages stay thin: they read state, call gaccum_core, draw. Nothing here trains or measures.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import pandas as pd
+import streamlit as st
+
+from gaccum_core.charts import RunSeries
+from gaccum_core.catalog import run_label
+from gaccum_core.config import FIELD_HELP, RunConfig
+from gaccum_core.runner import Runner, RunSnapshot
+
+REFRESH_S = float(os.environ.get("GACCUM_REFRESH_S", "0.5"))
+
+
+@st.cache_resource
+def _runner(runs_dir: str) -> Runner:
+    return Runner(runs_dir)
+
+
+def get_runner() -> Runner:
+    """One runner per server process and runs directory (GACCUM_RUNS_DIR, default ./runs): every
+    browser session and tab sees the same runs."""
+    return _runner(os.environ.get("GACCUM_RUNS_DIR", "runs"))
+
+
+def keep(key: str, default: Any) -> None:
+    """Restore a widget's value from a permanent key: Streamlit deletes widget keys on page switches."""
+    permanent = f"_keep_{key}"
+    if permanent not in st.session_state:
+        st.session_state[permanent] = default
+    st.session_state[key] = st.session_state[permanent]
+
+
+def _store(key: str) -> None:
+    st.session_state[f"_keep_{key}"] = st.session_state[key]
+
+
+def widget(draw: Callable[..., Any], label: str, key: str, default: Any, **kwargs: Any) -> Any:
+    """Draw a widget whose value survives reruns and page switches; help text from FIELD_HELP."""
+    keep(key, default)
+    kwargs.setdefault("help", FIELD_HELP.get(key.removeprefix("cfg_")))
+    return draw(label, key=key, on_change=_store, args=(key,), **kwargs)
+
+
+def session_runs() -> list[str]:
+    """Run ids started from this browser session, oldest first."""
+    return st.session_state.setdefault("session_runs", [])
+
+
+def series(snapshot: RunSnapshot) -> RunSeries:
+    """A runner snapshot as chart input."""
+    return RunSeries(snapshot.run_id, f"{run_label(snapshot.config)} · {snapshot.run_id[-6:]}",
+                     pd.DataFrame(list(snapshot.metrics)), pd.DataFrame(list(snapshot.evals)))
+
+
+def format_eta(seconds: float | None) -> str:
+    """'1 min 05 s left', or an empty string before there is an estimate."""
+    if seconds is None:
+        return ""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {secs:02d} s left" if minutes else f"{secs} s left"
+
+
+def progress(snapshot: RunSnapshot) -> None:
+    """A progress bar with steps done of total and the time left."""
+    total = max(snapshot.total_steps, 1)
+    text = f"{snapshot.state}: step {snapshot.steps_done} of {snapshot.total_steps or '?'}"
+    if snapshot.state == "queued":
+        text = f"queued: position {snapshot.queue_position} on this device"
+    elif snapshot.eta_s is not None:
+        text += f" · {format_eta(snapshot.eta_s)}"
+    st.progress(min(snapshot.steps_done / total, 1.0), text=text)
+    if snapshot.state == "failed":
+        st.error(snapshot.message)
+
+
+def config_from(values: dict[str, Any]) -> RunConfig:
+    """A RunConfig from the page's widget values (keys without the cfg_ prefix)."""
+    return RunConfig(**values)
