@@ -6,6 +6,7 @@ Pages stay thin: they read state, call gaccum_core, draw. Nothing here trains or
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Callable
 
 import pandas as pd
@@ -16,7 +17,7 @@ from gaccum_core.catalog import run_label
 from gaccum_core.config import FIELD_HELP, RunConfig
 from gaccum_core.runner import Runner, RunSnapshot
 
-REFRESH_S = float(os.environ.get("GACCUM_REFRESH_S", "0.5"))
+REFRESH_S = float(os.environ.get("GACCUM_REFRESH_S", "1.0"))
 
 
 @st.cache_resource
@@ -58,6 +59,18 @@ def series(snapshot: RunSnapshot) -> RunSeries:
     """A runner snapshot as chart input."""
     return RunSeries(snapshot.run_id, f"{run_label(snapshot.config)} · {snapshot.run_id[-6:]}",
                      pd.DataFrame(list(snapshot.metrics)), pd.DataFrame(list(snapshot.evals)))
+
+
+def await_first_step(runner: Runner, run_id: str, timeout_s: float = 1.5) -> None:
+    """Wait briefly for a new run's first optimizer step, so the page's first draw already plots it
+    instead of an empty chart that the next refresh replaces."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        snapshot = runner.snapshot(run_id)
+        behind_another = any(s.state == "running" and s.run_id != run_id for s in runner.snapshots())
+        if snapshot.steps_done or snapshot.done or behind_another:
+            return
+        time.sleep(0.02)
 
 
 def format_eta(seconds: float | None) -> str:

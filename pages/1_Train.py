@@ -7,7 +7,7 @@ from gaccum_core.charts import X_AXES, build_figures
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.engine import preflight
 from gaccum_core.loopcode import render_loop
-from ui import REFRESH_S, config_from, get_runner, progress, series, session_runs, widget
+from ui import REFRESH_S, await_first_step, config_from, get_runner, progress, series, session_runs, widget
 
 st.set_page_config(page_title="gaccum · Train", layout="wide")
 st.title("Train")
@@ -38,13 +38,13 @@ if problem:
     controls.error(*problem)
     st.error(f"Cannot start: {problem[1]}")
 
-active = [s for s in runner.snapshots() if not s.done]
 mine = session_runs()
 start, stop, _ = st.columns([1, 1, 6])
-if start.button("Start", type="primary", disabled=config is None or problem is not None):
-    mine.append(runner.submit(config))
-    st.rerun()
-if stop.button("Stop", disabled=not active):
+if start.button("Start", type="primary", key="start", disabled=config is None or problem is not None):
+    mine.append(runner.submit(config))  # this same script run then draws it: no extra rerun
+    await_first_step(runner, mine[-1])
+active = [s for s in runner.snapshots() if not s.done]
+if stop.button("Stop", key="stop", disabled=not active):
     for snapshot in active:
         runner.stop(snapshot.run_id)
 

@@ -31,7 +31,7 @@ def test_a_tiny_run_from_the_browser(tmp_path):
         steps = page.get_by_role("spinbutton", name="Max optimizer steps (0 = no limit)")
         steps.fill("12")
         steps.press("Enter")
-        start = page.get_by_role("button", name="Start")
+        start = page.locator(".st-key-start button")
         expect(start).to_be_enabled(timeout=30_000)
         start.click()
         page.wait_for_function(f"() => ({LOSS_POINTS_JS})() > 0", timeout=60_000)
