@@ -55,10 +55,22 @@ def session_runs() -> list[str]:
     return st.session_state.setdefault("session_runs", [])
 
 
+def _grown(frame: pd.DataFrame | None, rows: tuple[dict, ...]) -> pd.DataFrame:
+    """frame with the rows it does not have yet appended: a live refresh converts only new rows."""
+    if frame is None or len(frame) > len(rows):
+        return pd.DataFrame(list(rows))
+    if len(frame) == len(rows):
+        return frame
+    return pd.concat([frame, pd.DataFrame(list(rows[len(frame):]))], ignore_index=True)
+
+
 def series(snapshot: RunSnapshot) -> RunSeries:
-    """A runner snapshot as chart input."""
-    return RunSeries(snapshot.run_id, f"{run_label(snapshot.config)} · {snapshot.run_id[-6:]}",
-                     pd.DataFrame(list(snapshot.metrics)), pd.DataFrame(list(snapshot.evals)))
+    """A runner snapshot as chart input, its DataFrames kept per session and grown each refresh."""
+    cache = st.session_state.setdefault("_frames", {})
+    metrics, evals = cache.get(snapshot.run_id, (None, None))
+    metrics, evals = _grown(metrics, snapshot.metrics), _grown(evals, snapshot.evals)
+    cache[snapshot.run_id] = (metrics, evals)
+    return RunSeries(snapshot.run_id, f"{run_label(snapshot.config)} · {snapshot.run_id[-6:]}", metrics, evals)
 
 
 def await_first_step(runner: Runner, run_id: str, timeout_s: float = 1.5) -> None:

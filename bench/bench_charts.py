@@ -65,6 +65,12 @@ def draw(runs: list[RunSeries]) -> int:
     return sum(len(figure.to_json()) for figure in build_figures(runs, "samples_seen", 0.6).values())
 
 
+def draw_from_rows(rows: tuple[list[dict], list[dict]]) -> int:
+    """The Train page's whole path: the runner's row dicts -> DataFrames (as ui.series) -> charts -> JSON."""
+    metrics, evals = rows
+    return draw([RunSeries("live", "live run", pd.DataFrame(list(metrics)), pd.DataFrame(list(evals)))])
+
+
 def draw_undecimated(run: RunSeries) -> int:
     """The baseline: one loss line with all its points, serialised."""
     figure = go.Figure(go.Scatter(x=run.metrics["samples_seen"].to_numpy(), y=run.metrics["loss"].to_numpy()))
@@ -92,6 +98,8 @@ def main() -> None:
     one, size = timed(draw, runs[:1], args.repeats)
     three, size3 = timed(draw, runs, args.repeats)
     base, base_size = timed(draw_undecimated, runs[0], args.repeats)
+    rows = (runs[0].metrics.to_dict("records"), runs[0].evals.to_dict("records"))
+    live, _ = timed(draw_from_rows, rows, args.repeats)
     print(f"{args.steps} optimizer steps, {args.repeats} repeats, all charts built + to_json()")
     print("1 run   :", " ".join(f"{t:.3f}" for t in one), f"s; median {statistics.median(one):.3f} s,"
           f" JSON {size / 1024:.0f} KB")
@@ -99,8 +107,11 @@ def main() -> None:
           f" JSON {size3 / 1024:.0f} KB")
     print(f"baseline: one undecimated loss line, median {statistics.median(base):.3f} s, JSON {base_size / 1024:.0f} KB"
           f" (all charts / baseline = {statistics.median(one) / statistics.median(base):.1f}x)")
-    verdict = "OK" if statistics.median(one) < TARGET_S else "TOO SLOW"
-    print(f"target  : 1-run median < {TARGET_S} s -> {verdict}")
+    print("from rows:", " ".join(f"{t:.3f}" for t in live), f"s; median {statistics.median(live):.3f} s"
+          " (the Train page's path: runner row dicts -> DataFrames -> charts -> JSON)")
+    worst = max(statistics.median(one), statistics.median(live))
+    verdict = "OK" if worst < TARGET_S else "TOO SLOW"
+    print(f"target  : 1-run median < {TARGET_S} s (both paths) -> {verdict}")
 
 
 if __name__ == "__main__":

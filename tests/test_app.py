@@ -2,8 +2,6 @@
 
 from pathlib import Path
 
-import pytest
-from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 
 from gaccum_core.config import RunConfig
@@ -11,28 +9,6 @@ from gaccum_core.metrics import STEP_COLUMNS
 
 HEADER = ",".join(STEP_COLUMNS)
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def runs_dir(tmp_path, monkeypatch):
-    """Each test gets its own runs directory (and so its own per-process runner)."""
-    monkeypatch.setenv("GACCUM_RUNS_DIR", str(tmp_path))
-    return tmp_path
-
-
-@pytest.fixture
-def downloads(monkeypatch):
-    """Captures what download buttons would send, by file name."""
-    files = {}
-    real = MemoryMediaFileStorage.load_and_get_id
-
-    def capture(self, path_or_data, mimetype, kind, filename=None):
-        if filename:
-            files[filename] = path_or_data
-        return real(self, path_or_data, mimetype, kind, filename)
-
-    monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", capture)
-    return files
 
 
 def runner():
@@ -107,3 +83,14 @@ def test_runs_page_lists_overlays_exports_and_deletes(runs_dir, downloads):
     at.button(key="delete_run").click().run()
     assert not at.exception
     assert sorted(p.name for p in runs_dir.iterdir()) == [ids[1]]
+
+
+def test_live_frames_grow_by_the_new_rows_only():
+    from ui import _grown
+
+    rows = tuple({"step": i, "loss": 1.0 / i} for i in range(1, 6))
+    first = _grown(None, rows[:3])
+    grown = _grown(first, rows)
+    assert grown["step"].tolist() == [1, 2, 3, 4, 5]
+    assert _grown(grown, rows) is grown  # nothing new: the same frame, no conversion
+    assert _grown(grown, rows[:2])["step"].tolist() == [1, 2]  # a different run's rows: rebuilt
