@@ -27,6 +27,8 @@ for snapshot in active:
                f"{snapshot.total_steps or '?'})")
 st.page_link("pages/1_Train.py", label="Train: configure and watch a run", icon="▶️")
 st.page_link("pages/2_Runs.py", label="Runs: compare, export, delete", icon="📊")
+st.page_link("pages/3_Equivalence.py", label="Equivalence: accumulated vs one big batch, on your model", icon="⚖️")
+st.page_link("pages/4_Pitfalls.py", label="Pitfalls: the classic accumulation bugs, side by side", icon="🐞")
 
 st.subheader("Latest runs")
 table = run_table(runner.store, [s.run_id for s in active])

@@ -7,7 +7,6 @@ Small and uint8 datasets live in memory as tensors (one indexing op per batch); 
 from __future__ import annotations
 
 import functools
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
@@ -16,6 +15,7 @@ import torch
 import torchvision
 
 from gaccum_core.config import RunConfig
+from gaccum_core.seeding import isolated_rng
 
 DATASET_NAMES = ("digits", "mnist", "fashionmnist", "cifar10", "fake")
 
@@ -28,7 +28,6 @@ _STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "fake": ((0.5,) * 3, (0.2887,) * 3),  # FakeData pixels are close to uniform on [0, 1]
 }
 DIGITS_SPLIT_SEED = 0
-_GLOBAL_RNG_LOCK = threading.Lock()
 
 
 class DataError(ValueError):
@@ -115,8 +114,7 @@ class LazyImages:
         """Normalised float32 images and int64 labels for these indices."""
         # FakeData calls torch.manual_seed per sample, which reseeds the global CPU and CUDA
         # generators: fork them so a run's own randomness is untouched, one thread at a time.
-        cuda_devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-        with _GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=cuda_devices):
+        with isolated_rng(include_cuda=True):
             items = [self.dataset[i] for i in indices.tolist()]
         if not items:
             return torch.empty(0, *self.input_shape), torch.empty(0, dtype=torch.int64)

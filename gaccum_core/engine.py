@@ -8,7 +8,6 @@ partial). Each micro-batch's summed loss is divided by the window's sample count
 from __future__ import annotations
 
 import gc
-import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from gaccum_core.metrics import MetricSink, Row
 from gaccum_core.models import build_model
 from gaccum_core.optim import make_optimizer, make_scheduler
 from gaccum_core.precision import Precision
+from gaccum_core.seeding import seeded
 
 StopCheck = Callable[[], bool]
 
@@ -65,14 +65,9 @@ def _check_micro_batch(config: RunConfig, num_train: int) -> None:
                           f"at most {num_train}, the size of the {config.dataset} training set")
 
 
-_SEED_LOCK = threading.Lock()
-
-
 def _seeded_model(config: RunConfig, input_shape: tuple[int, int, int], num_classes: int) -> torch.nn.Module:
-    """Build the model from config.seed without touching the process's global RNG, one thread at a time."""
-    with _SEED_LOCK, torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        return build_model(config.model, input_shape, num_classes, config.image_size)
+    """Build the model from config.seed without touching the process's global RNG."""
+    return seeded(config.seed, lambda: build_model(config.model, input_shape, num_classes, config.image_size))
 
 
 def preflight(config: RunConfig) -> None:

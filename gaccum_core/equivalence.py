@@ -1,0 +1,276 @@
+"""Does accumulation equal the big batch? Both compared on the user's own model, data and precision.
+
+compare_gradients takes one window's gradient both ways from the same weights; train_side_by_side
+trains two copies of the model for a few steps. When the big-batch reference does not fit in
+memory, both raise ReferenceTooLarge, which says how large a reference does fit.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchvision.ops import StochasticDepth
+
+from gaccum_core import engine as _engine
+from gaccum_core.accumulation import epoch_order, plan_epoch, planned_steps
+from gaccum_core.config import RunConfig
+from gaccum_core.data import load_data
+from gaccum_core.device import resolve_device
+from gaccum_core.engine import clear_cache
+from gaccum_core.optim import make_optimizer, make_scheduler
+from gaccum_core.precision import Precision
+
+COLUMNS = ["name", "shape", "numel", "max_abs_diff", "rel_l2", "cosine"]
+SIDE_BY_SIDE_COLUMNS = ["step", "loss_big", "loss_accum", "weight_distance"]
+# fp32 rounds at 6e-8 relative; one pass over b·k samples and k passes over b add the same terms
+# in another order, which moves a gradient by ~1e-7 (mlp) to ~1e-6 (cnn), while BatchNorm or
+# dropout move it by ~1. Under autocast every matmul rounds its output to 8 (bf16) or 11 (fp16)
+# mantissa bits, 4e-3 / 5e-4 relative, and the big batch rounds one sum over b·k samples where
+# accumulation rounds k sums of b: a few such roundings (measured 2e-3 / 4e-4) stay under 2e-2.
+TOLERANCES = {"off": 1e-5, "fp16": 2e-2, "bf16": 2e-2}
+_PRECISION_NAMES = {"off": "fp32", "fp16": "fp16", "bf16": "bf16"}
+
+
+@dataclass(frozen=True)
+class GradientReport:
+    """Per-parameter differences between the big-batch and the accumulated gradient, and a verdict."""
+
+    table: pd.DataFrame  # one row per parameter tensor, columns COLUMNS
+    verdict: str
+    equal: bool
+
+
+class ReferenceTooLarge(RuntimeError):
+    """One batch of b·k samples, the reference for accumulation, does not fit in memory."""
+
+    def __init__(self, effective_batch: int, largest_fitting: int, micro_batch_size: int | None = None) -> None:
+        self.effective_batch, self.largest_fitting = effective_batch, largest_fitting
+        if largest_fitting:
+            setting = f" (accum_steps={largest_fitting // micro_batch_size})" if micro_batch_size else ""
+            advice = f"the largest that fits is {largest_fitting}{setting}: compare at that size"
+        else:
+            advice = "not even one micro-batch fits: lower micro_batch_size"
+        super().__init__(f"the big-batch reference of {effective_batch} samples does not fit in memory; {advice}")
+
+
+def compare_gradients(config: RunConfig) -> GradientReport:
+    """The gradient of the first b·k samples as one batch and accumulated over k micro-batches of b."""
+    return _unless_out_of_memory(config, lambda: _compare(config))
+
+
+def train_side_by_side(config: RunConfig, steps: int) -> pd.DataFrame:
+    """Train a big-batch copy and an accumulating copy for `steps` optimizer steps, one row per step."""
+    if steps < 1:
+        raise ValueError(f"steps={steps!r} is not allowed: an integer ≥ 1")
+    return _unless_out_of_memory(config, lambda: _side_by_side(config, steps))
+
+
+def largest_fitting_effective_batch(config: RunConfig) -> int:
+    """The largest b·k' (k' = k, k/2, k/4, …, 1) whose one-batch forward+backward fits; 0 if none does."""
+    bench = _Bench(config)
+    x, y = bench.samples(0, 0, config.effective_batch_size)
+    k = config.accum_steps
+    # Whole micro-batches only, so the answer is a b·k' the user can set.
+    for accum_steps in sorted({k >> i for i in range(k.bit_length())}, reverse=True):
+        size = min(config.micro_batch_size * accum_steps, len(x))
+        if _fits(bench, x[:size], y[:size]):
+            return size
+    return 0
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    # The CPU allocator raises a plain RuntimeError where CUDA raises torch.OutOfMemoryError.
+    return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)
+
+
+def _unless_out_of_memory(config: RunConfig, run: Callable[[], Any]) -> Any:
+    """run(), turning out-of-memory into ReferenceTooLarge with the largest size that fits."""
+    try:
+        return run()
+    except Exception as exc:
+        if not _is_out_of_memory(exc):
+            raise
+    # Outside the except block: the traceback, and the tensors its frames hold, are released.
+    clear_cache(resolve_device(config.device))
+    raise ReferenceTooLarge(config.effective_batch_size, largest_fitting_effective_batch(config),
+                            config.micro_batch_size)
+
+
+class _Bench:
+    """The run's device, training data, precision and model (seeded exactly as the engine seeds it)."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config, self.device = config, resolve_device(config.device)
+        data = load_data(config)
+        self.train = data.train
+        self.precision = Precision(config.amp, self.device, config.init_scale, config.growth_interval)
+        # Eager even when config.compile is on (the question is arithmetic), in train mode as training runs it.
+        self.model = _engine._seeded_model(config, data.input_shape, data.num_classes).to(self.device).train()
+
+    def samples(self, epoch: int, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Samples [start, stop) of the epoch's order, on the device."""
+        x, y = self.train.batch(epoch_order(len(self.train), self.config.seed, epoch)[start:stop])
+        return x.to(self.device), y.to(self.device)
+
+
+def _summed_loss(model: nn.Module, precision: Precision, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Summed cross-entropy in fp32 from (autocast) logits, as the engine computes it."""
+    with precision.autocast():
+        logits = model(x)
+    return F.cross_entropy(logits.float(), y, reduction="sum")
+
+
+def _fits(bench: _Bench, x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether one forward+backward of this batch fits in memory; frees what it took either way."""
+    try:
+        _summed_loss(bench.model, bench.precision, x, y).backward()
+        fitted = True
+    except Exception as exc:
+        if not _is_out_of_memory(exc):
+            raise
+        fitted = False
+    bench.model.zero_grad(set_to_none=True)
+    clear_cache(bench.device)
+    return fitted
+
+
+def _window_gradients(bench: _Bench, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,
+                      divisor: int, scale: float) -> list[torch.Tensor]:
+    """Unscaled gradients of the window x, accumulated over micro-batches with the engine's weighting."""
+    for xs, ys in zip(x.split(micro_batch_size), y.split(micro_batch_size)):
+        (_summed_loss(bench.model, bench.precision, xs, ys) / divisor * scale).backward()
+    grads = [p.grad / scale if p.grad is not None else torch.zeros_like(p)
+             for p in bench.model.parameters() if p.requires_grad]
+    bench.model.zero_grad(set_to_none=True)
+    return grads
+
+
+def _gradients_both_ways(bench: _Bench, x: torch.Tensor, y: torch.Tensor) -> tuple[list, list, str]:
+    """(big batch, accumulated) gradients, and a note when some were not finite."""
+    config, uses_scaler = bench.config, bench.precision.uses_scaler
+    divisor = len(x) if config.reduction == "mean" else 1
+    # fp16 scales the loss as the GradScaler does, and backs off the same way when it overflows.
+    scale, note = (config.init_scale if uses_scaler else 1.0), ""
+    while True:
+        big = _window_gradients(bench, x, y, len(x), divisor, scale)
+        accumulated = _window_gradients(bench, x, y, config.micro_batch_size, divisor, scale)
+        broken = " and the ".join(side for side, grads in (("big-batch", big), ("accumulated", accumulated))
+                                  if not all(bool(torch.isfinite(g).all()) for g in grads))
+        if not broken or not uses_scaler or scale <= 1.0:
+            break
+        note = note or f"in fp16 the {broken} gradients overflowed to inf/NaN at loss scale {scale:g}"
+        scale /= 2
+    if broken:
+        return big, accumulated, f"the {broken} gradients are not finite (inf/NaN)" + (
+            f" even at loss scale {scale:g}" if uses_scaler else "")
+    return big, accumulated, note and f"{note}; compared at loss scale {scale:g}, as a GradScaler backs off"
+
+
+def _difference(name: str, big: torch.Tensor, accumulated: torch.Tensor) -> dict[str, Any]:
+    """One table row: how far the accumulated gradient is from the big-batch one."""
+    a, b = big.double().flatten(), accumulated.double().flatten()
+    norm_a, norm_b, norm_diff = (torch.linalg.vector_norm(v).item() for v in (a, b, a - b))
+    rel_l2 = 0.0 if norm_diff == 0 else norm_diff / norm_a if norm_a > 0 else math.inf
+    # Two zero gradients point the same way; a zero and a non-zero one do not.
+    cosine = (a @ b).item() / (norm_a * norm_b) if norm_a * norm_b > 0 else float(norm_a == norm_b)
+    return {"name": name, "shape": "×".join(map(str, big.shape)) or "scalar", "numel": a.numel(),
+            "max_abs_diff": (a - b).abs().max().item() if a.numel() else 0.0, "rel_l2": rel_l2, "cosine": cosine}
+
+
+def _compare(config: RunConfig) -> GradientReport:
+    bench = _Bench(config)
+    x, y = bench.samples(0, 0, config.effective_batch_size)
+    big, accumulated, note = _gradients_both_ways(bench, x, y)
+    names = [name for name, p in bench.model.named_parameters() if p.requires_grad]
+    table = pd.DataFrame([_difference(*row) for row in zip(names, big, accumulated)], columns=COLUMNS)
+    # NaN compares False, so a non-finite error counts as a difference.
+    differs = ~(table["rel_l2"] < TOLERANCES[config.amp])
+    verdict = _verdict(config, bench.model, table, differs, len(x)) + (f". Note: {note}" if note else "")
+    return GradientReport(table, verdict, not differs.any())
+
+
+def _verdict(config: RunConfig, model: nn.Module, table: pd.DataFrame, differs: pd.Series, samples: int) -> str:
+    """'equal up to float rounding' with the largest error, or the layers that differ and why."""
+    bound = f"the {_PRECISION_NAMES[config.amp]} tolerance {TOLERANCES[config.amp]:g}"
+    if not differs.any():
+        return (f"equal up to float rounding: the largest relative L2 error over {len(table)} parameter "
+                f"tensors is {table['rel_l2'].max():.2g}, below {bound}")
+    layers = list(dict.fromkeys(name.rpartition(".")[0] or name for name in table.loc[differs, "name"]))
+    return (f"not equal: {int(differs.sum())} of {len(table)} parameter tensors differ beyond {bound}, "
+            f"in layers {_quoted(layers)}; likely reason: {_likely_reason(config, model, samples)}")
+
+
+def _likely_reason(config: RunConfig, model: nn.Module, samples: int) -> str:
+    """The layers that make a micro-batch's gradient depend on more than its own samples, or rounding."""
+    modules = list(model.named_modules())
+    norms = [name for name, m in modules if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    drops = [name for name, m in modules if isinstance(m, (nn.modules.dropout._DropoutNd, StochasticDepth))
+             and m.training and m.p > 0]
+    reasons = []
+    if norms:
+        reasons.append(f"BatchNorm layers {_quoted(norms)} normalise each micro-batch of "
+                       f"{config.micro_batch_size} with its own statistics, not the whole batch of {samples}")
+    if drops:
+        reasons.append(f"dropout layers {_quoted(drops)} are active in train mode and draw different "
+                       "random masks for the big batch and for the micro-batches")
+    if reasons:
+        return "; ".join(reasons)
+    if config.amp != "off":
+        return "reduced precision rounding (compare in fp32 to confirm)"
+    return "unknown (no BatchNorm or dropout found: look for layers that mix samples or draw random numbers)"
+
+
+def _quoted(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(f"'{name or '(model)'}'" for name in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+class _Trainee:
+    """One copy of the model with its own optimizer, scheduler and GradScaler."""
+
+    def __init__(self, config: RunConfig, model: nn.Module, device: torch.device, total_steps: int) -> None:
+        self.model, self.grad_clip = model, config.grad_clip
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(config, self.params)
+        self.scheduler = make_scheduler(config, self.optimizer, total_steps)
+        self.precision = Precision(config.amp, device, config.init_scale, config.growth_interval)
+
+    def step(self, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int, divisor: int) -> float:
+        """Accumulate the window x in micro-batches, take one optimizer step; the summed loss."""
+        losses = []
+        for xs, ys in zip(x.split(micro_batch_size), y.split(micro_batch_size)):
+            loss = _summed_loss(self.model, self.precision, xs, ys)
+            losses.append(loss.detach())
+            self.precision.backward(loss / divisor)
+        outcome = self.precision.step(self.optimizer, self.params, self.grad_clip)
+        if not outcome.skipped and self.scheduler is not None:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return torch.stack(losses).sum().item()
+
+
+def _side_by_side(config: RunConfig, steps: int) -> pd.DataFrame:
+    bench, b, k = _Bench(config), config.micro_batch_size, config.accum_steps
+    n = len(bench.train)
+    # The engine's schedule length, so warmup and cosine match the real run's first steps.
+    total = planned_steps(n, b, k, config.epochs, config.max_steps)
+    big = _Trainee(config, copy.deepcopy(bench.model), bench.device, total)
+    accumulating = _Trainee(config, bench.model, bench.device, total)
+    windows = ((epoch, w.micro_batches) for epoch in itertools.count() for w in plan_epoch(n, b, k, config.reduction))
+    rows = []
+    for step, (epoch, micro) in enumerate(itertools.islice(windows, steps), 1):
+        x, y = bench.samples(epoch, micro[0].start, micro[-1].stop)
+        loss_big = big.step(x, y, len(x), micro[0].weight_divisor)
+        loss_accum = accumulating.step(x, y, b, micro[0].weight_divisor)
+        distance = math.sqrt(sum(torch.sum((p.double() - q.double()) ** 2).item()
+                                 for p, q in zip(big.params, accumulating.params)))
+        rows.append(dict(zip(SIDE_BY_SIDE_COLUMNS, (step, loss_big / len(x), loss_accum / len(x), distance))))
+    return pd.DataFrame(rows, columns=SIDE_BY_SIDE_COLUMNS)

@@ -1,0 +1,55 @@
+"""Plotly figures for the accumulation lab: gradient differences, side-by-side training, pitfalls."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+_LAYOUT = dict(template="plotly_white", height=320, margin=dict(l=50, r=10, t=40, b=40))
+# Distances of exactly 0 cannot sit on a log axis: drawn at this floor instead.
+_FLOOR = 1e-12
+
+
+def _figure(name: str, title: str, x_title: str, y_title: str, log_y: bool = False) -> go.Figure:
+    figure = go.Figure()
+    figure.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, uirevision=name,
+                         yaxis_type="log" if log_y else "linear", **_LAYOUT)
+    return figure
+
+
+def _floored(values: pd.Series) -> np.ndarray:
+    return np.maximum(values.to_numpy(dtype=float), _FLOOR)
+
+
+def gradient_figure(table: pd.DataFrame) -> go.Figure:
+    """Relative L2 error of the accumulated gradient per parameter tensor (log axis)."""
+    figure = _figure("gradients", "accumulated vs one big batch: relative L2 error per tensor", "parameter tensor",
+                     "‖accumulated − big‖ / ‖big‖", log_y=True)
+    figure.add_bar(x=table["name"], y=_floored(table["rel_l2"]), name="relative L2 error",
+                   customdata=np.stack([table["max_abs_diff"], table["cosine"]], axis=1),
+                   hovertemplate="%{x}<br>rel L2 %{y:.2e}<br>max |diff| %{customdata[0]:.2e}"
+                                 "<br>cosine %{customdata[1]:.8f}<extra></extra>")
+    return figure
+
+
+def side_by_side_figures(frame: pd.DataFrame) -> tuple[go.Figure, go.Figure]:
+    """Both loss curves, and the L2 distance between the two runs' weights, over optimizer steps."""
+    losses = _figure("side_losses", "training loss", "optimizer step", "loss")
+    losses.add_scatter(x=frame["step"], y=frame["loss_big"], name="one big batch", mode="lines")
+    losses.add_scatter(x=frame["step"], y=frame["loss_accum"], name="accumulated", mode="lines",
+                       line=dict(dash="dash"))
+    distance = _figure("side_distance", "‖weights(accumulated) − weights(big batch)‖", "optimizer step",
+                       "L2 distance", log_y=True)
+    distance.add_scatter(x=frame["step"], y=_floored(frame["weight_distance"]), name="distance", mode="lines+markers")
+    return losses, distance
+
+
+def pitfall_figure(frame: pd.DataFrame, title: str) -> go.Figure:
+    """Weight distance to the one-big-batch reference: the pitfall against the correct loop."""
+    figure = _figure(f"pitfall_{title}", title, "optimizer step", "L2 distance to one big batch", log_y=True)
+    figure.add_scatter(x=frame["step"], y=_floored(frame["distance_pitfall"]), name="pitfall", mode="lines",
+                       line=dict(color="#d62728"))
+    figure.add_scatter(x=frame["step"], y=_floored(frame["distance_correct"]), name="correct", mode="lines",
+                       line=dict(color="#2ca02c"))
+    return figure
