@@ -13,7 +13,6 @@ import dataclasses
 import itertools
 import statistics
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -269,35 +268,23 @@ def run_pitfall(key: str, steps: int = 20, **overrides: Any) -> PitfallResult:
     if not isinstance(steps, int) or steps < 1:
         raise ConfigError("steps", steps, "an integer ≥ 1")
     settings = {**PITFALLS[key].default, **overrides}
-    with _one_thread():
-        if key == "mean_of_means_sequences":
-            return _run_sequences(steps, settings)
-        train_samples = settings.pop("train_samples", 0)
-        config = RunConfig.from_dict({**BASE_CONFIG.to_dict(), **settings})
-        run = _runner(config, train_samples, steps)
-        reference, pitfall = run(_big_batch), run(_LOOPS[key])
-        correct_config = config.replace(**_CORRECT_SIDE.get(key, {}))
-        if correct_config != config:  # #7: the correct column is another model against its own big batch
-            run = _runner(correct_config, train_samples, steps)
-        correct_reference = reference if correct_config == config else run(_big_batch)
-        correct = run(_exact)
+    if key == "mean_of_means_sequences":
+        return _run_sequences(steps, settings)
+    train_samples = settings.pop("train_samples", 0)
+    config = RunConfig.from_dict({**BASE_CONFIG.to_dict(), **settings})
+    run = _runner(config, train_samples, steps)
+    reference, pitfall = run(_big_batch), run(_LOOPS[key])
+    correct_config = config.replace(**_CORRECT_SIDE.get(key, {}))
+    if correct_config != config:  # #7: the correct column is another model against its own big batch
+        run = _runner(correct_config, train_samples, steps)
+    correct_reference = reference if correct_config == config else run(_big_batch)
+    correct = run(_exact)
     return _result(key, pitfall, reference, correct, correct_reference)
 
 
 def run_all(steps: int = 20) -> list[PitfallResult]:
     """Every pitfall with its default settings, in PITFALLS order."""
     return [run_pitfall(key, steps) for key in PITFALLS]
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """Tiny models run fastest on one thread; on a shared, loaded CPU extra threads only spin (~50x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _runner(config: RunConfig, train_samples: int, steps: int) -> Callable[[Loop], list[_Step]]:

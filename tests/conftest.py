@@ -1,6 +1,7 @@
 """Fixtures shared by the page tests."""
 
 import pytest
+import torch
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 
 
@@ -24,3 +25,13 @@ def downloads(monkeypatch):
 
     monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", capture)
     return files
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """The tests train tiny models: on a shared 2-core machine a second torch thread only contends
+    (measured ~10x slower under load), so the suite runs on one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

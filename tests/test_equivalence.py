@@ -10,15 +10,6 @@ from gaccum_core.equivalence import (COLUMNS, SIDE_BY_SIDE_COLUMNS, ReferenceToo
                                      largest_fitting_effective_batch, train_side_by_side)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models are fastest on one thread; on a shared, loaded machine extra threads only spin."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def config(**fields):
     return RunConfig(**{"device": "cpu", "micro_batch_size": 8, "accum_steps": 4, **fields})
 

@@ -115,7 +115,8 @@ def test_scaler_update_inside_window_mis_weights_even_without_overflow():
     assert result.final_distance_pitfall > 20 * result.final_distance_correct
 
 
-def test_overrides_are_validated_and_the_thread_count_is_restored():
+def test_overrides_are_validated_and_the_thread_count_is_left_alone():
+    # The gallery runs beside training in the dashboard: it must not change torch's global threads.
     threads = torch.get_num_threads()
     with pytest.raises(KeyError, match="unknown pitfall"):
         run_pitfall("no_such_bug")

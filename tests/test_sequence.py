@@ -16,15 +16,6 @@ from gaccum_core.sequence import (PAD, WEIGHTINGS, SequenceConfig, TinyLM, big_b
 SMALL = dict(num_sequences=38, steps=4)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """GRU steps are tiny and sequential: extra threads on a shared CPU only add contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def final(run):
     return run.weights[-1]
 
