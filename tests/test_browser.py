@@ -46,3 +46,28 @@ def test_a_tiny_run_from_the_browser(tmp_path):
         browser.close()
     (run_dir,) = runs.iterdir()
     assert '"micro_batch_size": 16' in (run_dir / "config.json").read_text()
+
+
+def test_the_lab_pages_in_the_browser(tmp_path):
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: apt-get install -y chromium"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with dashboard(runs) as url, sync_playwright() as play:
+        browser = play.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        page.goto(f"{url}/Equivalence")
+        page.locator(".st-key-eq_run button").click()
+        expect(page.get_by_text("equal up to float rounding")).to_be_visible(timeout=120_000)
+        expect(page.locator(".js-plotly-plot")).to_have_count(3, timeout=60_000)
+        with page.expect_download(timeout=30_000) as info:
+            page.get_by_role("button", name="Download the side-by-side training (CSV)").click()
+        assert info.value.path().read_text().splitlines()[0] == "step,loss_big,loss_accum,weight_distance"
+
+        page.goto(f"{url}/Pitfalls")
+        page.locator(".st-key-pitfalls_run button").click()
+        expect(page.locator(".js-plotly-plot")).to_have_count(9, timeout=240_000)
+        with page.expect_download(timeout=30_000) as info:
+            page.get_by_role("button", name="Download all pitfall results (CSV)").click()
+        header = info.value.path().read_text().splitlines()[0].split(",")
+        assert {"step", "distance_pitfall", "distance_correct", "pitfall"} <= set(header)
+        browser.close()
