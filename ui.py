@@ -102,8 +102,8 @@ def progress(snapshot: RunSnapshot) -> None:
     elif snapshot.eta_s is not None:
         text += f" · {format_eta(snapshot.eta_s)}"
     st.progress(min(snapshot.steps_done / total, 1.0), text=text)
-    if snapshot.state == "failed":
-        st.error(snapshot.message)
+    if snapshot.state in ("failed", "diverged"):
+        st.error(f"{snapshot.state}: {snapshot.message}")
 
 
 def config_from(values: dict[str, Any]) -> RunConfig:

@@ -8,7 +8,8 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.config import RunConfig
+from gaccum_core.metrics import EVAL_COLUMNS, STEP_COLUMNS
 from gaccum_core.runner import FINAL_STATES
 from gaccum_core.store import RunStore
 
@@ -42,14 +43,43 @@ def _summary(metrics: pd.DataFrame, evals: pd.DataFrame) -> dict[str, object]:
     }
 
 
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
+
+
+def _checked(frame: pd.DataFrame, name: str, columns: tuple[str, ...], filled: tuple[str, ...]) -> pd.DataFrame:
+    """frame if it has every column, numbers only and the `filled` cells of every row; else ValueError."""
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{name} lacks {len(missing)} of its {len(columns)} columns ({_few(missing)}): "
+                         "its header row is missing or edited")
+    if len(frame):
+        text = [c for c in columns if not pd.api.types.is_numeric_dtype(frame[c])]
+        if text:
+            raise ValueError(f"{name} holds text where numbers belong ({_few(text)})")
+        empty = [c for c in filled if frame[c].isna().any()]
+        if empty:
+            raise ValueError(f"{name} has a row without {', '.join(empty)}: a truncated or edited row")
+    return frame
+
+
+def _read(store: RunStore, run_id: str) -> tuple[dict, RunConfig, pd.DataFrame, pd.DataFrame]:
+    """status, config, metrics and evals of a run, each checked to be what the run store writes."""
+    status = store.read_status(run_id)
+    if not isinstance(status, dict):
+        raise ValueError(f"status.json holds a {type(status).__name__}, not a JSON object")
+    metrics = _checked(store.read_metrics(run_id), "metrics.csv", STEP_COLUMNS, ("step", "skipped_total"))
+    evals = _checked(store.read_evals(run_id), "eval.csv", EVAL_COLUMNS, ("step",))
+    return status, store.read_config(run_id), metrics, evals
+
+
 def describe_run(store: RunStore, run_id: str, live: Iterable[str] = ()) -> dict[str, object]:
     """One table row for a run; a run that cannot be read is 'damaged' with the reason."""
     row: dict[str, object] = {"run_id": run_id}
     try:
-        status = store.read_status(run_id)
-        config = store.read_config(run_id)
-        metrics, evals = store.read_metrics(run_id), store.read_evals(run_id)
-    except (OSError, ValueError, ConfigError, KeyError, pd.errors.ParserError) as exc:
+        status, config, metrics, evals = _read(store, run_id)
+        summary = _summary(metrics, evals)
+    except (OSError, ValueError, TypeError, KeyError) as exc:  # ConfigError and pandas' errors are ValueErrors
         return {**row, "state": "damaged", "message": f"{type(exc).__name__}: {exc}"[:300]}
     state = status.get("state", "?")
     if state not in FINAL_STATES and run_id not in set(live):
@@ -57,7 +87,7 @@ def describe_run(store: RunStore, run_id: str, live: Iterable[str] = ()) -> dict
         state = "interrupted"
     row.update(state=state, message=status.get("message", ""), created=status.get("created", ""),
                label=run_label(config), **{k: getattr(config, k) for k in SETTINGS},
-               effective_batch=config.effective_batch_size, **_summary(metrics, evals))
+               effective_batch=config.effective_batch_size, **summary)
     return row
 
 

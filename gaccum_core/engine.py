@@ -8,6 +8,7 @@ partial). Each micro-batch's summed loss is divided by the window's sample count
 from __future__ import annotations
 
 import gc
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from gaccum_core import faults
 from gaccum_core.accumulation import Window, epoch_order, plan_epoch, planned_steps
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import load_data
@@ -32,6 +34,25 @@ StopCheck = Callable[[], bool]
 
 class CompileError(RuntimeError):
     """torch.compile could not compile the model on this device."""
+
+
+class Diverged(ArithmeticError):
+    """The loss became NaN or inf with no GradScaler to skip the step: training cannot recover."""
+
+    def __init__(self, step: int, loss: float) -> None:
+        self.step = step
+        super().__init__(f"the loss became {loss} at optimizer step {step}: lower the learning rate, "
+                         "set gradient clipping, or check the data")
+
+
+def _inject(fault: faults.Fault, engine: "Engine", x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Run an armed fault in place of (or around) one micro-batch's forward pass."""
+    if fault.kind == "oom":
+        raise torch.OutOfMemoryError("injected fault: out of memory (Tried to allocate 20.00 GiB)")
+    if fault.kind == "slow":
+        time.sleep(fault.seconds)
+    loss = engine._forward_loss(x, y)
+    return loss * float("nan") if fault.kind == "nan" else loss
 
 
 @dataclass
@@ -118,6 +139,8 @@ class Engine:
                 if row is None:
                     return "stopped"
                 sink.log_step(row)
+                if not math.isfinite(row["loss"]) and not self.precision.uses_scaler:
+                    raise Diverged(row["step"], row["loss"])
                 if cfg.eval_every and counters.step % cfg.eval_every == 0:
                     self._log_eval(sink, epoch, counters)
             if not cfg.eval_every and counters.step > counters.last_eval_step:
@@ -180,8 +203,9 @@ class Engine:
                 self.optimizer.zero_grad(set_to_none=True)
                 return None
             x, y = self._micro_batch(order, micro.start, micro.stop)
+            fault = faults.due(counters.step + 1, i) if faults.ARMED else None
             with self.activations.measure() if i == 0 and self._measure_activations(micro.size) else nullcontext():
-                loss = self._forward_loss(x, y)
+                loss = self._forward_loss(x, y) if fault is None else _inject(fault, self, x, y)
             losses.append(loss.detach())
             self.precision.backward(loss / micro.weight_divisor)
             if cfg.clear_cache == "micro":

@@ -18,11 +18,11 @@ import torch
 
 from gaccum_core.config import RunConfig
 from gaccum_core.device import device_name, resolve_device
-from gaccum_core.engine import Engine
+from gaccum_core.engine import Diverged, Engine
 from gaccum_core.metrics import FanOut, Row, eta_seconds
 from gaccum_core.store import RunStore, now_iso
 
-FINAL_STATES = ("finished", "stopped", "failed")
+FINAL_STATES = ("finished", "stopped", "failed", "diverged")
 
 
 def failure_message(exc: BaseException, config: RunConfig) -> str:
@@ -185,6 +185,8 @@ class Runner:
             state = engine.run(FanOut(writer, _MemorySink(run, self._lock)), run.stop_event.is_set)
             self.store.save_model(run.run_id, engine.model.state_dict())
             message = "" if state == "finished" else "stopped by the user"
+        except Diverged as exc:
+            state, message = "diverged", str(exc)
         except Exception as exc:  # every failure ends the run with a message, never a dead thread
             state, message = "failed", failure_message(exc, run.config)
             (self.store.path(run.run_id) / "traceback.txt").write_text(traceback.format_exc())

@@ -5,7 +5,7 @@ import streamlit as st
 
 from gaccum_core.catalog import combined_csv, run_label, run_table
 from gaccum_core.charts import X_AXES, RunSeries, build_figures
-from gaccum_core.store import StoreError
+from gaccum_core.store import StoreError, validate_run_id
 from ui import get_runner, widget
 
 st.set_page_config(page_title="gaccum · Runs", layout="wide")
@@ -26,6 +26,15 @@ st.dataframe(shown, hide_index=True, width="stretch",
                             "test_accuracy": st.column_config.NumberColumn(format="%.3f"),
                             "peak_mem_mb": st.column_config.NumberColumn(format="%.0f"),
                             "samples_per_s": st.column_config.NumberColumn(format="%.0f")})
+linked = st.query_params.get("run")
+if linked is not None and "runs_selected" not in st.session_state:
+    try:  # ?run=<id> links to one run; the id is checked before any path is built from it
+        if validate_run_id(linked) in set(table["run_id"]):
+            st.session_state["runs_selected"] = [linked]
+        else:
+            st.warning(f"No run {linked!r} in {store.root.resolve()}.")
+    except StoreError as exc:
+        st.error(str(exc))
 labels = dict(zip(table["run_id"], table["state"] + " · " + table.get("label", table["state"]).fillna("")))
 selected = st.multiselect("Runs to compare, export or delete", list(table["run_id"]), key="runs_selected",
                           format_func=lambda r: f"{r} ({labels[r]})")
