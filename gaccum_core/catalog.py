@@ -6,6 +6,7 @@ import io
 import json
 from collections.abc import Iterable
 
+import numpy as np
 import pandas as pd
 
 from gaccum_core.config import RunConfig
@@ -47,30 +48,44 @@ def _few(names: list[str]) -> str:
     return ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
 
 
-def _checked(frame: pd.DataFrame, name: str, columns: tuple[str, ...], filled: tuple[str, ...]) -> pd.DataFrame:
-    """frame if it has every column, numbers only and the `filled` cells of every row; else ValueError."""
+def _object(status: object) -> dict:
+    if not isinstance(status, dict):
+        raise ValueError(f"holds a JSON {type(status).__name__}, not an object")
+    return status
+
+
+def _table(frame: pd.DataFrame, columns: tuple[str, ...], filled: tuple[str, ...]) -> pd.DataFrame:
+    """frame if it has every column, numbers only and finite `filled` cells in every row; else ValueError."""
     missing = [c for c in columns if c not in frame.columns]
     if missing:
-        raise ValueError(f"{name} lacks {len(missing)} of its {len(columns)} columns ({_few(missing)}): "
+        raise ValueError(f"lacks {len(missing)} of its {len(columns)} columns ({_few(missing)}): "
                          "its header row is missing or edited")
     if len(frame):
         text = [c for c in columns if not pd.api.types.is_numeric_dtype(frame[c])]
         if text:
-            raise ValueError(f"{name} holds text where numbers belong ({_few(text)})")
-        empty = [c for c in filled if frame[c].isna().any()]
+            raise ValueError(f"holds text where numbers belong ({_few(text)})")
+        empty = [c for c in filled if not np.isfinite(frame[c].to_numpy(dtype=float)).all()]
         if empty:
-            raise ValueError(f"{name} has a row without {', '.join(empty)}: a truncated or edited row")
+            raise ValueError(f"has a row without {', '.join(empty)}: a truncated or edited row")
     return frame
 
 
 def _read(store: RunStore, run_id: str) -> tuple[dict, RunConfig, pd.DataFrame, pd.DataFrame]:
-    """status, config, metrics and evals of a run, each checked to be what the run store writes."""
-    status = store.read_status(run_id)
-    if not isinstance(status, dict):
-        raise ValueError(f"status.json holds a {type(status).__name__}, not a JSON object")
-    metrics = _checked(store.read_metrics(run_id), "metrics.csv", STEP_COLUMNS, ("step", "skipped_total"))
-    evals = _checked(store.read_evals(run_id), "eval.csv", EVAL_COLUMNS, ("step",))
-    return status, store.read_config(run_id), metrics, evals
+    """status, config, metrics and evals of a run, each checked to be what the run store writes;
+    ValueError naming the file that is not."""
+    readers = {
+        "status.json": lambda: _object(store.read_status(run_id)),
+        "config.json": lambda: store.read_config(run_id),
+        "metrics.csv": lambda: _table(store.read_metrics(run_id), STEP_COLUMNS, ("step", "skipped_total")),
+        "eval.csv": lambda: _table(store.read_evals(run_id), EVAL_COLUMNS, ("step",)),
+    }
+    parts = []
+    for name, read in readers.items():
+        try:
+            parts.append(read())
+        except (OSError, ValueError) as exc:  # ConfigError, JSON, pandas and decoding errors are ValueErrors
+            raise ValueError(f"{name}: {exc}") from exc
+    return tuple(parts)  # type: ignore[return-value]
 
 
 def describe_run(store: RunStore, run_id: str, live: Iterable[str] = ()) -> dict[str, object]:
@@ -78,16 +93,15 @@ def describe_run(store: RunStore, run_id: str, live: Iterable[str] = ()) -> dict
     row: dict[str, object] = {"run_id": run_id}
     try:
         status, config, metrics, evals = _read(store, run_id)
-        summary = _summary(metrics, evals)
-    except (OSError, ValueError, TypeError, KeyError) as exc:  # ConfigError and pandas' errors are ValueErrors
-        return {**row, "state": "damaged", "message": f"{type(exc).__name__}: {exc}"[:300]}
+    except ValueError as exc:
+        return {**row, "state": "damaged", "message": str(exc).strip()[:300]}
     state = status.get("state", "?")
     if state not in FINAL_STATES and run_id not in set(live):
         # Queued or running on disk, but no runner in this process owns it: the server stopped.
         state = "interrupted"
     row.update(state=state, message=status.get("message", ""), created=status.get("created", ""),
                label=run_label(config), **{k: getattr(config, k) for k in SETTINGS},
-               effective_batch=config.effective_batch_size, **summary)
+               effective_batch=config.effective_batch_size, **_summary(metrics, evals))
     return row
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 from typing import Any, Sequence
 
@@ -15,8 +16,17 @@ from gaccum_core.runner import Runner, RunSnapshot
 _CHOICES = {"reduction", "amp", "clear_cache", "compile", "optimizer", "lr_schedule", "model", "dataset"}
 
 
+# argparse takes only -N and -N.N for negative numbers; anything else after a flag (--lr -inf,
+# --lr -1e-3) would be read as an unknown flag, hiding the bad value behind "expected one argument".
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr and exit status 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_NUMBER
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"gaccum: error: {message}\n")
@@ -89,13 +99,17 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         config = _config_from_args(args)
         preflight(config)
-        runner = Runner(args.runs_dir)
-        run_id = runner.submit(config, args.name)
     except ConfigError as exc:
         print(_flag_error(exc), file=sys.stderr)
         return 2
-    except ValueError as exc:  # data, model input and runs-directory errors all explain themselves
+    except ValueError as exc:  # data and model input errors explain themselves
         print(f"gaccum: error: {exc}", file=sys.stderr)
+        return 2
+    runner = Runner(args.runs_dir)
+    try:
+        run_id = runner.submit(config, args.name)
+    except (ValueError, OSError) as exc:  # StoreError says which directory and why; the store removed the run
+        print(f"gaccum: error: --runs-dir: {exc}", file=sys.stderr)
         return 2
     snapshot = _follow(runner, run_id)
     if snapshot.message:

@@ -143,6 +143,8 @@ class RunStore:
         return run_id
 
     def _ensure_writable_root(self) -> None:
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"runs directory {self.root.resolve()} is a file, not a directory: choose another path")
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

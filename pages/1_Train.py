@@ -5,6 +5,7 @@ import streamlit as st
 from controls import Controls
 from gaccum_core.charts import X_AXES, build_figures
 from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.data import DataError
 from gaccum_core.engine import preflight
 from gaccum_core.loopcode import render_loop
 from ui import REFRESH_S, await_first_step, config_from, get_runner, progress, series, session_runs, widget
@@ -17,21 +18,29 @@ values = controls.draw()
 
 
 @st.cache_data(show_spinner="Checking the settings…", max_entries=64)
-def check(config_json: str) -> tuple[str, str] | None:
+def _preflight(config_json: str) -> None:
+    """preflight, remembered for settings that pass; a failure is not cached, so data placed in the
+    data directory after the error shows is seen on the next rerun."""
+    preflight(RunConfig.from_json(config_json))
+
+
+def check(config: RunConfig) -> tuple[str, str] | None:
     """(field, message) for settings that cannot run here, or None: model, data, device, batch."""
     try:
-        preflight(RunConfig.from_json(config_json))
+        _preflight(config.to_json())
     except ConfigError as exc:
         return exc.field, str(exc)
-    except ValueError as exc:  # data set missing, model cannot take the input
-        return ("dataset" if "download" in str(exc) else "image_size"), str(exc)
+    except DataError as exc:  # data set missing or unreadable: shown under the data directory
+        return "data_dir", str(exc)
+    except ValueError as exc:  # the model cannot take the images
+        return "image_size", str(exc)
     return None
 
 
 config, problem = None, None
 try:
     config = config_from(values)
-    problem = check(config.to_json())
+    problem = check(config)
 except ConfigError as exc:
     problem = exc.field, str(exc)
 if problem:
@@ -41,8 +50,12 @@ if problem:
 mine = session_runs()
 start, stop, _ = st.columns([1, 1, 6])
 if start.button("Start", type="primary", key="start", disabled=config is None or problem is not None):
-    mine.append(runner.submit(config))  # this same script run then draws it: no extra rerun
-    await_first_step(runner, mine[-1])
+    try:
+        mine.append(runner.submit(config))  # this same script run then draws it: no extra rerun
+    except (ValueError, OSError) as exc:  # the runs directory cannot take a run (the store left none)
+        st.error(f"Cannot start: {exc} (the runs directory is set by GACCUM_RUNS_DIR)")
+    else:
+        await_first_step(runner, mine[-1])
 active = [s for s in runner.snapshots() if not s.done]
 if stop.button("Stop", key="stop", disabled=not active):
     for snapshot in active:

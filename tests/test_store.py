@@ -72,3 +72,10 @@ def test_delete_removes_only_that_run(tmp_path):
     assert store.list_runs() == [keep]
     with pytest.raises(StoreError):
         store.delete("../" + keep)
+
+
+def test_a_runs_directory_that_is_a_file_is_named_as_such(tmp_path):
+    target = tmp_path / "runs"
+    target.write_text("a file")
+    with pytest.raises(StoreError, match="is a file, not a directory"):
+        RunStore(target).create(RunConfig())
