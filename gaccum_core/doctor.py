@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
@@ -32,6 +33,13 @@ def compile_works(device: torch.device, timeout_s: float = COMPILE_TIMEOUT_S) ->
         return True, "works"
     lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
     return False, lines[-1][:300] if lines else f"exit status {done.returncode}"
+
+
+@functools.lru_cache(maxsize=8)
+def compile_works_here(device: str) -> tuple[bool, str]:
+    """compile_works, probed once per process and device: a broken toolchain is found before a run
+    starts (a model-specific compile failure still surfaces on the run's first step)."""
+    return compile_works(torch.device(device))
 
 
 def doctor_report(device_setting: str = "auto", check_compile: bool = True) -> str:

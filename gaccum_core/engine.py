@@ -22,6 +22,7 @@ from gaccum_core.accumulation import Window, epoch_order, plan_epoch, planned_st
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.device import autocast_works, resolve_device
+from gaccum_core.doctor import compile_works_here
 from gaccum_core.memory import MB, ActivationMeter, MemoryProbe
 from gaccum_core.metrics import MetricSink, Row
 from gaccum_core.models import build_model
@@ -99,6 +100,10 @@ def preflight(config: RunConfig) -> None:
         works, why = autocast_works(device, dtype)
         if not works:
             raise ConfigError("amp", config.amp, f"off or a precision {device} supports ({why})")
+    if config.compile != "off":
+        works, why = compile_works_here(str(device))
+        if not works:
+            raise ConfigError("compile", config.compile, f"off: torch.compile does not work on {device} ({why})")
     data = load_data(config)
     _check_micro_batch(config, len(data.train))
     build_model(config.model, data.input_shape, data.num_classes, config.image_size)

@@ -74,3 +74,14 @@ def test_doctor_with_a_device_this_machine_lacks_is_a_one_line_error():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert "--device='cuda:7'" in done.stderr
+
+
+def test_a_broken_compiler_is_refused_before_any_run_directory(tmp_path, capsys, monkeypatch):
+    import gaccum_core.engine as engine
+
+    monkeypatch.setattr(engine, "compile_works_here", lambda device: (False, "gcc: not found"))
+    code = main(["run", "--compile", "default", "--device", "cpu", "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "--compile='default'" in err[0] and "gcc: not found" in err[0]
+    assert not (tmp_path / "runs").exists()
