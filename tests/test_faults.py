@@ -49,7 +49,7 @@ def test_out_of_memory_mid_run_fails_keeps_rows_releases_memory_and_the_next_run
     assert runner.store.read_status(run_id)["state"] == "failed"
     assert_rows_intact(runner.store, run_id, 3)
     gc.collect()
-    assert not [o for o in gc.get_objects() if isinstance(o, Engine)]  # model and optimizer freed
+    assert not [o for o in gc.get_objects() if type(o) is Engine]  # model and optimizer freed
     assert runner.wait(runner.submit(RunConfig(max_steps=3, **TINY)), timeout=60).state == "finished"
 
 
