@@ -2,9 +2,12 @@
 the loss chart fill, let the run finish, download its CSV and check the header."""
 
 import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import Page, expect, sync_playwright
 
 from browser import CHROMIUM, CHROMIUM_ARGS, LOSS_POINTS_JS, dashboard, loss_points
 from gaccum_core.metrics import STEP_COLUMNS
@@ -13,13 +16,20 @@ from gaccum_core.metrics import STEP_COLUMNS
 pytestmark = pytest.mark.timeout(600)
 
 
-def test_a_tiny_run_from_the_browser(tmp_path):
+@contextmanager
+def dashboard_page(runs: Path) -> Iterator[tuple[str, Page]]:
+    """A dashboard on a free loopback port storing runs in `runs`, and a Chromium page to drive it."""
     assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: apt-get install -y chromium"
-    runs = tmp_path / "runs"
     runs.mkdir()
     with dashboard(runs) as url, sync_playwright() as play:
         browser = play.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        yield url, browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        browser.close()
+
+
+def test_a_tiny_run_from_the_browser(tmp_path):
+    runs = tmp_path / "runs"
+    with dashboard_page(runs) as (url, page):
         page.goto(f"{url}/Train")
         slider = page.get_by_role("slider", name="Micro-batch size b")
         expect(slider).to_have_value("32", timeout=60_000)
@@ -43,18 +53,13 @@ def test_a_tiny_run_from_the_browser(tmp_path):
         lines = info.value.path().read_text().splitlines()
         assert lines[0] == ",".join(STEP_COLUMNS)
         assert len(lines) == 13
-        browser.close()
     (run_dir,) = runs.iterdir()
     assert '"micro_batch_size": 16' in (run_dir / "config.json").read_text()
 
 
 def test_the_lab_pages_in_the_browser(tmp_path):
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: apt-get install -y chromium"
     runs = tmp_path / "runs"
-    runs.mkdir()
-    with dashboard(runs) as url, sync_playwright() as play:
-        browser = play.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    with dashboard_page(runs) as (url, page):
         page.goto(f"{url}/Equivalence")
         page.locator(".st-key-eq_run button").click()
         expect(page.get_by_text("equal up to float rounding")).to_be_visible(timeout=120_000)
@@ -70,4 +75,3 @@ def test_the_lab_pages_in_the_browser(tmp_path):
             page.get_by_role("button", name="Download all pitfall results (CSV)").click()
         header = info.value.path().read_text().splitlines()[0].split(",")
         assert {"step", "distance_pitfall", "distance_correct", "pitfall"} <= set(header)
-        browser.close()
