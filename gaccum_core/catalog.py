@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Iterable
 
 import numpy as np
@@ -126,7 +125,3 @@ def combined_csv(store: RunStore, run_ids: Iterable[str]) -> str:
     pd.concat(frames, ignore_index=True).to_csv(buffer, index=False)
     return buffer.getvalue()
 
-
-def config_json(store: RunStore, run_id: str) -> str:
-    """The run's config as pretty JSON (for display)."""
-    return json.dumps(store.read_config(run_id).to_dict(), indent=2)

@@ -14,10 +14,10 @@ from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
 import torch
 import torchvision
 
-from gaccum_core.config import RunConfig
+from gaccum_core.config import DATASETS, RunConfig
 from gaccum_core.seeding import isolated_rng
 
-DATASET_NAMES = ("digits", "mnist", "fashionmnist", "cifar10", "fake")
+DATASET_NAMES = DATASETS  # one list of names, owned by the config that validates them
 
 # Per-channel mean/std of pixel values scaled to [0, 1] (digits: its 0..16 range divided by 16).
 _STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {

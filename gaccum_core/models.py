@@ -13,8 +13,9 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-MODEL_NAMES = ("mlp", "cnn", "cnn_bn", "cnn_gn", "resnet18", "resnet50",
-               "mobilenet_v3_small", "efficientnet_b0", "vit_b_16")
+from gaccum_core.config import MODELS
+
+MODEL_NAMES = MODELS  # one list of names, owned by the config that validates them
 BUILTIN_MODELS = ("mlp", "cnn", "cnn_bn", "cnn_gn")
 VIT_PATCH = 16
 

@@ -12,13 +12,12 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from gaccum_core.config import RunConfig
 from gaccum_core.device import device_name, resolve_device
-from gaccum_core.engine import Diverged, Engine
+from gaccum_core.engine import CompileError, Diverged, Engine
 from gaccum_core.metrics import FanOut, Row, eta_seconds
 from gaccum_core.store import RunStore, now_iso
 
@@ -33,7 +32,7 @@ def failure_message(exc: BaseException, config: RunConfig) -> str:
         advice = (f"lower the micro-batch size and raise accumulation steps to keep the effective batch "
                   f"of {b * k}, e.g. micro_batch_size={max(b // 2, 1)} with accum_steps={k * 2}")
         return f"out of memory at micro_batch_size={b}: {advice}. ({text[:200]})"
-    if isinstance(exc, ValueError) or type(exc).__name__ == "CompileError":
+    if isinstance(exc, (ValueError, CompileError)):
         return text
     return f"{type(exc).__name__}: {text[:300]}"
 
@@ -209,11 +208,3 @@ def _release_memory(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
 
-
-def run_summary(snapshot: RunSnapshot) -> dict[str, Any]:
-    """Final figures of a run, for tables and the CLI."""
-    last = snapshot.metrics[-1] if snapshot.metrics else {}
-    last_eval = snapshot.evals[-1] if snapshot.evals else {}
-    return {"run_id": snapshot.run_id, "state": snapshot.state, "steps": snapshot.steps_done,
-            "loss": last.get("loss"), "test_accuracy": last_eval.get("test_accuracy"),
-            "skipped_total": last.get("skipped_total")}

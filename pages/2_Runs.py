@@ -1,6 +1,5 @@
 """Runs: every run on disk; overlay the selected ones, export them as CSV, delete one."""
 
-import pandas as pd
 import streamlit as st
 
 from gaccum_core.catalog import combined_csv, run_label, run_table

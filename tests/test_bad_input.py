@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import streamlit as st
-import torch
 from streamlit.testing.v1 import AppTest
 
 from gaccum_core.cli import main

@@ -1,6 +1,5 @@
 """The engine against its oracle: accumulated runs equal the one-big-batch run on the same samples."""
 
-import math
 
 import pytest
 import torch
