@@ -37,6 +37,11 @@ class Window:
         """Samples in the whole window."""
         return self.micro_batches[-1].stop - self.micro_batches[0].start
 
+    @property
+    def divisor(self) -> int:
+        """What every micro-batch's summed loss is divided by: window samples (mean) or 1 (sum)."""
+        return self.micro_batches[0].weight_divisor
+
 
 def epoch_order(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
     """The sample order of one epoch: a permutation fixed by (seed, epoch), never by batch size."""

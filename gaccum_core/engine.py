@@ -7,28 +7,27 @@ partial). Each micro-batch's summed loss is divided by the window's sample count
 
 from __future__ import annotations
 
-import gc
 import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
 from gaccum_core import faults
-from gaccum_core.accumulation import Window, epoch_order, plan_epoch, planned_steps
+from gaccum_core.accumulation import MicroBatch, Window, epoch_order, plan_epoch, planned_steps
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.device import autocast_works, resolve_device
 from gaccum_core.doctor import compile_works_here
-from gaccum_core.memory import MB, ActivationMeter, MemoryProbe
+from gaccum_core.loss import summed_cross_entropy
+from gaccum_core.memory import MB, ActivationMeter, MemoryProbe, clear_cache
 from gaccum_core.metrics import MetricSink, Row
-from gaccum_core.models import build_model
-from gaccum_core.optim import make_optimizer, make_scheduler
-from gaccum_core.precision import Precision
-from gaccum_core.seeding import seeded
+from gaccum_core.models import build_model, build_seeded_model
+from gaccum_core.states import RunState
+from gaccum_core.step import Optimization, StepResult, accumulate_step
 
 StopCheck = Callable[[], bool]
 
@@ -46,16 +45,6 @@ class Diverged(ArithmeticError):
                          "set gradient clipping, or check the data")
 
 
-def _inject(fault: faults.Fault, engine: "Engine", x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Run an armed fault in place of (or around) one micro-batch's forward pass."""
-    if fault.kind == "oom":
-        raise torch.OutOfMemoryError("injected fault: out of memory (Tried to allocate 20.00 GiB)")
-    if fault.kind == "slow":
-        time.sleep(fault.seconds)
-    loss = engine._forward_loss(x, y)
-    return loss * float("nan") if fault.kind == "nan" else loss
-
-
 @dataclass
 class _Counters:
     """Running totals across optimizer steps."""
@@ -64,15 +53,6 @@ class _Counters:
     samples_seen: int = 0
     skipped_total: int = 0
     last_eval_step: int = -1
-
-
-def clear_cache(device: torch.device) -> float:
-    """gc.collect() and, on CUDA, empty_cache(); returns the seconds it took."""
-    start = time.perf_counter()
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return time.perf_counter() - start
 
 
 def _compiled(model: torch.nn.Module, mode: str) -> torch.nn.Module:
@@ -85,11 +65,6 @@ def _check_micro_batch(config: RunConfig, num_train: int) -> None:
     if config.micro_batch_size > num_train:
         raise ConfigError("micro_batch_size", config.micro_batch_size,
                           f"at most {num_train}, the size of the {config.dataset} training set")
-
-
-def _seeded_model(config: RunConfig, input_shape: tuple[int, int, int], num_classes: int) -> torch.nn.Module:
-    """Build the model from config.seed without touching the process's global RNG."""
-    return seeded(config.seed, lambda: build_model(config.model, input_shape, num_classes, config.image_size))
 
 
 def preflight(config: RunConfig) -> None:
@@ -118,19 +93,18 @@ class Engine:
         self.data = load_data(config)
         self.num_train = len(self.data.train)
         _check_micro_batch(config, self.num_train)
-        self.model = _seeded_model(config, self.data.input_shape, self.data.num_classes).to(self.device)
+        self.model = build_seeded_model(config, self.data.input_shape, self.data.num_classes).to(self.device)
         self.forward = _compiled(self.model, config.compile)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = make_optimizer(config, self.params)
         self.total_steps = planned_steps(self.num_train, config.micro_batch_size, config.accum_steps,
                                          config.epochs, config.max_steps)
-        self.scheduler = make_scheduler(config, self.optimizer, self.total_steps)
-        self.precision = Precision(config.amp, self.device, config.init_scale, config.growth_interval)
+        self.opt = Optimization.from_config(config, self.model, self.device, self.total_steps)
+        self.optimizer, self.precision = self.opt.optimizer, self.opt.precision
         self.memory = MemoryProbe(self.device)
-        self.activations = ActivationMeter(self.params)
+        self.activations = ActivationMeter(self.opt.params)
         self._activation_size = 0
+        self._cache_clear_s = 0.0  # seconds spent clearing the cache in the current window
 
-    def run(self, sink: MetricSink, should_stop: StopCheck = lambda: False) -> str:
+    def run(self, sink: MetricSink, should_stop: StopCheck = lambda: False) -> RunState:
         """Train until the planned steps are done ('finished') or should_stop() ('stopped')."""
         cfg, counters = self.config, _Counters()
         self._start = time.perf_counter()
@@ -142,7 +116,7 @@ class Engine:
                     break
                 row = self._guarded_window(window, order, epoch, counters, should_stop)
                 if row is None:
-                    return "stopped"
+                    return RunState.STOPPED
                 sink.log_step(row)
                 if not math.isfinite(row["loss"]) and not self.precision.uses_scaler:
                     raise Diverged(row["step"], row["loss"])
@@ -154,7 +128,7 @@ class Engine:
                 break
         if counters.step > counters.last_eval_step:
             self._log_eval(sink, epoch, counters)
-        return "finished"
+        return RunState.FINISHED
 
     def _guarded_window(self, window: Window, order: torch.Tensor, epoch: int,
                         counters: _Counters, should_stop: StopCheck) -> Row | None:
@@ -185,57 +159,52 @@ class Engine:
         self._activation_size = micro_batch_size
         return True
 
-    def _forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Summed cross-entropy of one micro-batch, computed in fp32 from (autocast) logits."""
-        with self.precision.autocast():
-            logits = self.forward(x)
-        return F.cross_entropy(logits.float(), y, reduction="sum")
+    def _micro_batches(self, window: Window) -> Iterator[tuple[int, MicroBatch]]:
+        """The window's micro-batches, numbered; with clear_cache=micro, clears after each backward."""
+        for i, micro in enumerate(window.micro_batches):
+            yield i, micro
+            # Resumed when accumulate_step asks for the next micro-batch: this one's backward is done.
+            if self.config.clear_cache == "micro":
+                self._cache_clear_s += clear_cache(self.device)
 
-    def _micro_batch(self, order: torch.Tensor, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = self.data.train.batch(order[start:stop])
-        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+    def _loss_sum(self, order: torch.Tensor, step: int, numbered: tuple[int, MicroBatch]) -> torch.Tensor:
+        """One micro-batch's summed loss; its saved activations counted once per size; faults applied."""
+        i, micro = numbered
+        x, y = self.data.train.batch(order[micro.start:micro.stop])
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        fault = faults.due(step, i) if faults.ARMED else None
+        with self.activations.measure() if i == 0 and self._measure_activations(micro.size) else nullcontext():
+            loss = lambda: summed_cross_entropy(self.forward, self.precision, x, y)  # noqa: E731
+            return loss() if fault is None else faults.inject(fault, loss)
 
     def _train_window(self, window: Window, order: torch.Tensor, epoch: int,
                       counters: _Counters, should_stop: StopCheck) -> Row | None:
         """Accumulate one window and take one optimizer step; None when stopped mid-window."""
-        cfg, start = self.config, time.perf_counter()
+        start, self._cache_clear_s = time.perf_counter(), 0.0
         self.memory.start_step()
-        # Kept on the device and read once per step: no host sync per micro-batch.
-        losses = []
-        cache_s = 0.0
-        for i, micro in enumerate(window.micro_batches):
-            if should_stop():
-                self.optimizer.zero_grad(set_to_none=True)
-                return None
-            x, y = self._micro_batch(order, micro.start, micro.stop)
-            fault = faults.due(counters.step + 1, i) if faults.ARMED else None
-            with self.activations.measure() if i == 0 and self._measure_activations(micro.size) else nullcontext():
-                loss = self._forward_loss(x, y) if fault is None else _inject(fault, self, x, y)
-            losses.append(loss.detach())
-            self.precision.backward(loss / micro.weight_divisor)
-            if cfg.clear_cache == "micro":
-                cache_s += clear_cache(self.device)
         lr = self.optimizer.param_groups[0]["lr"]
-        outcome = self.precision.step(self.optimizer, self.params, cfg.grad_clip)
-        if not outcome.skipped and self.scheduler is not None:
-            self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        if cfg.clear_cache == "step":
-            cache_s += clear_cache(self.device)
-        loss_total, grad_norm = torch.stack([torch.stack(losses).sum(), outcome.grad_norm.float()]).tolist()
-        return self._row(window, epoch, counters, start, cache_s, lr, loss_total, grad_norm, outcome)
+        step = counters.step + 1
+        result = accumulate_step(self.opt, self._micro_batches(window),
+                                 lambda numbered: self._loss_sum(order, step, numbered), window.divisor, should_stop)
+        if result is None:
+            return None
+        if self.config.clear_cache == "step":
+            self._cache_clear_s += clear_cache(self.device)
+        return self._row(window, epoch, counters, start, self._cache_clear_s, lr, result)
 
     def _row(self, window: Window, epoch: int, counters: _Counters, start: float, cache_s: float,
-             lr: float, loss_total: float, grad_norm: float, outcome) -> Row:
+             lr: float, result: StepResult) -> Row:
+        # One host sync per step: both numbers read together.
+        loss_total, grad_norm = torch.stack([result.loss_sum, result.grad_norm.float()]).tolist()
         step_time = time.perf_counter() - start
         counters.step += 1
         counters.samples_seen += window.samples
-        counters.skipped_total += int(outcome.skipped)
+        counters.skipped_total += int(result.skipped)
         return {
             "step": counters.step, "epoch": epoch, "micro_batches": len(window.micro_batches),
             "samples": window.samples, "samples_seen": counters.samples_seen,
             "loss": loss_total / window.samples, "lr": lr, "grad_norm": grad_norm,
-            "scale": outcome.scale, "skipped": int(outcome.skipped), "skipped_total": counters.skipped_total,
+            "scale": result.scale, "skipped": int(result.skipped), "skipped_total": counters.skipped_total,
             **self.memory.read(), "activation_mb": self.activations.bytes / MB,
             "cache_clear_s": cache_s, "step_time_s": step_time,
             "samples_per_s": window.samples / step_time if step_time > 0 else None,

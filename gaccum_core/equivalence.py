@@ -15,18 +15,18 @@ from typing import Any, Callable
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torchvision.ops import StochasticDepth
 
-from gaccum_core import engine as _engine
 from gaccum_core.accumulation import epoch_order, plan_epoch, planned_steps
 from gaccum_core.config import RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.device import resolve_device
-from gaccum_core.engine import clear_cache
-from gaccum_core.optim import make_optimizer, make_scheduler
+from gaccum_core.loss import summed_cross_entropy
+from gaccum_core.memory import clear_cache, is_out_of_memory
+from gaccum_core.models import build_seeded_model
 from gaccum_core.precision import Precision
+from gaccum_core.step import Optimization, accumulate, accumulate_step
 
 COLUMNS = ["name", "shape", "numel", "max_abs_diff", "rel_l2", "cosine"]
 SIDE_BY_SIDE_COLUMNS = ["step", "loss_big", "loss_accum", "weight_distance"]
@@ -86,17 +86,12 @@ def largest_fitting_effective_batch(config: RunConfig) -> int:
     return 0
 
 
-def _is_out_of_memory(exc: BaseException) -> bool:
-    # The CPU allocator raises a plain RuntimeError where CUDA raises torch.OutOfMemoryError.
-    return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)
-
-
 def _unless_out_of_memory(config: RunConfig, run: Callable[[], Any]) -> Any:
     """run(), turning out-of-memory into ReferenceTooLarge with the largest size that fits."""
     try:
         return run()
     except Exception as exc:
-        if not _is_out_of_memory(exc):
+        if not is_out_of_memory(exc):
             raise
     # Outside the except block: the traceback, and the tensors its frames hold, are released.
     clear_cache(resolve_device(config.device))
@@ -113,7 +108,7 @@ class _Bench:
         self.train = data.train
         self.precision = Precision(config.amp, self.device, config.init_scale, config.growth_interval)
         # Eager even when config.compile is on (the question is arithmetic), in train mode as training runs it.
-        self.model = _engine._seeded_model(config, data.input_shape, data.num_classes).to(self.device).train()
+        self.model = build_seeded_model(config, data.input_shape, data.num_classes).to(self.device).train()
 
     def samples(self, epoch: int, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Samples [start, stop) of the epoch's order, on the device."""
@@ -121,20 +116,18 @@ class _Bench:
         return x.to(self.device), y.to(self.device)
 
 
-def _summed_loss(model: nn.Module, precision: Precision, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Summed cross-entropy in fp32 from (autocast) logits, as the engine computes it."""
-    with precision.autocast():
-        logits = model(x)
-    return F.cross_entropy(logits.float(), y, reduction="sum")
+def _micro_batches(x: torch.Tensor, y: torch.Tensor, micro_batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The window (x, y) as consecutive micro-batches of micro_batch_size (the last may be short)."""
+    return list(zip(x.split(micro_batch_size), y.split(micro_batch_size)))
 
 
 def _fits(bench: _Bench, x: torch.Tensor, y: torch.Tensor) -> bool:
     """Whether one forward+backward of this batch fits in memory; frees what it took either way."""
     try:
-        _summed_loss(bench.model, bench.precision, x, y).backward()
+        summed_cross_entropy(bench.model, bench.precision, x, y).backward()
         fitted = True
     except Exception as exc:
-        if not _is_out_of_memory(exc):
+        if not is_out_of_memory(exc):
             raise
         fitted = False
     bench.model.zero_grad(set_to_none=True)
@@ -144,9 +137,11 @@ def _fits(bench: _Bench, x: torch.Tensor, y: torch.Tensor) -> bool:
 
 def _window_gradients(bench: _Bench, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,
                       divisor: int, scale: float) -> list[torch.Tensor]:
-    """Unscaled gradients of the window x, accumulated over micro-batches with the engine's weighting."""
-    for xs, ys in zip(x.split(micro_batch_size), y.split(micro_batch_size)):
-        (_summed_loss(bench.model, bench.precision, xs, ys) / divisor * scale).backward()
+    """Unscaled gradients of the window x, accumulated over micro-batches by the shared step's first half."""
+    # Under fp16 a scaler at this scale multiplies each loss, as the run's GradScaler would; else scale is 1.
+    precision = Precision(bench.config.amp, bench.device, init_scale=scale)
+    accumulate(precision, _micro_batches(x, y, micro_batch_size),
+               lambda xy: summed_cross_entropy(bench.model, precision, *xy), divisor)
     grads = [p.grad / scale if p.grad is not None else torch.zeros_like(p)
              for p in bench.model.parameters() if p.requires_grad]
     bench.model.zero_grad(set_to_none=True)
@@ -233,28 +228,12 @@ def _quoted(names: list[str], limit: int = 8) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-class _Trainee:
-    """One copy of the model with its own optimizer, scheduler and GradScaler."""
-
-    def __init__(self, config: RunConfig, model: nn.Module, device: torch.device, total_steps: int) -> None:
-        self.model, self.grad_clip = model, config.grad_clip
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = make_optimizer(config, self.params)
-        self.scheduler = make_scheduler(config, self.optimizer, total_steps)
-        self.precision = Precision(config.amp, device, config.init_scale, config.growth_interval)
-
-    def step(self, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int, divisor: int) -> float:
-        """Accumulate the window x in micro-batches, take one optimizer step; the summed loss."""
-        losses = []
-        for xs, ys in zip(x.split(micro_batch_size), y.split(micro_batch_size)):
-            loss = _summed_loss(self.model, self.precision, xs, ys)
-            losses.append(loss.detach())
-            self.precision.backward(loss / divisor)
-        outcome = self.precision.step(self.optimizer, self.params, self.grad_clip)
-        if not outcome.skipped and self.scheduler is not None:
-            self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return torch.stack(losses).sum().item()
+def _train_one_step(opt: Optimization, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                    micro_batch_size: int, divisor: int) -> float:
+    """The shared accumulation step on the window (x, y) in micro-batches; the window's summed loss."""
+    result = accumulate_step(opt, _micro_batches(x, y, micro_batch_size),
+                             lambda xy: summed_cross_entropy(model, opt.precision, *xy), divisor)
+    return result.loss_sum.item()
 
 
 def _side_by_side(config: RunConfig, steps: int) -> pd.DataFrame:
@@ -262,15 +241,16 @@ def _side_by_side(config: RunConfig, steps: int) -> pd.DataFrame:
     n = len(bench.train)
     # The engine's schedule length, so warmup and cosine match the real run's first steps.
     total = planned_steps(n, b, k, config.epochs, config.max_steps)
-    big = _Trainee(config, copy.deepcopy(bench.model), bench.device, total)
-    accumulating = _Trainee(config, bench.model, bench.device, total)
+    models = {"big": copy.deepcopy(bench.model), "accumulating": bench.model}
+    opts = {side: Optimization.from_config(config, model, bench.device, total) for side, model in models.items()}
     windows = ((epoch, w.micro_batches) for epoch in itertools.count() for w in plan_epoch(n, b, k, config.reduction))
     rows = []
     for step, (epoch, micro) in enumerate(itertools.islice(windows, steps), 1):
         x, y = bench.samples(epoch, micro[0].start, micro[-1].stop)
-        loss_big = big.step(x, y, len(x), micro[0].weight_divisor)
-        loss_accum = accumulating.step(x, y, b, micro[0].weight_divisor)
+        divisor = micro[0].weight_divisor
+        loss_big = _train_one_step(opts["big"], models["big"], x, y, len(x), divisor)
+        loss_accum = _train_one_step(opts["accumulating"], models["accumulating"], x, y, b, divisor)
         distance = math.sqrt(sum(torch.sum((p.double() - q.double()) ** 2).item()
-                                 for p, q in zip(big.params, accumulating.params)))
+                                 for p, q in zip(opts["big"].params, opts["accumulating"].params)))
         rows.append(dict(zip(SIDE_BY_SIDE_COLUMNS, (step, loss_big / len(x), loss_accum / len(x), distance))))
     return pd.DataFrame(rows, columns=SIDE_BY_SIDE_COLUMNS)

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass
+from typing import Callable
+
+import torch
 
 KINDS = ("oom", "nan", "slow")
 
@@ -49,6 +53,16 @@ def due(step: int, micro: int) -> Fault | None:
                 ARMED.remove(fault)
                 return fault
     return None
+
+
+def inject(fault: Fault, loss: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """Compute one micro-batch's loss with the fault applied: raise instead, sleep first, or make it NaN."""
+    if fault.kind == "oom":
+        raise torch.OutOfMemoryError("injected fault: out of memory (Tried to allocate 20.00 GiB)")
+    if fault.kind == "slow":
+        time.sleep(fault.seconds)
+    value = loss()
+    return value * float("nan") if fault.kind == "nan" else value
 
 
 def _arm_from_env(text: str) -> None:

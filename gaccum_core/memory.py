@@ -1,9 +1,12 @@
 """Memory readings: the CUDA allocator on a GPU, the process's resident memory on the CPU,
-and the bytes autograd saves for backward (activations), measured the same way on every device."""
+and the bytes autograd saves for backward (activations), measured the same way on every device.
+Also the one place that releases cached memory and recognises an out-of-memory error."""
 
 from __future__ import annotations
 
+import gc
 import os
+import time
 import weakref
 from contextlib import contextmanager
 from typing import Iterator
@@ -12,6 +15,21 @@ import psutil
 import torch
 
 MB = 1024 * 1024
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether exc is an allocator running out of memory, on any device."""
+    # The CPU allocator raises a plain RuntimeError where CUDA raises torch.OutOfMemoryError.
+    return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)
+
+
+def clear_cache(device: torch.device) -> float:
+    """gc.collect() and, on CUDA, torch.cuda.empty_cache(); returns the seconds it took."""
+    start = time.perf_counter()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return time.perf_counter() - start
 
 
 class _ProcMemory:

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from gaccum_core.config import MODELS
+from gaccum_core.config import MODELS, RunConfig
+from gaccum_core.seeding import seeded
 
 MODEL_NAMES = MODELS  # one list of names, owned by the config that validates them
 BUILTIN_MODELS = ("mlp", "cnn", "cnn_bn", "cnn_gn")
@@ -68,6 +69,11 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int,
     if not adapter.size and not adapter.to_rgb:
         return net  # nothing to adapt: no extra module on the hot path
     return nn.Sequential(OrderedDict(adapter=adapter, net=net))
+
+
+def build_seeded_model(config: RunConfig, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    """config.model with its initial weights drawn from config.seed, the process's global RNG left alone."""
+    return seeded(config.seed, lambda: build_model(config.model, input_shape, num_classes, config.image_size))
 
 
 def _check_name(name: str) -> None:

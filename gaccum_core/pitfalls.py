@@ -18,16 +18,17 @@ from typing import Any, Callable, Iterator
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from gaccum_core import sequence
 from gaccum_core.accumulation import epoch_order, plan_epoch
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import ImageSource, load_data
-from gaccum_core.models import build_model
+from gaccum_core.loss import summed_cross_entropy
+from gaccum_core.models import build_seeded_model
 from gaccum_core.optim import make_optimizer, make_scheduler
 from gaccum_core.precision import Precision
 from gaccum_core.seeding import seeded
+from gaccum_core.step import Optimization, accumulate_step
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 BASE_CONFIG = RunConfig(model="mlp", dataset="digits", micro_batch_size=8, accum_steps=4, device="cpu")
@@ -95,17 +96,24 @@ class _Kit:
             plan = plan_epoch(self._num_samples, self.config.micro_batch_size, self.k, "mean")
             yield [[self._train.batch(order[m.start:m.stop]) for m in window.micro_batches] for window in plan]
 
-    def loss(self, x: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-        """Cross-entropy of one batch (autocast forward, fp32 loss), recorded for the step's loss."""
-        with self.precision.autocast():
-            logits = self.model(x)
-        loss_sum = F.cross_entropy(logits.float(), y, reduction="sum")
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of one batch, as the tutorials take it; recorded for the step's loss."""
+        loss_sum = summed_cross_entropy(self.model, self.precision, x, y)
         self._losses.append(loss_sum.detach())
         self._samples += len(y)
-        return loss_sum if reduction == "sum" else loss_sum / len(y)
+        return loss_sum / len(y)
+
+    def shared_step(self, window: list[Batch]) -> _Step:
+        """The shared accumulation step (gaccum_core.step) over the window's micro-batches."""
+        samples = sum(len(y) for _, y in window)
+        opt = Optimization(self.params, self.optimizer, self.scheduler, self.precision, self.config.grad_clip)
+        result = accumulate_step(opt, window, lambda xy: summed_cross_entropy(self.model, self.precision, *xy),
+                                 samples)
+        loss_sum, norm = torch.stack([result.loss_sum, result.grad_norm.float()]).tolist()
+        return _Step(_flat(self.params), norm, loss_sum / samples, samples)
 
     def step(self, schedule: bool = True, update_scale: bool = True) -> _Step:
-        """The textbook step: unscale, (clip,) scaler.step, scaler.update, scheduler.step, zero_grad."""
+        """The pitfalls' textbook step: unscale, (clip,) scaler.step, scaler.update, scheduler.step, zero_grad."""
         self.scaler.unscale_(self.optimizer)
         grads = [p.grad for p in self.params if p.grad is not None]
         norm = torch.nn.utils.get_total_norm(grads).item() if grads else 0.0
@@ -129,20 +137,15 @@ Loop = Callable[[_Kit], Iterator[_Step]]
 # The reference and the correct loop.
 
 def _big_batch(kit: _Kit) -> Iterator[_Step]:
-    """The reference: one batch of all the window's samples, per-sample mean loss."""
+    """The reference: the shared step on one batch of all the window's samples, per-sample mean loss."""
     for window in kit.windows():
-        x, y = torch.cat([x for x, _ in window]), torch.cat([y for _, y in window])
-        kit.scaler.scale(kit.loss(x, y)).backward()
-        yield kit.step()
+        yield kit.shared_step([(torch.cat([x for x, _ in window]), torch.cat([y for _, y in window]))])
 
 
 def _exact(kit: _Kit) -> Iterator[_Step]:
-    """Exact accumulation: each micro-batch's summed loss over the window's sample count."""
+    """Exact accumulation: the shared step, each micro-batch's summed loss over the window's sample count."""
     for window in kit.windows():
-        window_samples = sum(len(y) for _, y in window)
-        for x, y in window:
-            kit.scaler.scale(kit.loss(x, y, "sum") / window_samples).backward()
-        yield kit.step()
+        yield kit.shared_step(window)
 
 
 # The pitfalls, as the tutorials write them.
@@ -294,8 +297,7 @@ def _runner(config: RunConfig, train_samples: int, steps: int) -> Callable[[Loop
     if not config.micro_batch_size <= num_samples <= len(data.train):
         raise ConfigError("train_samples", train_samples,
                           f"0 (all) or from micro_batch_size to {len(data.train)}, the size of {config.dataset}")
-    model = _seeded(config.seed, lambda: build_model(config.model, data.input_shape, data.num_classes,
-                                                     config.image_size))
+    model = build_seeded_model(config, data.input_shape, data.num_classes)
 
     def run(loop: Loop) -> list[_Step]:
         with warnings.catch_warnings():
@@ -303,11 +305,6 @@ def _runner(config: RunConfig, train_samples: int, steps: int) -> Callable[[Loop
             return list(itertools.islice(loop(_Kit(config, data.train, model, num_samples, steps)), steps))
 
     return run
-
-
-def _seeded(seed: int, build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
-    """A model's initial weights from `seed`, without touching the process's global RNG."""
-    return seeded(seed, build)
 
 
 def _flat(params: list[torch.Tensor]) -> torch.Tensor:
@@ -340,7 +337,7 @@ def _run_sequences(steps: int, settings: dict[str, Any]) -> PitfallResult:
     for name in set(settings) - allowed:
         raise ConfigError(name, settings[name], f"a SequenceConfig field ({', '.join(sorted(allowed))})")
     config = sequence.SequenceConfig(**settings, steps=steps)
-    model = _seeded(config.seed, sequence.TinyLM)
+    model = seeded(config.seed, sequence.TinyLM)
     plan = plan_epoch(config.num_sequences, config.micro_batch_size, config.accum_steps, "mean")
     sequences = list(itertools.islice(itertools.cycle([w.samples for w in plan]), steps))
 

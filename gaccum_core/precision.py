@@ -27,7 +27,8 @@ class StepOutcome:
 class Precision:
     """Autocast + GradScaler for one device, configured once per run."""
 
-    def __init__(self, amp: str, device: torch.device, init_scale: float, growth_interval: int) -> None:
+    def __init__(self, amp: str, device: torch.device, init_scale: float = 2.0**16,
+                 growth_interval: int = 2000) -> None:
         self.device_type = device.type
         self.dtype = _DTYPES.get(amp)
         self.scaler = torch.amp.GradScaler(

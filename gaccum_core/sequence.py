@@ -21,7 +21,9 @@ from torch import nn
 
 from gaccum_core.accumulation import Window, epoch_order, plan_epoch
 from gaccum_core.config import ConfigError
+from gaccum_core.precision import Precision
 from gaccum_core.seeding import seeded
+from gaccum_core.step import Optimization, accumulate_step
 
 WEIGHTINGS = ("per_token", "per_micro_batch")
 SEQUENCE_OPTIMIZERS = ("sgd", "adam")
@@ -169,21 +171,27 @@ def _windows(config: SequenceConfig) -> Iterator[tuple[torch.Tensor, Window]]:
         yield from ((order, window) for window in windows)
 
 
-def _accumulate(model: TinyLM, micro_batches: list[list[torch.Tensor]], weighting: str) -> float:
-    """Backward every micro-batch of one window with its weight; returns the window's per-token mean loss."""
-    # Counted from the lengths before any backward: per_token needs the whole window's count up front.
+def _per_token_step(opt: Optimization, model: TinyLM, micro_batches: list[list[torch.Tensor]]) -> tuple[float, float]:
+    """The shared accumulation step, each micro-batch's token-loss sum over the window's token count."""
+    # Counted from the lengths before any backward: the divisor is the whole window's count.
     window_tokens = sum(target_tokens(batch) for batch in micro_batches)
-    losses = []
+    result = accumulate_step(opt, micro_batches, lambda batch: token_loss_sum(model, *collate(batch))[0],
+                             window_tokens)
+    loss_sum, grad_norm = torch.stack([result.loss_sum, result.grad_norm]).tolist()
+    return loss_sum / window_tokens, grad_norm
+
+
+def _mean_of_means_step(opt: Optimization, model: TinyLM, micro_batches: list[list[torch.Tensor]]) -> tuple[float, float]:
+    """The deliberate bug (pitfall #6): the mean of per-micro-batch token means, then a plain step."""
+    window_tokens, losses = sum(target_tokens(batch) for batch in micro_batches), []
     for batch in micro_batches:
         loss_sum, tokens = token_loss_sum(model, *collate(batch))
-        divisor = window_tokens if weighting == "per_token" else tokens * len(micro_batches)
-        (loss_sum / divisor).backward()
+        (loss_sum / (tokens * len(micro_batches))).backward()  # each micro-batch counts 1/k, whatever its tokens
         losses.append(loss_sum.detach())
-    return torch.stack(losses).sum().item() / window_tokens
-
-
-def _grad_norm(model: nn.Module) -> float:
-    return torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])).item()
+    grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in opt.params])).item()
+    opt.optimizer.step()
+    opt.optimizer.zero_grad(set_to_none=True)
+    return torch.stack(losses).sum().item() / window_tokens, grad_norm
 
 
 def train_sequences(config: SequenceConfig, model: TinyLM | None = None) -> SequenceRun:
@@ -191,14 +199,14 @@ def train_sequences(config: SequenceConfig, model: TinyLM | None = None) -> Sequ
     model = _initial_model(config, model)
     model.train()
     sequences = make_sequences(config.num_sequences, config.seed, model.vocab, config.min_len, config.max_len)
-    optimizer = _make_optimizer(config, model)
+    opt = Optimization(list(model.parameters()), _make_optimizer(config, model), None, Precision("off", torch.device("cpu")))
+    step = _per_token_step if config.weighting == "per_token" else _mean_of_means_step
     run = SequenceRun(model)
     for order, window in itertools.islice(_windows(config), config.steps):
         micro_batches = [[sequences[i] for i in order[m.start:m.stop].tolist()] for m in window.micro_batches]
-        run.losses.append(_accumulate(model, micro_batches, config.weighting))
-        run.grad_norms.append(_grad_norm(model))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss, grad_norm = step(opt, model, micro_batches)
+        run.losses.append(loss)
+        run.grad_norms.append(grad_norm)
         run.weights.append([p.detach().clone() for p in model.parameters()])
     return run
 

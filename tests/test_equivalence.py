@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-import gaccum_core.engine
+import gaccum_core.models
 from gaccum_core.config import RunConfig
 from gaccum_core.equivalence import (COLUMNS, SIDE_BY_SIDE_COLUMNS, ReferenceTooLarge, compare_gradients,
                                      largest_fitting_effective_batch, train_side_by_side)
@@ -44,14 +44,14 @@ def _mlp_with_dropout(p):
 
 
 def test_active_dropout_is_blamed(monkeypatch):
-    monkeypatch.setattr(gaccum_core.engine, "build_model", _mlp_with_dropout(0.5))
+    monkeypatch.setattr(gaccum_core.models, "build_model", _mlp_with_dropout(0.5))
     report = compare_gradients(config())
     assert not report.equal
     assert "dropout layers '3'" in report.verdict and "BatchNorm" not in report.verdict
 
 
 def test_dropout_with_p_zero_changes_nothing(monkeypatch):
-    monkeypatch.setattr(gaccum_core.engine, "build_model", _mlp_with_dropout(0.0))
+    monkeypatch.setattr(gaccum_core.models, "build_model", _mlp_with_dropout(0.0))
     assert compare_gradients(config()).equal
 
 
@@ -100,7 +100,7 @@ def test_side_by_side_needs_a_step():
 
 def _out_of_memory_above(limit, error):
     """A model builder whose models fail like an allocator does on batches over `limit` samples."""
-    real = gaccum_core.engine.build_model
+    real = gaccum_core.models.build_model
 
     class Limited(nn.Module):
         def __init__(self, net):
@@ -121,7 +121,7 @@ CPU_OOM = RuntimeError("[enforce fail at alloc_cpu.cpp:121] DefaultCPUAllocator:
 
 @pytest.mark.parametrize("error", [CUDA_OOM, CPU_OOM], ids=["cuda", "cpu"])
 def test_a_reference_too_large_names_the_largest_that_fits(monkeypatch, error):
-    monkeypatch.setattr(gaccum_core.engine, "build_model", _out_of_memory_above(20, error))
+    monkeypatch.setattr(gaccum_core.models, "build_model", _out_of_memory_above(20, error))
     cfg = config(micro_batch_size=8, accum_steps=8)  # tries 64, 32, then 16 fits
     assert largest_fitting_effective_batch(cfg) == 16
     with pytest.raises(ReferenceTooLarge) as raised:
@@ -133,7 +133,7 @@ def test_a_reference_too_large_names_the_largest_that_fits(monkeypatch, error):
 
 
 def test_when_not_even_a_micro_batch_fits_the_message_says_so(monkeypatch):
-    monkeypatch.setattr(gaccum_core.engine, "build_model", _out_of_memory_above(4, CUDA_OOM))
+    monkeypatch.setattr(gaccum_core.models, "build_model", _out_of_memory_above(4, CUDA_OOM))
     with pytest.raises(ReferenceTooLarge, match="not even one micro-batch fits") as raised:
         compare_gradients(config())
     assert raised.value.largest_fitting == 0
@@ -141,6 +141,6 @@ def test_when_not_even_a_micro_batch_fits_the_message_says_so(monkeypatch):
 
 
 def test_other_errors_are_not_mistaken_for_out_of_memory(monkeypatch):
-    monkeypatch.setattr(gaccum_core.engine, "build_model", _out_of_memory_above(20, RuntimeError("shape mismatch")))
+    monkeypatch.setattr(gaccum_core.models, "build_model", _out_of_memory_above(20, RuntimeError("shape mismatch")))
     with pytest.raises(RuntimeError, match="shape mismatch"):
         compare_gradients(config(micro_batch_size=8, accum_steps=8))

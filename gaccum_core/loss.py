@@ -1,0 +1,19 @@
+"""The classification loss every loop uses: autocast forward, cross-entropy summed in fp32."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from gaccum_core.precision import Precision
+
+
+def summed_cross_entropy(forward: Callable[[torch.Tensor], torch.Tensor], precision: Precision,
+                         x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy summed over the batch, in fp32 from (autocast) logits: divide it to weight it."""
+    with precision.autocast():
+        logits = forward(x)
+    # The loss in fp32 whatever the autocast dtype: a sum over many samples would lose digits in fp16.
+    return F.cross_entropy(logits.float(), y, reduction="sum")

@@ -1,0 +1,28 @@
+"""The states a run can be in, named once for the runner, the run store, the catalog, the CLI and the pages.
+
+queued -> running -> finished | stopped | failed | diverged. Two more are read off disk only:
+interrupted (queued or running on disk, but no runner owns it: its server stopped) and damaged
+(its files cannot be read).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunState(StrEnum):
+    """A run's state; each value is what status.json and the pages show."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    DIVERGED = "diverged"
+    INTERRUPTED = "interrupted"
+    DAMAGED = "damaged"
+
+
+FINAL_STATES = frozenset({RunState.FINISHED, RunState.STOPPED, RunState.FAILED, RunState.DIVERGED})
+# States whose message explains a failure the user must act on.
+FAILURE_STATES = frozenset({RunState.FAILED, RunState.DIVERGED})

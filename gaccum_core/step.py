@@ -1,0 +1,83 @@
+"""The accumulation step, written once: k weighted backward passes, then one optimizer step.
+
+Each micro-batch's summed loss is divided by one number for the whole window: its sample (or token)
+count for a mean, 1 for a sum. After the window, .grad holds the one-big-batch gradient of the same
+samples. The engine, the equivalence lab, the pitfall gallery's reference and correct loops and the
+sequence task all call accumulate_step (the lab's gradient check calls its first half, accumulate);
+only the gallery's deliberate bugs are written apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, TypeVar
+
+import torch
+
+from gaccum_core.config import RunConfig
+from gaccum_core.optim import make_optimizer, make_scheduler
+from gaccum_core.precision import Precision
+
+Batch = TypeVar("Batch")
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass
+class Optimization:
+    """What turns gradients into an update: parameters, optimizer, schedule, precision and clipping."""
+
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None
+    precision: Precision
+    grad_clip: float = 0.0
+
+    @classmethod
+    def from_config(cls, config: RunConfig, model: torch.nn.Module, device: torch.device,
+                    total_steps: int) -> "Optimization":
+        """The optimizer, schedule (over total_steps) and precision a RunConfig asks for."""
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = make_optimizer(config, params)
+        return cls(params, optimizer, make_scheduler(config, optimizer, total_steps),
+                   Precision(config.amp, device, config.init_scale, config.growth_interval), config.grad_clip)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one accumulated optimizer step did; tensors stay on the device until read."""
+
+    loss_sum: torch.Tensor   # the window's summed (unweighted) loss
+    grad_norm: torch.Tensor  # of the window's gradient, unscaled, before clipping
+    scale: float | None      # the GradScaler's scale during the window (None without one)
+    skipped: bool            # inf/NaN gradients: the scaler skipped optimizer.step()
+
+
+def accumulate(precision: Precision, micro_batches: Iterable[Batch], loss_sum: Callable[[Batch], torch.Tensor],
+               divisor: float, should_stop: Callable[[], bool] = _never) -> list[torch.Tensor] | None:
+    """Backward every micro-batch's loss_sum / divisor into .grad; their losses, or None if stopped."""
+    losses = []
+    for batch in micro_batches:
+        if should_stop():
+            return None
+        loss = loss_sum(batch)
+        losses.append(loss.detach())  # kept on the device: no host sync per micro-batch
+        precision.backward(loss / divisor)  # scaled under fp16; adds into .grad
+    return losses
+
+
+def accumulate_step(opt: Optimization, micro_batches: Iterable[Batch], loss_sum: Callable[[Batch], torch.Tensor],
+                    divisor: float, should_stop: Callable[[], bool] = _never) -> StepResult | None:
+    """Accumulate one window, then take one optimizer step; None if stopped mid-window."""
+    losses = accumulate(opt.precision, micro_batches, loss_sum, divisor, should_stop)
+    if losses is None:
+        opt.optimizer.zero_grad(set_to_none=True)  # a stopped window leaves no half gradient behind
+        return None
+    # Unscale, clip, optimizer.step() (skipped on inf/NaN gradients), scaler.update().
+    outcome = opt.precision.step(opt.optimizer, opt.params, opt.grad_clip)
+    if not outcome.skipped and opt.scheduler is not None:
+        opt.scheduler.step()  # the schedule counts the steps taken, not the windows seen
+    opt.optimizer.zero_grad(set_to_none=True)
+    return StepResult(torch.stack(losses).sum(), outcome.grad_norm, outcome.scale, outcome.skipped)
