@@ -16,6 +16,7 @@ from gaccum_core.charts import RunSeries
 from gaccum_core.catalog import run_label
 from gaccum_core.config import FIELD_HELP, RunConfig
 from gaccum_core.runner import Runner, RunSnapshot
+from gaccum_core.states import FAILURE_STATES, RunState
 
 REFRESH_S = float(os.environ.get("GACCUM_REFRESH_S", "1.0"))
 
@@ -79,7 +80,7 @@ def await_first_step(runner: Runner, run_id: str, timeout_s: float = 1.5) -> Non
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         snapshot = runner.snapshot(run_id)
-        behind_another = any(s.state == "running" and s.run_id != run_id for s in runner.snapshots())
+        behind_another = any(s.state == RunState.RUNNING and s.run_id != run_id for s in runner.snapshots())
         if snapshot.steps_done or snapshot.done or behind_another:
             return
         time.sleep(0.02)
@@ -97,12 +98,12 @@ def progress(snapshot: RunSnapshot) -> None:
     """A progress bar with steps done of total and the time left."""
     total = max(snapshot.total_steps, 1)
     text = f"{snapshot.state}: step {snapshot.steps_done} of {snapshot.total_steps or '?'}"
-    if snapshot.state == "queued":
+    if snapshot.state == RunState.QUEUED:
         text = f"queued: position {snapshot.queue_position} on this device"
     elif snapshot.eta_s is not None:
         text += f" · {format_eta(snapshot.eta_s)}"
     st.progress(min(snapshot.steps_done / total, 1.0), text=text)
-    if snapshot.state in ("failed", "diverged"):
+    if snapshot.state in FAILURE_STATES:
         st.error(f"{snapshot.state}: {snapshot.message}")
 
 

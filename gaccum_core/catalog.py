@@ -10,7 +10,7 @@ import pandas as pd
 
 from gaccum_core.config import RunConfig
 from gaccum_core.metrics import EVAL_COLUMNS, STEP_COLUMNS
-from gaccum_core.runner import FINAL_STATES
+from gaccum_core.states import FINAL_STATES, RunState
 from gaccum_core.store import RunStore
 
 SETTINGS = ("model", "dataset", "micro_batch_size", "accum_steps", "reduction", "amp", "init_scale",
@@ -93,11 +93,11 @@ def describe_run(store: RunStore, run_id: str, live: Iterable[str] = ()) -> dict
     try:
         status, config, metrics, evals = _read(store, run_id)
     except ValueError as exc:
-        return {**row, "state": "damaged", "message": str(exc).strip()[:300]}
+        return {**row, "state": RunState.DAMAGED, "message": str(exc).strip()[:300]}
     state = status.get("state", "?")
     if state not in FINAL_STATES and run_id not in set(live):
         # Queued or running on disk, but no runner in this process owns it: the server stopped.
-        state = "interrupted"
+        state = RunState.INTERRUPTED
     row.update(state=state, message=status.get("message", ""), created=status.get("created", ""),
                label=run_label(config), **{k: getattr(config, k) for k in SETTINGS},
                effective_batch=config.effective_batch_size, **_summary(metrics, evals))

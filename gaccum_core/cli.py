@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from gaccum_core.config import FIELD_HELP, ConfigError, RunConfig
 from gaccum_core.runner import Runner, RunSnapshot
+from gaccum_core.states import RunState
 
 _CHOICES = {"reduction", "amp", "clear_cache", "compile", "optimizer", "lr_schedule", "model", "dataset"}
 
@@ -115,7 +116,7 @@ def run_command(args: argparse.Namespace) -> int:
     if snapshot.message:
         print(f"{snapshot.state}: {snapshot.message}", file=sys.stderr)
     print(runner.store.path(run_id).resolve())
-    return {"finished": 0, "stopped": 130}.get(snapshot.state, 1)
+    return {RunState.FINISHED: 0, RunState.STOPPED: 130}.get(snapshot.state, 1)
 
 
 def _follow(runner: Runner, run_id: str) -> RunSnapshot:

@@ -1,12 +1,13 @@
 """The background runner: runs execute in worker threads, one at a time per device; later runs queue.
 
-States: queued -> running -> finished | stopped | failed. The training thread only touches plain
-Python state under a lock; snapshot() copies it for a UI or CLI to poll without reading files.
+States (gaccum_core.states): queued -> running -> finished | stopped | failed | diverged. Every run
+that starts ends in one of the final states with a message, whatever raises and wherever. The
+training thread only touches plain Python state under a lock; snapshot() copies it for a UI or CLI
+to poll without reading files.
 """
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
 import traceback
@@ -18,16 +19,16 @@ import torch
 from gaccum_core.config import RunConfig
 from gaccum_core.device import device_name, resolve_device
 from gaccum_core.engine import CompileError, Diverged, Engine
+from gaccum_core.memory import clear_cache, is_out_of_memory
 from gaccum_core.metrics import FanOut, Row, eta_seconds
+from gaccum_core.states import FINAL_STATES, RunState
 from gaccum_core.store import RunStore, now_iso
-
-FINAL_STATES = ("finished", "stopped", "failed", "diverged")
 
 
 def failure_message(exc: BaseException, config: RunConfig) -> str:
     """A one-paragraph explanation of why a run failed, with advice where there is some."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if _is_out_of_memory(exc):
+    if is_out_of_memory(exc):
         b, k = config.micro_batch_size, config.accum_steps
         advice = (f"lower the micro-batch size and raise accumulation steps to keep the effective batch "
                   f"of {b * k}, e.g. micro_batch_size={max(b // 2, 1)} with accum_steps={k * 2}")
@@ -37,18 +38,13 @@ def failure_message(exc: BaseException, config: RunConfig) -> str:
     return f"{type(exc).__name__}: {text[:300]}"
 
 
-def _is_out_of_memory(exc: BaseException) -> bool:
-    # The CPU allocator raises a plain RuntimeError where CUDA raises torch.OutOfMemoryError.
-    return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)
-
-
 @dataclass(frozen=True)
 class RunSnapshot:
     """A consistent copy of one run's state."""
 
     run_id: str
     config: RunConfig
-    state: str
+    state: RunState
     message: str
     device: str
     steps_done: int
@@ -61,7 +57,7 @@ class RunSnapshot:
 
     @property
     def done(self) -> bool:
-        """True once the run has ended (finished, stopped or failed)."""
+        """True once the run has ended (finished, stopped, failed or diverged)."""
         return self.state in FINAL_STATES
 
 
@@ -70,7 +66,7 @@ class _Run:
     run_id: str
     config: RunConfig
     device_key: str
-    state: str = "queued"
+    state: RunState = RunState.QUEUED
     message: str = ""
     device: str = ""
     total_steps: int = 0
@@ -133,7 +129,7 @@ class Runner:
             queue = self._queues.get(run.device_key, deque())
             if run in queue:
                 queue.remove(run)
-                self._finish(run, "stopped", "stopped before it started")
+                self._finish(run, RunState.STOPPED, "stopped before it started")
 
     def snapshot(self, run_id: str) -> RunSnapshot:
         """A copy of one run's state."""
@@ -155,56 +151,80 @@ class Runner:
         elapsed = now - run.started if run.started else 0.0
         queue = self._queues.get(run.device_key, deque())
         position = queue.index(run) + 1 if run in queue else 0
-        eta = eta_seconds(len(run.metrics), run.total_steps, elapsed) if run.state == "running" else None
+        eta = eta_seconds(len(run.metrics), run.total_steps, elapsed) if run.state == RunState.RUNNING else None
         return RunSnapshot(run.run_id, run.config, run.state, run.message, run.device, len(run.metrics),
                            run.total_steps, position, elapsed, eta, tuple(run.metrics), tuple(run.evals))
 
     def _work(self, device_key: str) -> None:
-        while True:
+        while (run := self._next(device_key)) is not None:
+            try:
+                state, message = self._execute(run)
+            except Exception as exc:  # a fault outside the engine (cleanup, disk): the run still ends
+                state, message = RunState.FAILED, f"the runner failed: {type(exc).__name__}: {exc}"
+            except BaseException as exc:  # SystemExit and the like end the thread, never silently;
+                with self._lock:  # runs still queued wait for the next submit() to start a worker
+                    self._finish(run, RunState.FAILED, f"the runner stopped: {type(exc).__name__}")
+                    self._workers.pop(device_key, None)
+                raise
             with self._lock:
-                queue = self._queues[device_key]
-                if not queue:
-                    # Leave under the lock, so submit() sees this worker gone and starts another.
-                    del self._workers[device_key]
-                    return
-                run = queue.popleft()
-                run.state, run.started = "running", time.monotonic()
-            self._execute(run)
+                self._finish(run, state, message)
 
-    def _execute(self, run: _Run) -> None:
+    def _next(self, device_key: str) -> _Run | None:
+        """The next queued run, marked running; None (and this worker gone) when the queue is empty."""
+        with self._lock:
+            queue = self._queues[device_key]
+            if not queue:
+                # Leave under the lock, so submit() sees this worker gone and starts another.
+                del self._workers[device_key]
+                return None
+            run = queue.popleft()
+            run.state, run.started = RunState.RUNNING, time.monotonic()
+            return run
+
+    def _execute(self, run: _Run) -> tuple[RunState, str]:
+        """Train one run and release its memory; its final state and message."""
         device = torch.device(run.device_key)
         run.device = device_name(device)
-        self.store.update_status(run.run_id, state="running", started=now_iso(), device=run.device)
-        writer = self.store.writer(run.run_id)
-        engine = None
+        writer, engine = None, None
         try:
+            self.store.update_status(run.run_id, state=RunState.RUNNING, started=now_iso(), device=run.device)
+            writer = self.store.writer(run.run_id)
             engine = Engine(run.config, device)
             with self._lock:
                 run.total_steps = engine.total_steps
             state = engine.run(FanOut(writer, _MemorySink(run, self._lock)), run.stop_event.is_set)
             self.store.save_model(run.run_id, engine.model.state_dict())
-            message = "" if state == "finished" else "stopped by the user"
+            outcome = state, "" if state == RunState.FINISHED else "stopped by the user"
         except Diverged as exc:
-            state, message = "diverged", str(exc)
+            outcome = RunState.DIVERGED, str(exc)
         except Exception as exc:  # every failure ends the run with a message, never a dead thread
-            state, message = "failed", failure_message(exc, run.config)
-            (self.store.path(run.run_id) / "traceback.txt").write_text(traceback.format_exc())
+            outcome = RunState.FAILED, failure_message(exc, run.config)
+            self.store.write_traceback(run.run_id, traceback.format_exc())
         finally:
-            writer.close()
+            if writer is not None:
+                writer.close()
             del engine
-            _release_memory(device)
-        with self._lock:
-            self._finish(run, state, message)
+        return self._release(run, device, *outcome)
 
-    def _finish(self, run: _Run, state: str, message: str) -> None:
-        """Record the final state in memory and on disk (called with the lock held)."""
+    def _release(self, run: _Run, device: torch.device, state: RunState, message: str) -> tuple[RunState, str]:
+        """Free the run's memory; a failure to do so fails the run, whose last steps are then suspect."""
+        try:
+            clear_cache(device)
+        except Exception as exc:
+            # A device error surfaces at the next synchronisation, which may be this one.
+            self.store.write_traceback(run.run_id, traceback.format_exc())
+            before = f"it had {state}" + (f" ({message})" if message else "")
+            return RunState.FAILED, (f"releasing {run.device}'s memory after the run failed: {type(exc).__name__}: "
+                                     f"{str(exc)[:300]}; {before}. Device errors surface late, so its last steps "
+                                     "may be wrong: restart the server if the next run fails too")
+        return state, message
+
+    def _finish(self, run: _Run, state: RunState, message: str) -> None:
+        """Record the final state in memory, then on disk (called with the lock held); never raises."""
         run.state, run.message, run.ended = state, message, time.monotonic()
-        self.store.update_status(run.run_id, state=state, message=message, ended=now_iso())
-        run.done_event.set()
-
-
-def _release_memory(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
+        try:
+            self.store.update_status(run.run_id, state=state, message=message, ended=now_iso())
+        except Exception as exc:  # the run directory was deleted or the disk is full: memory still says it
+            run.message = f"{message} (status.json not updated: {type(exc).__name__}: {exc})".lstrip()
+        finally:
+            run.done_event.set()

@@ -1,6 +1,7 @@
-"""The run store: one directory per run, the only module that writes to disk.
+"""The run store: one directory per run, the only module that reads or writes a run's files.
 
-runs/<run_id>/ holds config.json, status.json, metrics.csv, eval.csv and, at the end, model.pt.
+runs/<run_id>/ holds config.json, status.json, metrics.csv, eval.csv, at the end model.pt, and
+traceback.txt when a run failed.
 JSON files are replaced atomically; CSV rows are appended one whole line per write and flushed,
 so a reader in another process never sees a half-written row.
 """
@@ -24,6 +25,7 @@ import torch
 
 from gaccum_core.config import RunConfig
 from gaccum_core.metrics import EVAL_COLUMNS, STEP_COLUMNS, Row
+from gaccum_core.states import RunState
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SLUG_RE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -133,7 +135,7 @@ class RunStore:
         try:
             run_dir.mkdir()
             _write_atomic(run_dir / "config.json", config.to_json() + "\n")
-            self._write_status(run_dir, {"run_id": run_id, "name": name or "", "state": "queued",
+            self._write_status(run_dir, {"run_id": run_id, "name": name or "", "state": RunState.QUEUED,
                                          "message": "", "created": now_iso(),
                                          "torch_version": torch.__version__})
             RunWriter(run_dir).close()
@@ -176,6 +178,21 @@ class RunStore:
     def read_metrics(self, run_id: str) -> pd.DataFrame:
         """metrics.csv as a DataFrame (one row per optimizer step)."""
         return pd.read_csv(self.path(run_id) / "metrics.csv")
+
+    def metrics_csv(self, run_id: str) -> bytes:
+        """metrics.csv as written, for a download."""
+        return (self.path(run_id) / "metrics.csv").read_bytes()
+
+    def write_traceback(self, run_id: str, text: str) -> None:
+        """Add a failure's traceback to traceback.txt (atomically: a reader sees all of it or none)."""
+        target = self.path(run_id) / "traceback.txt"
+        earlier = target.read_text(encoding="utf-8") + "\n" if target.exists() else ""
+        _write_atomic(target, earlier + text)
+
+    def read_traceback(self, run_id: str) -> str:
+        """traceback.txt, or an empty string when the run has none."""
+        target = self.path(run_id) / "traceback.txt"
+        return target.read_text(encoding="utf-8") if target.exists() else ""
 
     def read_evals(self, run_id: str) -> pd.DataFrame:
         """eval.csv as a DataFrame."""

@@ -90,8 +90,7 @@ def live() -> None:
     for i, (name, figure) in enumerate(figures.items()):
         (left if i % 2 == 0 else right).plotly_chart(figure, key=f"chart_{name}", width="stretch", theme=None)
     if snapshots and mine and runner.snapshot(mine[-1]).done:
-        latest = runner.store.path(mine[-1]) / "metrics.csv"
-        st.download_button("Download the latest run's metrics.csv", latest.read_bytes(),
+        st.download_button("Download the latest run's metrics.csv", runner.store.metrics_csv(mine[-1]),
                            file_name=f"{mine[-1]}-metrics.csv", mime="text/csv")
     if st.session_state.get("_was_running") and not any(not s.done for s in snapshots):
         st.session_state["_was_running"] = False

@@ -4,6 +4,7 @@ import streamlit as st
 
 from gaccum_core.catalog import combined_csv, run_label, run_table
 from gaccum_core.charts import X_AXES, RunSeries, build_figures
+from gaccum_core.states import RunState
 from gaccum_core.store import StoreError, validate_run_id
 from ui import get_runner, widget
 
@@ -37,7 +38,7 @@ if linked is not None and "runs_selected" not in st.session_state:
 labels = dict(zip(table["run_id"], table["state"] + " · " + table.get("label", table["state"]).fillna("")))
 selected = st.multiselect("Runs to compare, export or delete", list(table["run_id"]), key="runs_selected",
                           format_func=lambda r: f"{r} ({labels[r]})")
-readable = [r for r in selected if table.set_index("run_id").loc[r, "state"] != "damaged"]
+readable = [r for r in selected if table.set_index("run_id").loc[r, "state"] != RunState.DAMAGED]
 if not selected:
     st.caption("Pick runs above to overlay them, export them or delete one.")
     st.stop()
@@ -45,7 +46,7 @@ if not selected:
 if readable:
     export_one, export_all = st.columns(2)
     first = readable[0]
-    export_one.download_button(f"Download {first} metrics.csv", (store.path(first) / "metrics.csv").read_bytes(),
+    export_one.download_button(f"Download {first} metrics.csv", store.metrics_csv(first),
                                file_name=f"{first}-metrics.csv", mime="text/csv")
     export_all.download_button(f"Download the {len(readable)} selected runs as one CSV",
                                combined_csv(store, readable), file_name="gaccum-runs.csv", mime="text/csv")
