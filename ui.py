@@ -5,6 +5,7 @@ Pages stay thin: they read state, call gaccum_core, draw. Nothing here trains or
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any, Callable
@@ -51,9 +52,22 @@ def widget(draw: Callable[..., Any], label: str, key: str, default: Any, **kwarg
     return draw(label, key=key, on_change=_store, args=(key,), **kwargs)
 
 
-def session_runs() -> list[str]:
-    """Run ids started from this browser session, oldest first."""
-    return st.session_state.setdefault("session_runs", [])
+def session_runs(runner: Runner) -> list[str]:
+    """Run ids started from this browser session, oldest first; runs deleted since are dropped."""
+    runs = st.session_state.setdefault("session_runs", [])
+    runs[:] = [run_id for run_id in runs if runner.knows(run_id)]
+    return runs
+
+
+def adopt_settings(config: RunConfig, prefix: str = "cfg_") -> bool:
+    """Give a fresh session's controls the settings of `config` (a run in progress); False if the
+    session already has its own settings, which are then left alone."""
+    fields = dataclasses.asdict(config)
+    if any(f"_keep_{prefix}{name}" in st.session_state for name in fields):
+        return False
+    for name, value in fields.items():
+        st.session_state[f"_keep_{prefix}{name}"] = value
+    return True
 
 
 def _grown(frame: pd.DataFrame | None, rows: tuple[dict, ...]) -> pd.DataFrame:
@@ -65,13 +79,13 @@ def _grown(frame: pd.DataFrame | None, rows: tuple[dict, ...]) -> pd.DataFrame:
     return pd.concat([frame, pd.DataFrame(list(rows[len(frame):]))], ignore_index=True)
 
 
-def series(snapshot: RunSnapshot) -> RunSeries:
+def series(snapshot: RunSnapshot, label: str) -> RunSeries:
     """A runner snapshot as chart input, its DataFrames kept per session and grown each refresh."""
     cache = st.session_state.setdefault("_frames", {})
     metrics, evals = cache.get(snapshot.run_id, (None, None))
     metrics, evals = _grown(metrics, snapshot.metrics), _grown(evals, snapshot.evals)
     cache[snapshot.run_id] = (metrics, evals)
-    return RunSeries(snapshot.run_id, f"{run_label(snapshot.config)} · {snapshot.run_id[-6:]}", metrics, evals)
+    return RunSeries(snapshot.run_id, f"{label} · {snapshot.run_id[-6:]}", metrics, evals)
 
 
 def await_first_step(runner: Runner, run_id: str, timeout_s: float = 1.5) -> None:
@@ -95,16 +109,21 @@ def format_eta(seconds: float | None) -> str:
 
 
 def progress(snapshot: RunSnapshot) -> None:
-    """A progress bar with steps done of total and the time left."""
+    """A progress bar naming its run, with steps done of total and the time left; the run's warning."""
     total = max(snapshot.total_steps, 1)
-    text = f"{snapshot.state}: step {snapshot.steps_done} of {snapshot.total_steps or '?'}"
+    name = f"{run_label(snapshot.config)} · {snapshot.run_id[-6:]}"
+    text = f"{name} — {snapshot.state}: step {snapshot.steps_done} of {snapshot.total_steps or '?'}"
     if snapshot.state == RunState.QUEUED:
-        text = f"queued: position {snapshot.queue_position} on this device"
+        text = f"{name} — queued: position {snapshot.queue_position} on this device"
+    elif snapshot.state == RunState.RUNNING and not snapshot.steps_done and snapshot.config.compile != "off":
+        text = f"{name} — compiling the model (torch.compile, mode {snapshot.config.compile})…"
     elif snapshot.eta_s is not None:
         text += f" · {format_eta(snapshot.eta_s)}"
     st.progress(min(snapshot.steps_done / total, 1.0), text=text)
     if snapshot.state in FAILURE_STATES:
         st.error(f"{snapshot.state}: {snapshot.message}")
+    elif snapshot.state == RunState.FINISHED and snapshot.message:
+        st.warning(f"finished, but {snapshot.message}")
 
 
 def config_from(values: dict[str, Any]) -> RunConfig:

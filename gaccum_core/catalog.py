@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,6 +30,27 @@ def run_label(config: RunConfig) -> str:
     if config.compile != "off":
         parts.append(f"compile={config.compile}")
     return " ".join(parts)
+
+
+# Settings a label always names; any other field is named only where the labelled runs differ in it.
+_ALWAYS = ("model", "micro_batch_size", "accum_steps")
+_SHORT = {"micro_batch_size": "b", "accum_steps": "k"}
+_NEVER = ("device", "data_dir", "download")  # where a run ran, not what it trained
+
+
+def run_labels(configs: Sequence[RunConfig]) -> list[str]:
+    """One legend text per run: model, b and k, plus every other setting in which these runs differ."""
+    fields = [f.name for f in dataclasses.fields(RunConfig) if f.name not in _ALWAYS + _NEVER]
+    differing = [name for name in fields if len({getattr(c, name) for c in configs}) > 1]
+    return [" ".join([c.model, *(f"{_SHORT[n]}={getattr(c, n)}" for n in _ALWAYS[1:]),
+                      *(f"{n}={getattr(c, n)}" for n in differing)]) for c in configs]
+
+
+def settings_table(configs: dict[str, RunConfig]) -> tuple[pd.DataFrame, list[str]]:
+    """Every setting (rows) of each run (columns), and the settings in which the runs differ."""
+    table = pd.DataFrame({run_id: dataclasses.asdict(c) for run_id, c in configs.items()})
+    differing = [name for name, row in table.iterrows() if row.astype(str).nunique() > 1]
+    return table, differing
 
 
 def _summary(metrics: pd.DataFrame, evals: pd.DataFrame) -> dict[str, object]:
@@ -111,13 +133,15 @@ def run_table(store: RunStore, live: Iterable[str] = ()) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def combined_csv(store: RunStore, run_ids: Iterable[str]) -> str:
-    """The metrics of several runs in one CSV, each row carrying its run's id and settings."""
+def combined_csv(store: RunStore, run_ids: Iterable[str], table: str = "metrics") -> str:
+    """The metrics (or evals) of several runs in one CSV: each row carries its run's id and every
+    setting, prefixed config_ so that no setting collides with a metric (config_lr beside lr)."""
+    read = {"metrics": store.read_metrics, "evals": store.read_evals}[table]
     frames = []
     for run_id in run_ids:
         config = store.read_config(run_id)
-        frame = store.read_metrics(run_id)
-        settings = {"run_id": run_id, **{k: getattr(config, k) for k in SETTINGS}}
+        frame = read(run_id)
+        settings = {"run_id": run_id, **{f"config_{k}": v for k, v in dataclasses.asdict(config).items()}}
         frames.append(frame.assign(**settings)[[*settings, *frame.columns]])
     if not frames:
         return ""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Protocol, Sequence
 
 STEP_COLUMNS = (
     "step", "epoch", "micro_batches", "samples", "samples_seen", "loss", "lr", "grad_norm",
@@ -57,6 +57,19 @@ def eta_seconds(steps_done: int, total_steps: int, elapsed_s: float) -> float | 
     if steps_done <= 0 or elapsed_s <= 0:
         return None
     return max(total_steps - steps_done, 0) * elapsed_s / steps_done
+
+
+def skipped_warning(rows: Sequence[Row], most: float = 0.5) -> str:
+    """A warning when more than `most` of the steps were skipped by the GradScaler, else ''."""
+    if not rows:
+        return ""
+    skipped, steps = int(rows[-1]["skipped_total"]), len(rows)
+    if skipped <= most * steps:
+        return ""
+    scale = rows[-1]["scale"]
+    at_scale = f" (last loss scale {scale:g})" if scale else ""
+    return (f"{skipped} of {steps} optimizer steps were skipped: the GradScaler found inf/NaN gradients"
+            f"{at_scale}, so the weights barely moved. Lower the initial loss scale, or train in bf16 or fp32")
 
 
 def smooth_ema(values: Iterable[float], weight: float) -> list[float]:

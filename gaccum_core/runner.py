@@ -20,9 +20,13 @@ from gaccum_core.config import RunConfig
 from gaccum_core.device import device_name, resolve_device
 from gaccum_core.engine import CompileError, Diverged, Engine
 from gaccum_core.memory import clear_cache, is_out_of_memory
-from gaccum_core.metrics import FanOut, Row, eta_seconds
+from gaccum_core.metrics import FanOut, Row, eta_seconds, skipped_warning
 from gaccum_core.states import FINAL_STATES, RunState
 from gaccum_core.store import RunStore, now_iso
+
+
+class RunBusyError(RuntimeError):
+    """The run is queued or running: it cannot be deleted now."""
 
 
 def failure_message(exc: BaseException, config: RunConfig) -> str:
@@ -131,6 +135,20 @@ class Runner:
                 queue.remove(run)
                 self._finish(run, RunState.STOPPED, "stopped before it started")
 
+    def delete(self, run_id: str) -> None:
+        """Delete a run's directory and forget it, for every session; a run still going is refused."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is not None and run.state not in FINAL_STATES:
+                raise RunBusyError(f"run {run_id} is {run.state}: stop it before deleting it")
+            self.store.delete(run_id)
+            self._runs.pop(run_id, None)
+
+    def knows(self, run_id: str) -> bool:
+        """Whether this runner tracks the run (it started it here and nobody deleted it since)."""
+        with self._lock:
+            return run_id in self._runs
+
     def snapshot(self, run_id: str) -> RunSnapshot:
         """A copy of one run's state."""
         with self._lock:
@@ -194,7 +212,8 @@ class Runner:
                 run.total_steps = engine.total_steps
             state = engine.run(FanOut(writer, _MemorySink(run, self._lock)), run.stop_event.is_set)
             self.store.save_model(run.run_id, engine.model.state_dict())
-            outcome = state, "" if state == RunState.FINISHED else "stopped by the user"
+            warning = skipped_warning(run.metrics)
+            outcome = state, "stopped by the user" if state == RunState.STOPPED else warning
         except Diverged as exc:
             outcome = RunState.DIVERGED, str(exc)
         except Exception as exc:  # every failure ends the run with a message, never a dead thread

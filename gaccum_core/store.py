@@ -183,6 +183,10 @@ class RunStore:
         """metrics.csv as written, for a download."""
         return (self.path(run_id) / "metrics.csv").read_bytes()
 
+    def evals_csv(self, run_id: str) -> bytes:
+        """eval.csv as written, for a download."""
+        return (self.path(run_id) / "eval.csv").read_bytes()
+
     def write_traceback(self, run_id: str, text: str) -> None:
         """Add a failure's traceback to traceback.txt (atomically: a reader sees all of it or none)."""
         target = self.path(run_id) / "traceback.txt"

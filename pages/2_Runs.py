@@ -1,9 +1,10 @@
-"""Runs: every run on disk; overlay the selected ones, export them as CSV, delete one."""
+"""Runs: every run on disk; overlay the selected ones, compare their settings, export them, delete them."""
 
 import streamlit as st
 
-from gaccum_core.catalog import combined_csv, run_label, run_table
+from gaccum_core.catalog import combined_csv, run_labels, run_table, settings_table
 from gaccum_core.charts import X_AXES, RunSeries, build_figures
+from gaccum_core.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.store import StoreError, validate_run_id
 from ui import get_runner, widget
@@ -12,13 +13,15 @@ st.set_page_config(page_title="gaccum · Runs", layout="wide")
 st.title("Runs")
 runner = get_runner()
 store = runner.store
+if "deleted" in st.session_state:
+    st.success(f"Deleted {', '.join(st.session_state.pop('deleted'))}.")
 live = [s.run_id for s in runner.snapshots() if not s.done]
 table = run_table(store, live)
 if table.empty:
     st.info(f"No runs in {store.root.resolve()} yet: start one on the Train page.")
     st.stop()
 
-columns = ["run_id", "state", "label", "effective_batch", "steps", "final_loss", "test_accuracy",
+columns = ["run_id", "state", "label", "dataset", "effective_batch", "steps", "final_loss", "test_accuracy",
            "peak_mem_mb", "samples_per_s", "skipped", "lr", "optimizer", "created", "message"]
 shown = table[[c for c in columns if c in table.columns]]
 st.dataframe(shown, hide_index=True, width="stretch",
@@ -35,47 +38,78 @@ if linked is not None and "runs_selected" not in st.session_state:
             st.warning(f"No run {linked!r} in {store.root.resolve()}.")
     except StoreError as exc:
         st.error(str(exc))
+states = table.set_index("run_id")["state"]
 labels = dict(zip(table["run_id"], table["state"] + " · " + table.get("label", table["state"]).fillna("")))
+# Runs deleted in another session since this one picked them are dropped from the selection.
+if "runs_selected" in st.session_state:
+    st.session_state["runs_selected"] = [r for r in st.session_state["runs_selected"] if r in labels]
 selected = st.multiselect("Runs to compare, export or delete", list(table["run_id"]), key="runs_selected",
                           format_func=lambda r: f"{r} ({labels[r]})")
-readable = [r for r in selected if table.set_index("run_id").loc[r, "state"] != RunState.DAMAGED]
+readable = [r for r in selected if states[r] != RunState.DAMAGED]
 if not selected:
-    st.caption("Pick runs above to overlay them, export them or delete one.")
+    st.caption("Pick runs above to overlay them, compare their settings, export or delete them.")
     st.stop()
 
 if readable:
-    export_one, export_all = st.columns(2)
-    first = readable[0]
-    export_one.download_button(f"Download {first} metrics.csv", store.metrics_csv(first),
-                               file_name=f"{first}-metrics.csv", mime="text/csv")
-    export_all.download_button(f"Download the {len(readable)} selected runs as one CSV",
-                               combined_csv(store, readable), file_name="gaccum-runs.csv", mime="text/csv")
+    configs = {r: store.read_config(r) for r in readable}
+    settings, differing = settings_table(configs)
+    st.subheader("Settings")
+    st.caption(f"Highlighted: the {len(differing)} settings in which the selected runs differ."
+               if len(readable) > 1 and differing else "Every setting of the selected runs.")
+    st.dataframe(settings.astype(str).style.apply(
+        lambda row: ["background-color: #ffe8cc" if row.name in differing else "" for _ in row], axis=1),
+        width="stretch")
+
+    st.subheader("Charts")
     x_axis = widget(st.radio, "x axis", "runs_x", "step", options=list(X_AXES), format_func=X_AXES.get,
                     horizontal=True)
     smoothing = widget(st.slider, "Loss smoothing", "runs_smoothing", 0.6, min_value=0.0, max_value=0.99)
-    runs = [RunSeries(r, f"{run_label(store.read_config(r))} · {r[-6:]}", store.read_metrics(r),
-                      store.read_evals(r)) for r in readable]
+    names = run_labels(list(configs.values()))
+    runs = [RunSeries(r, f"{name} · {r[-6:]}", store.read_metrics(r), store.read_evals(r))
+            for r, name in zip(readable, names)]
     left, right = st.columns(2)
     for i, (name, figure) in enumerate(build_figures(runs, x_axis, smoothing).items()):
         (left if i % 2 == 0 else right).plotly_chart(figure, key=f"runs_chart_{name}", width="stretch", theme=None)
 
+    st.subheader("Export")
+    export_all, export_evals = st.columns(2)
+    export_all.download_button(f"Download the metrics of the {len(readable)} selected runs as one CSV",
+                               combined_csv(store, readable), file_name="gaccum-runs.csv", mime="text/csv")
+    export_evals.download_button(f"Download the evaluations of the {len(readable)} selected runs as one CSV",
+                                 combined_csv(store, readable, "evals"), file_name="gaccum-evals.csv",
+                                 mime="text/csv")
+    for run_id in readable:
+        metrics_col, evals_col = st.columns(2)
+        metrics_col.download_button(f"{run_id} metrics.csv", store.metrics_csv(run_id),
+                                    file_name=f"{run_id}-metrics.csv", mime="text/csv", key=f"dl_m_{run_id}")
+        evals_col.download_button(f"{run_id} eval.csv", store.evals_csv(run_id),
+                                  file_name=f"{run_id}-eval.csv", mime="text/csv", key=f"dl_e_{run_id}")
 
 
-def delete(run_id: str) -> None:
-    """Delete a run (a button callback: it runs before the widgets it changes are drawn)."""
-    try:
-        store.delete(run_id)
-    except (StoreError, OSError) as exc:
-        st.session_state["delete_error"] = str(exc)
-        return
-    st.session_state["runs_selected"] = [r for r in st.session_state["runs_selected"] if r != run_id]
+def delete(run_ids: list[str]) -> None:
+    """Delete runs (a button callback: it runs before the widgets it changes are drawn)."""
+    deleted, errors = [], []
+    for run_id in run_ids:
+        try:
+            runner.delete(run_id)
+            deleted.append(run_id)
+        except (RunBusyError, StoreError, OSError) as exc:
+            errors.append(str(exc))
+    st.session_state["runs_selected"] = [r for r in st.session_state["runs_selected"] if r not in deleted]
     st.session_state["confirm_delete"] = False
+    if deleted:
+        st.session_state["deleted"] = deleted
+    if errors:
+        st.session_state["delete_error"] = "; ".join(errors)
 
 
-with st.expander(f"Delete {selected[0]}"):
-    if selected[0] in live:
-        st.warning("This run is still going: stop it on the Train page first.")
-    elif st.checkbox(f"Yes, delete {selected[0]} and all its files", key="confirm_delete"):
-        st.button("Delete", type="primary", key="delete_run", on_click=delete, args=(selected[0],))
+going = [r for r in selected if r in live]
+deletable = [r for r in selected if r not in live]
+with st.expander(f"Delete the {len(selected)} selected run{'s' if len(selected) > 1 else ''}"):
+    if going:
+        st.warning(f"Still going, so not deleted: {', '.join(going)}. Stop them on the Train page first.")
+    if deletable and st.checkbox(f"Yes, delete {', '.join(deletable)} and all their files", key="confirm_delete"):
+        st.button(f"Delete {len(deletable)} run{'s' if len(deletable) > 1 else ''}", type="primary",
+                  key="delete_run", on_click=delete, args=(deletable,))
     if "delete_error" in st.session_state:
         st.error(st.session_state.pop("delete_error"))

@@ -31,10 +31,10 @@ def test_train_page_runs_a_tiny_run_and_draws_its_charts(runs_dir, downloads):
     assert not at.exception
     for key in ("cfg_model", "cfg_dataset", "cfg_clear_cache", "cfg_compile", "cfg_optimizer", "cfg_device"):
         assert at.selectbox(key=key) is not None
-    assert at.slider(key="cfg_micro_batch_size").value == 32 and at.slider(key="cfg_accum_steps").value == 4
+    assert at.number_input(key="cfg_micro_batch_size").value == 32 and at.number_input(key="cfg_accum_steps").value == 4
     assert at.metric[0].value == "128"
     at.selectbox(key="cfg_model").select("mlp")
-    at.slider(key="cfg_micro_batch_size").set_value(16)
+    at.number_input(key="cfg_micro_batch_size").set_value(16)
     at.number_input(key="cfg_max_steps").set_value(3)
     at.radio(key="cfg_amp").set_value("fp16")
     at.run()
@@ -62,10 +62,10 @@ def test_train_page_explains_a_setting_that_cannot_run_before_start(runs_dir):
 def test_settings_survive_a_page_switch(runs_dir):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     at.switch_page("pages/1_Train.py").run()
-    at.slider(key="cfg_accum_steps").set_value(8).run()
+    at.number_input(key="cfg_accum_steps").set_value(8).run()
     at.switch_page("pages/2_Runs.py").run()
     at.switch_page("pages/1_Train.py").run()
-    assert at.slider(key="cfg_accum_steps").value == 8
+    assert at.number_input(key="cfg_accum_steps").value == 8
 
 
 def test_runs_page_lists_overlays_exports_and_deletes(runs_dir, downloads):
@@ -78,11 +78,20 @@ def test_runs_page_lists_overlays_exports_and_deletes(runs_dir, downloads):
     at.multiselect(key="runs_selected").set_value(ids).run()
     assert len(at.get("plotly_chart")) == 6
     combined = downloads["gaccum-runs.csv"].decode().splitlines()
-    assert combined[0].startswith("run_id,model,dataset") and len(combined) == 1 + 4
+    header = combined[0].split(",")
+    assert header[:3] == ["run_id", "config_model", "config_dataset"] and len(combined) == 1 + 4
+    assert len(header) == len(set(header)), "a column name appears twice"
+    assert {"config_epochs", "config_momentum", "config_weight_decay", "config_warmup_steps", "lr"} <= set(header)
+    evals = downloads["gaccum-evals.csv"].decode().splitlines()
+    assert "test_accuracy" in evals[0] and len(evals) == 1 + 2
+    for run_id in ids:  # every selected run downloads on its own, metrics and evaluations
+        assert downloads[f"{run_id}-metrics.csv"].decode().startswith("step,")
+        assert "test_accuracy" in downloads[f"{run_id}-eval.csv"].decode().splitlines()[0]
     at.checkbox(key="confirm_delete").check().run()
     at.button(key="delete_run").click().run()
     assert not at.exception
-    assert sorted(p.name for p in runs_dir.iterdir()) == [ids[1]]
+    assert list(runs_dir.iterdir()) == []  # both selected runs, not only the first
+    assert any(all(r in s.value for r in ids) for s in at.success), "nothing confirmed the delete"
 
 
 def test_live_frames_grow_by_the_new_rows_only():

@@ -4,7 +4,7 @@ import io
 
 import pandas as pd
 
-from gaccum_core.catalog import combined_csv, run_label, run_table
+from gaccum_core.catalog import combined_csv, run_label, run_labels, run_table, settings_table
 from gaccum_core.config import RunConfig
 from gaccum_core.metrics import STEP_COLUMNS
 from gaccum_core.runner import Runner
@@ -35,10 +35,28 @@ def test_combined_csv_carries_run_ids_and_settings(tmp_path):
     b = runner.submit(RunConfig(**{**TINY, "accum_steps": 4, "amp": "bf16"}))
     runner.wait(a, timeout=60), runner.wait(b, timeout=60)
     frame = pd.read_csv(io.StringIO(combined_csv(runner.store, [a, b])))
-    assert list(frame.columns[:3]) == ["run_id", "model", "dataset"]
+    assert list(frame.columns[:3]) == ["run_id", "config_model", "config_dataset"]
     assert set(STEP_COLUMNS) <= set(frame.columns)
-    assert frame.groupby("run_id")["accum_steps"].first().to_dict() == {a: 2, b: 4}
+    assert frame.columns.is_unique  # the setting lr is config_lr, the scheduled lr per step is lr
+    assert frame.groupby("run_id")["config_accum_steps"].first().to_dict() == {a: 2, b: 4}
     assert len(frame) == 6
+    evals = pd.read_csv(io.StringIO(combined_csv(runner.store, [a, b], "evals")))
+    assert set(evals["run_id"]) == {a, b} and evals["test_accuracy"].between(0, 1).all()
+
+
+def test_labels_name_every_setting_in_which_the_runs_differ():
+    base = RunConfig(model="cnn", micro_batch_size=8, accum_steps=4)
+    labels = run_labels([base, base.replace(lr=0.01, dataset="fake", device="cpu"), base.replace(amp="bf16")])
+    # In RunConfig's field order; device is where a run ran, not what it trained.
+    assert labels == ["cnn b=8 k=4 dataset=digits amp=off lr=0.05", "cnn b=8 k=4 dataset=fake amp=off lr=0.01",
+                      "cnn b=8 k=4 dataset=digits amp=bf16 lr=0.05"]
+    assert run_labels([base, base]) == ["cnn b=8 k=4"] * 2
+
+
+def test_settings_table_marks_the_differing_settings():
+    table, differing = settings_table({"a": RunConfig(), "b": RunConfig(lr=0.1, epochs=3)})
+    assert list(table.columns) == ["a", "b"] and table.loc["lr", "b"] == 0.1
+    assert sorted(differing) == ["epochs", "lr"]
 
 
 def test_run_label_names_what_differs():
