@@ -10,16 +10,18 @@ import os
 import time
 from typing import Any, Callable
 
-import pandas as pd
 import streamlit as st
 
-from gaccum_core.charts import RunSeries
-from gaccum_core.catalog import run_label
+from gaccum_core.catalog import run_label, run_labels
+from gaccum_core.chart_cache import ChartCache, ChartInput, ChartSet
 from gaccum_core.config import FIELD_HELP, RunConfig
 from gaccum_core.runner import Runner, RunSnapshot
 from gaccum_core.states import FAILURE_STATES, RunState
 
 REFRESH_S = float(os.environ.get("GACCUM_REFRESH_S", "1.0"))
+CHART_TITLES = {"loss": "loss", "accuracy": "accuracy", "scale": "loss scale", "skipped": "skipped steps",
+                "grad_norm": "gradient norm", "lr": "learning rate", "memory": "memory",
+                "throughput": "throughput", "cache": "cache clearing"}
 
 
 @st.cache_resource
@@ -70,22 +72,18 @@ def adopt_settings(config: RunConfig, prefix: str = "cfg_") -> bool:
     return True
 
 
-def _grown(frame: pd.DataFrame | None, rows: tuple[dict, ...]) -> pd.DataFrame:
-    """frame with the rows it does not have yet appended: a live refresh converts only new rows."""
-    if frame is None or len(frame) > len(rows):
-        return pd.DataFrame(list(rows))
-    if len(frame) == len(rows):
-        return frame
-    return pd.concat([frame, pd.DataFrame(list(rows[len(frame):]))], ignore_index=True)
+@st.cache_resource
+def chart_cache() -> ChartCache:
+    """One chart cache per server process: every session and tab shares the charts it builds."""
+    return ChartCache()
 
 
-def series(snapshot: RunSnapshot, label: str) -> RunSeries:
-    """A runner snapshot as chart input, its DataFrames kept per session and grown each refresh."""
-    cache = st.session_state.setdefault("_frames", {})
-    metrics, evals = cache.get(snapshot.run_id, (None, None))
-    metrics, evals = _grown(metrics, snapshot.metrics), _grown(evals, snapshot.evals)
-    cache[snapshot.run_id] = (metrics, evals)
-    return RunSeries(snapshot.run_id, f"{label} · {snapshot.run_id[-6:]}", metrics, evals)
+def live_charts(snapshots: list[RunSnapshot], x: str, smoothing: float, log_y: frozenset[str]) -> ChartSet:
+    """The charts of these runs, labelled by what differs between them; built once for all sessions."""
+    labels = run_labels([s.config for s in snapshots])
+    runs = [ChartInput(s.run_id, f"{label} · {s.run_id[-6:]}", s.metrics, s.evals)
+            for s, label in zip(snapshots, labels)]
+    return chart_cache().charts(runs, x, smoothing, log_y)
 
 
 def await_first_step(runner: Runner, run_id: str, timeout_s: float = 1.5) -> None:

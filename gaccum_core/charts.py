@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Callable
@@ -88,10 +89,21 @@ def _colour(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
-def _line(frame: pd.DataFrame, x: str, y: str, **style: Any) -> go.Scatter:
+def _scatter(x: Any, y: Any, **props: Any) -> dict[str, Any]:
+    """A scatter trace as plotly JSON: built as a dict, since validating go.Scatter objects cost ~10x more."""
+    return {"type": "scatter", "x": x, "y": y, **props}
+
+
+def _line(frame: pd.DataFrame, x: str, y: str, **props: Any) -> dict[str, Any]:
     """A downsampled line trace of frame[y] against frame[x]."""
     points = downsample(frame, x, y)
-    return go.Scatter(x=points[x].to_numpy(), y=points[y].to_numpy(), mode="lines", **style)
+    return _scatter(points[x].to_numpy(), points[y].to_numpy(), mode="lines", **props)
+
+
+def _uid(run: RunSeries, line: str) -> str:
+    """A trace's plotly uid: the run and the line, so a hidden legend entry stays with its run's line
+    when a redraw adds or drops traces before it (plotly matches UI state by uid, else by position)."""
+    return f"{run.run_id} {line}"
 
 
 def _with_rows(runs: list[RunSeries]) -> list[tuple[int, RunSeries]]:
@@ -105,37 +117,60 @@ def _check_x(x: str) -> None:
         raise ValueError(f"x={x!r} is not allowed: one of {', '.join(X_AXES)}")
 
 
-def _figure(name: str, title: str, x: str, y_title: str, traces: list[go.Scatter],
-            note: str | None = None, log_y: bool = False) -> go.Figure:
+def uirevision(name: str, x: str, log_y: bool = False) -> str:
+    """The chart's plotly uirevision: while it stays the same, a redraw with new points keeps the
+    user's zoom, pan and hidden legend entries. It names the chart, the x axis and the y scale only:
+    other units reset the view, more rows, runs or smoothing do not."""
+    return f"{name}:{x}" + (":log" if log_y else "")
+
+
+def _figure(name: str, title: str, x: str, y_title: str, traces: list[dict[str, Any]],
+            note: str | None = None, log_y: bool = False, y_range: tuple[float, float] | None = None) -> go.Figure:
     """A figure with the layout every chart shares, and a centred note when there is nothing to draw."""
-    figure = go.Figure(data=traces)
-    figure.update_layout(
-        title=title, template=_template(), height=320, showlegend=True,
-        margin=dict(l=50, r=10, t=40, b=40), uirevision=name,
-        xaxis_title=X_AXES[x], yaxis_title=y_title, yaxis_type="log" if log_y else "linear",
-    )
+    yaxis: dict[str, Any] = {"title": {"text": y_title}, "type": "log" if log_y else "linear"}
+    if log_y:
+        yaxis["exponentformat"] = "power"  # 2¹⁶, not 65.536k
+    if y_range is not None:
+        yaxis["range"] = list(y_range)
+    xaxis: dict[str, Any] = {"title": {"text": X_AXES[x]}}
+    if x != "wall_time_s":
+        xaxis["tickformat"] = ",d"  # steps and samples are whole numbers
+    layout = {
+        "title": {"text": title}, "template": _template(), "height": 340, "showlegend": True,
+        "margin": {"l": 55, "r": 10, "t": 40, "b": 40}, "uirevision": uirevision(name, x, log_y),
+        "xaxis": xaxis, "yaxis": yaxis, "hovermode": "x unified",
+        # Under the plot, in rows: a legend beside it took up to 40 % of the chart's width.
+        "legend": {"orientation": "h", "yanchor": "top", "y": -0.18, "xanchor": "left", "x": 0,
+                   "font": {"size": 10}},
+    }
     if note:
-        figure.add_annotation(text=note, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False)
-    return figure
+        layout["annotations"] = [{"text": note, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+                                  "showarrow": False}]
+    return go.Figure(data=traces, layout=layout, _validate=False)
 
 
-def loss_figure(runs: list[RunSeries], x: str, smoothing: float) -> go.Figure:
-    """Raw (faint) and EMA-smoothed training loss per run; two traces per run."""
+def loss_figure(runs: list[RunSeries], x: str, smoothing: float, log_y: bool = False) -> go.Figure:
+    """Raw (faint) and EMA-smoothed training loss per run; two traces per run. A run that coincides
+    with an earlier one is drawn dashed, so the earlier one shows through it."""
     _check_x(x)
     if not 0 <= smoothing < 1:
         raise ValueError(f"smoothing={smoothing!r} is not allowed: a weight in [0, 1)")
+    dashed = {later for group in coinciding(runs) for later in group.run_ids[1:]}
     traces = []
     for i, run in _with_rows(runs):
         # Smoothed on the full series: an EMA of the decimated points would drift from TensorBoard's.
         frame = run.metrics.assign(smoothed=smooth_ema(run.metrics["loss"].astype(float).tolist(), smoothing))
-        style = dict(legendgroup=run.run_id, line_color=_colour(i))
-        traces.append(_line(frame, x, "loss", name=f"{run.label} raw", showlegend=False,
-                            opacity=0.3, line_width=1, **style))
-        traces.append(_line(frame, x, "smoothed", name=run.label, line_width=2, **style))
-    return _figure("loss", "training loss", x, "loss", traces, None if traces else WAITING)
+        colour = _colour(i)
+        traces.append(_line(frame, x, "loss", name=f"{run.label} raw", showlegend=False, opacity=0.3,
+                            legendgroup=run.run_id, line={"color": colour, "width": 1}, uid=_uid(run, "loss raw"),
+                            hoverinfo="skip"))
+        traces.append(_line(frame, x, "smoothed", name=run.label, legendgroup=run.run_id, uid=_uid(run, "loss"),
+                            line={"color": colour, "width": 2,
+                                  "dash": "dash" if run.run_id in dashed else "solid"}))
+    return _figure("loss", "training loss", x, "loss", traces, None if traces else WAITING, log_y)
 
 
-def scale_figure(runs: list[RunSeries], x: str, **_other_options: Any) -> go.Figure:
+def scale_figure(runs: list[RunSeries], x: str, log_y: bool = True, **_other_options: Any) -> go.Figure:
     """GradScaler scale per fp16 run on a log axis, skipped steps marked with a red x."""
     _check_x(x)
     rows = _with_rows(runs)
@@ -143,27 +178,40 @@ def scale_figure(runs: list[RunSeries], x: str, **_other_options: Any) -> go.Fig
     for i, run in rows:
         if not np.isfinite(run.metrics["scale"].to_numpy(dtype=float)).any():
             continue
-        style = dict(legendgroup=run.run_id)
-        traces.append(_line(run.metrics, x, "scale", name=run.label, line_color=_colour(i),
-                            line_shape="hv", **style))
+        traces.append(_line(run.metrics, x, "scale", name=run.label, legendgroup=run.run_id,
+                            line={"color": _colour(i), "shape": "hv"}, uid=_uid(run, "scale")))
         skipped = run.metrics[run.metrics["skipped"] == 1]
-        traces.append(go.Scatter(x=skipped[x].to_numpy(), y=skipped["scale"].to_numpy(), mode="markers",
-                                 name=f"{run.label} skipped", marker=dict(symbol="x", color="red", size=8),
-                                 **style))
+        traces.append(_scatter(skipped[x].to_numpy(), skipped["scale"].to_numpy(), mode="markers",
+                               name=f"{run.label} skipped", legendgroup=run.run_id,
+                               marker={"symbol": "x", "color": "red", "size": 8}, uid=_uid(run, "scale skipped")))
     note = WAITING if not rows else None if traces else NO_SCALER
-    return _figure("scale", "GradScaler loss scale", x, "scale", traces, note, log_y=True)
+    return _figure("scale", "GradScaler loss scale", x, "scale", traces, note, log_y)
 
 
-def skipped_figure(runs: list[RunSeries], x: str, **_other_options: Any) -> go.Figure:
-    """Cumulative skipped optimizer steps per run."""
-    _check_x(x)
-    traces = [_line(run.metrics, x, "skipped_total", name=run.label, line_color=_colour(i), line_shape="hv")
-              for i, run in _with_rows(runs)]
-    return _figure("skipped", "skipped optimizer steps (cumulative)", x, "skipped steps", traces,
-                   None if traces else WAITING)
+def _per_run_line(name: str, title: str, column: str, y_title: str, shape: str = "linear",
+                  y_range: tuple[float, float] | None = None) -> Callable[..., go.Figure]:
+    """A chart builder drawing one line of `column` per run."""
+    def build(runs: list[RunSeries], x: str, log_y: bool = False, **_other_options: Any) -> go.Figure:
+        _check_x(x)
+        traces = [_line(run.metrics, x, column, name=run.label, legendgroup=run.run_id, uid=_uid(run, column),
+                        line={"color": _colour(i), "shape": shape})
+                  for i, run in _with_rows(runs)]
+        return _figure(name, title, x, y_title, traces, None if traces else WAITING, log_y, y_range)
+
+    build.__name__ = f"{name}_figure"
+    build.__doc__ = f"{title} per run."
+    return build
 
 
-def memory_figure(runs: list[RunSeries], x: str, **_other_options: Any) -> go.Figure:
+skipped_figure = _per_run_line("skipped", "skipped optimizer steps (cumulative)", "skipped_total",
+                               "skipped steps", shape="hv")
+throughput_figure = _per_run_line("throughput", "throughput", "samples_per_s", "samples/s")
+grad_norm_figure = _per_run_line("grad_norm", "gradient norm (before clipping)", "grad_norm", "L2 norm")
+lr_figure = _per_run_line("lr", "learning rate", "lr", "lr", shape="hv")
+cache_figure = _per_run_line("cache", "cache-clearing time per step", "cache_clear_s", "seconds")
+
+
+def memory_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_other_options: Any) -> go.Figure:
     """Allocated, reserved (CUDA only), peak and activation memory: colour per run, dash per metric."""
     _check_x(x)
     traces = []
@@ -172,16 +220,8 @@ def memory_figure(runs: list[RunSeries], x: str, **_other_options: Any) -> go.Fi
             if not run.metrics[column].notna().any():
                 continue  # the CPU has no reserved memory
             traces.append(_line(run.metrics, x, column, name=f"{run.label} {suffix}", legendgroup=run.run_id,
-                                line=dict(color=_colour(i), dash=dash)))
-    return _figure("memory", "memory", x, "MB", traces, None if traces else WAITING)
-
-
-def throughput_figure(runs: list[RunSeries], x: str, **_other_options: Any) -> go.Figure:
-    """Training samples per second per run."""
-    _check_x(x)
-    traces = [_line(run.metrics, x, "samples_per_s", name=run.label, line_color=_colour(i))
-              for i, run in _with_rows(runs)]
-    return _figure("throughput", "throughput", x, "samples/s", traces, None if traces else WAITING)
+                                line={"color": _colour(i), "dash": dash}, uid=_uid(run, column)))
+    return _figure("memory", "memory", x, "MB", traces, None if traces else WAITING, log_y)
 
 
 def _eval_points(run: RunSeries, x: str) -> pd.DataFrame:
@@ -193,8 +233,8 @@ def _eval_points(run: RunSeries, x: str) -> pd.DataFrame:
     return evals.assign(step=evals["step"].astype(float)).merge(seen, on="step", how="inner")
 
 
-def accuracy_figure(runs: list[RunSeries], x: str, **_other_options: Any) -> go.Figure:
-    """Test accuracy at each evaluation per run."""
+def accuracy_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_other_options: Any) -> go.Figure:
+    """Test accuracy at each evaluation per run, on a 0 to 1 axis."""
     _check_x(x)
     rows = _with_rows(runs)
     traces = []
@@ -202,22 +242,64 @@ def accuracy_figure(runs: list[RunSeries], x: str, **_other_options: Any) -> go.
         points = _eval_points(run, x)
         if points.empty:
             continue
-        traces.append(go.Scatter(x=points[x].to_numpy(), y=points["test_accuracy"].to_numpy(),
-                                 mode="lines+markers", name=run.label, line_color=_colour(i)))
+        traces.append(_scatter(points[x].to_numpy(), points["test_accuracy"].to_numpy(), mode="lines+markers",
+                               name=run.label, legendgroup=run.run_id, line={"color": _colour(i)},
+                               uid=_uid(run, "accuracy")))
     note = WAITING if not rows else None if traces else NO_EVALS
-    return _figure("accuracy", "test accuracy", x, "accuracy", traces, note)
+    return _figure("accuracy", "test accuracy", x, "accuracy", traces, note, log_y,
+                   None if log_y else (0.0, 1.0))
 
 
 CHARTS: dict[str, Callable[..., go.Figure]] = {
     "loss": loss_figure,
+    "accuracy": accuracy_figure,
     "scale": scale_figure,
     "skipped": skipped_figure,
+    "grad_norm": grad_norm_figure,
+    "lr": lr_figure,
     "memory": memory_figure,
     "throughput": throughput_figure,
-    "accuracy": accuracy_figure,
+    "cache": cache_figure,
 }
+LOG_BY_DEFAULT = frozenset({"scale"})
 
 
-def build_figures(runs: list[RunSeries], x: str, smoothing: float) -> dict[str, go.Figure]:
-    """Every chart of CHARTS for these runs, in display order."""
-    return {name: builder(runs, x, smoothing=smoothing) for name, builder in CHARTS.items()}
+def build_figures(runs: list[RunSeries], x: str, smoothing: float,
+                  log_y: frozenset[str] | None = None) -> dict[str, go.Figure]:
+    """Every chart of CHARTS for these runs, in display order; log_y names the charts with a log y axis."""
+    log_y = LOG_BY_DEFAULT if log_y is None else log_y
+    return {name: builder(runs, x, smoothing=smoothing, log_y=name in log_y) for name, builder in CHARTS.items()}
+
+
+@dataclass(frozen=True)
+class Coincidence:
+    """Runs whose training losses agree at every step to within max_diff (relative)."""
+
+    run_ids: tuple[str, ...]
+    labels: tuple[str, ...]
+    steps: int
+    max_diff: float
+
+
+def coinciding(runs: list[RunSeries], tolerance: float = 1e-5) -> list[Coincidence]:
+    """Groups of runs with the same steps whose losses differ by at most `tolerance` relative: what
+    exact accumulation promises for b·k = b'·k', and what one colour drawn over another would hide."""
+    groups: list[list[tuple[RunSeries, np.ndarray]]] = []
+    for _, run in _with_rows(runs):
+        loss = run.metrics["loss"].to_numpy(dtype=float)
+        for group in groups:
+            if _relative_gap(group[0][1], loss) <= tolerance:
+                group.append((run, loss))
+                break
+        else:
+            groups.append([(run, loss)])
+    return [Coincidence(tuple(r.run_id for r, _ in group), tuple(r.label for r, _ in group), len(group[0][1]),
+                        max(_relative_gap(group[0][1], loss) for _, loss in group[1:]))
+            for group in groups if len(group) > 1]
+
+
+def _relative_gap(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a - b| / max |a|, over equally long finite series; inf when they cannot be compared."""
+    if len(a) != len(b) or len(a) < 2 or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return math.inf
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-12))

@@ -12,7 +12,10 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Mapping
+from typing import Any
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import torch
 
@@ -56,8 +59,8 @@ class RunSnapshot:
     queue_position: int
     elapsed_s: float
     eta_s: float | None
-    metrics: tuple[Row, ...]
-    evals: tuple[Row, ...]
+    metrics: tuple[Mapping[str, Any], ...]  # read-only rows: copy one to change it
+    evals: tuple[Mapping[str, Any], ...]
 
     @property
     def done(self) -> bool:
@@ -83,7 +86,8 @@ class _Run:
 
 
 class _MemorySink:
-    """Keeps rows in the run's in-memory state for snapshot()."""
+    """Keeps rows in the run's in-memory state for snapshot(), each a read-only copy: snapshots share
+    them (copying every row on every poll would cost a live page O(steps) per second)."""
 
     def __init__(self, run: _Run, lock: threading.Lock) -> None:
         self.run, self.lock = run, lock
@@ -91,12 +95,12 @@ class _MemorySink:
     def log_step(self, row: Row) -> None:
         """Keep the step row."""
         with self.lock:
-            self.run.metrics.append(row)
+            self.run.metrics.append(MappingProxyType(dict(row)))
 
     def log_eval(self, row: Row) -> None:
         """Keep the eval row."""
         with self.lock:
-            self.run.evals.append(row)
+            self.run.evals.append(MappingProxyType(dict(row)))
 
 
 class Runner:
@@ -143,6 +147,16 @@ class Runner:
                 raise RunBusyError(f"run {run_id} is {run.state}: stop it before deleting it")
             self.store.delete(run_id)
             self._runs.pop(run_id, None)
+
+    def active_ids(self) -> tuple[str, ...]:
+        """The runs queued or running, in submission order: cheap enough to poll every second."""
+        with self._lock:
+            return tuple(run.run_id for run in self._runs.values() if run.state not in FINAL_STATES)
+
+    def config(self, run_id: str) -> RunConfig:
+        """A run's settings (KeyError for a run this runner does not know)."""
+        with self._lock:
+            return self._runs[run_id].config
 
     def knows(self, run_id: str) -> bool:
         """Whether this runner tracks the run (it started it here and nobody deleted it since)."""

@@ -2,16 +2,17 @@
 
 import streamlit as st
 
+import live_chart
 from controls import Controls
 from gaccum_core.catalog import run_labels
-from gaccum_core.charts import X_AXES, build_figures
+from gaccum_core.charts import CHARTS, LOG_BY_DEFAULT, X_AXES
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import DataError
 from gaccum_core.engine import preflight
 from gaccum_core.loopcode import render_loop
 from gaccum_core.store import StoreError
-from ui import (REFRESH_S, adopt_settings, await_first_step, config_from, get_runner, progress, series,
-                session_runs, widget)
+from ui import (CHART_TITLES, REFRESH_S, adopt_settings, await_first_step, config_from, get_runner, live_charts,
+                progress, session_runs, widget)
 
 st.set_page_config(page_title="gaccum · Train", layout="wide")
 st.title("Train")
@@ -42,9 +43,9 @@ def check(config: RunConfig) -> tuple[str, str] | None:
     except ConfigError as exc:
         return exc.field, controls.explain(exc)
     except DataError as exc:  # data set missing or unreadable: shown under the data directory
-        return "data_dir", str(exc)
+        return "data_dir", controls.in_page_words(str(exc))
     except ValueError as exc:  # the model cannot take the images
-        return "image_size", str(exc)
+        return "image_size", controls.in_page_words(str(exc))
     return None
 
 
@@ -69,28 +70,39 @@ if start.button("Start", type="primary", key="start", disabled=config is None or
         st.session_state.pop("adopted_from", None)
         await_first_step(runner, mine[-1])
 active = [s for s in runner.snapshots() if not s.done]
-st.session_state["_was_running"] = bool(active)  # what Start and Stop were drawn for
+# A run going on this device, started in another tab or session, is followed here as this tab's own:
+# once it ends it stays drawn, with its progress and downloads.
+mine.extend(s.run_id for s in active if s.run_id not in mine)
+st.session_state["_drawn_active"] = runner.active_ids()  # what Start, Stop and the charts were drawn for
 if stop.button("Stop", key="stop", disabled=not active):
     for snapshot in active:
         runner.stop(snapshot.run_id)
 
-x_col, smooth_col, compare_col = st.columns([2, 2, 1])
+x_col, smooth_col = st.columns([2, 2])
 with x_col:
     x_axis = widget(st.radio, "x axis", "chart_x", "step", options=list(X_AXES), format_func=X_AXES.get,
                     horizontal=True)
 with smooth_col:
     smoothing = widget(st.slider, "Loss smoothing", "chart_smoothing", 0.6, min_value=0.0, max_value=0.99)
-with compare_col:
-    compare = widget(st.toggle, "Overlay earlier runs", "chart_compare", True)
+earlier = mine[:-1]
+labels_of = dict(zip(mine, run_labels([runner.config(r) for r in mine])))
+overlay_col, log_col = st.columns([3, 2])
+with overlay_col:
+    # The latest run is always drawn; earlier runs of this session only when picked.
+    overlaid = widget(st.multiselect, "Earlier runs to overlay", "chart_overlay", [], options=earlier,
+                      format_func=lambda r: f"{r[-6:]} · {labels_of.get(r, '')}") if earlier else []
+with log_col:
+    log_y = widget(st.pills, "Log y axis", "chart_log", sorted(LOG_BY_DEFAULT), options=list(CHARTS),
+                   selection_mode="multi", format_func=lambda name: CHART_TITLES.get(name, name))
 
 
 def shown_runs():
-    """This session's runs (all, or the latest) plus any run in progress, e.g. after a reload;
+    """The picked earlier runs, this session's latest and any run in progress (e.g. after a reload);
     runs deleted meanwhile (on the Runs page, in any session) are left out."""
-    ids = list(dict.fromkeys(session_runs(runner) if compare else session_runs(runner)[-1:]))
+    ids = [r for r in earlier if r in overlaid] + mine[-1:]
     ids += [s.run_id for s in runner.snapshots() if not s.done and s.run_id not in ids]
     snapshots = []
-    for run_id in ids:
+    for run_id in dict.fromkeys(ids):
         try:
             snapshots.append(runner.snapshot(run_id))
         except KeyError:  # deleted between the two lines above
@@ -99,38 +111,49 @@ def shown_runs():
 
 
 def latest_download(run_id: str) -> None:
-    """The latest run's metrics.csv as a download, unless it was deleted meanwhile."""
+    """The latest run's metrics.csv and eval.csv as downloads, unless it was deleted meanwhile."""
     try:
-        data = runner.store.metrics_csv(run_id)
+        metrics, evals = runner.store.metrics_csv(run_id), runner.store.evals_csv(run_id)
     except (OSError, StoreError):
         return
-    st.download_button("Download the latest run's metrics.csv", data, file_name=f"{run_id}-metrics.csv",
-                       mime="text/csv")
+    left, right = st.columns(2)
+    left.download_button("Download the latest run's metrics.csv", metrics, file_name=f"{run_id}-metrics.csv",
+                         mime="text/csv")
+    right.download_button("Download the latest run's eval.csv (test accuracy)", evals,
+                          file_name=f"{run_id}-eval.csv", mime="text/csv")
 
 
-@st.fragment(run_every=REFRESH_S)
+@st.fragment(run_every=REFRESH_S if active else None)
 def live() -> None:
-    """Progress and charts, refreshed from the runner's snapshots. It polls even when nothing runs,
-    so a run started in another tab or session shows up here too."""
+    """Progress and charts, refreshed from the runner's snapshots while a run is going."""
     snapshots = shown_runs()
     for snapshot in snapshots:
         if not snapshot.done or snapshot.run_id == (mine[-1] if mine else None):
             progress(snapshot)
-    if snapshots:
-        labels = run_labels([s.config for s in snapshots])
-        figures = build_figures([series(s, label) for s, label in zip(snapshots, labels)], x_axis, smoothing)
-        left, right = st.columns(2)
-        for i, (name, figure) in enumerate(figures.items()):
-            (left if i % 2 == 0 else right).plotly_chart(figure, key=f"chart_{name}", width="stretch", theme=None)
-    else:
+    if not snapshots:
         st.info("No run yet: set up a run on the left and press Start.")
-    if snapshots and mine and runner.knows(mine[-1]) and runner.snapshot(mine[-1]).done:
+        return
+    charts = live_charts(snapshots, x_axis, smoothing, frozenset(log_y or ()))
+    for group in charts.coincidences:
+        st.caption(f"{' and '.join(group.labels)} coincide: their losses differ by at most "
+                   f"{group.max_diff:.1e} (relative) over {group.steps} steps; the later ones are drawn dashed.")
+    left, right = st.columns(2)
+    for i, (name, spec) in enumerate(charts.specs.items()):
+        live_chart.plotly_chart(left if i % 2 == 0 else right, spec, key=f"chart_{name}")
+    if mine and runner.knows(mine[-1]) and runner.snapshot(mine[-1]).done:
         latest_download(mine[-1])
-    if st.session_state.get("_was_running", False) != any(not s.done for s in snapshots):
-        st.rerun()  # a run started or ended elsewhere: a full rerun redraws Start and Stop for it
+
+
+@st.fragment(run_every=REFRESH_S)
+def watch() -> None:
+    """Every second, in every tab: when a run starts or ends anywhere (another tab, another session),
+    rerun the page so Start, Stop and the live charts follow it. Idle, this reads a few states only."""
+    if runner.active_ids() != st.session_state.get("_drawn_active"):
+        st.rerun()
 
 
 live()
+watch()
 if config is not None:
     with st.expander("The loop you are running", expanded=False):
         st.caption("Plain PyTorch equivalent to the settings on the left, generated from the same config.")

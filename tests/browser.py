@@ -10,7 +10,7 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -26,14 +26,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def dashboard(runs_dir: Path, timeout_s: float = 90) -> Iterator[str]:
-    """`streamlit run app.py` on a free loopback port; yields its base URL and stops it after."""
+def dashboard(runs_dir: Path, timeout_s: float = 90, prefix: Sequence[str] = ()) -> Iterator[str]:
+    """`streamlit run app.py` on a free loopback port; yields its base URL and stops it after.
+
+    prefix goes before the command, e.g. ("taskset", "-c", "0") to pin the server to core 0."""
     port = free_port()
     env = {**os.environ, "GACCUM_RUNS_DIR": str(runs_dir)}
     log = open(runs_dir.parent / f"streamlit-{port}.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-                               "--server.address", "127.0.0.1", "--server.headless", "true"],
-                              cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    command = [*prefix, sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+               "--server.address", "127.0.0.1", "--server.headless", "true"]
+    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, server, timeout_s)
@@ -71,3 +73,41 @@ LOSS_POINTS_JS = """() => {
     const plot = document.querySelector('.js-plotly-plot');
     return plot && plot.calcdata && plot.calcdata.length ? plot.calcdata[0].length : 0;
 }"""
+
+
+def start_a_long_mlp_run(page, url: str, wait_ms: float = 90_000) -> None:
+    """On the Train page: an mlp run on the bundled digits that lasts far longer than any test (Stop
+    ends it); presses Start once the settings are in."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{url}/Train")
+    model = page.get_by_role("combobox", name="Model")
+    expect(model).to_be_visible(timeout=wait_ms)
+    model.click()
+    page.get_by_role("option", name="mlp", exact=True).click()
+    for label, value in (("Epochs", "100000"), ("Max optimizer steps (0 = no limit)", "0")):
+        box = page.get_by_role("spinbutton", name=label)
+        box.fill(value)
+        box.press("Enter")
+        expect(box).to_have_value(value)
+    start = page.locator(".st-key-start button")
+    expect(start).to_be_enabled(timeout=30_000)
+    start.click()
+
+
+@contextmanager
+def dashboard_browser(runs: Path) -> Iterator[tuple[str, "Browser"]]:
+    """A dashboard storing runs in `runs` (created here) and Debian's Chromium to drive it."""
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+
+    # In CI Chromium is installed by .ci/run; a machine without it fails here rather than skipping.
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: apt-get install -y chromium"
+    runs.mkdir()
+    with dashboard(runs) as url, sync_playwright() as play:
+        browser = play.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield url, browser
+        finally:
+            browser.close()

@@ -1,4 +1,7 @@
-"""Fixtures shared by the page tests."""
+"""Fixtures shared by the tests."""
+
+import threading
+from typing import Iterator
 
 import pytest
 import torch
@@ -35,3 +38,64 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+class MicroBatchGate:
+    """Holds a run's training thread at the start of chosen micro-batches, through the engine's fault hook.
+
+    hold(step, micro) arms a zero-second 'slow' fault there; when the engine reaches it, the thread
+    waits (before that micro-batch's forward pass) until release(). While any fault is armed the hook
+    is asked before every micro-batch, so `started` lists each (step, micro) the engine began.
+    Tests use it to act at a known point of a run instead of sleeping and hoping.
+    """
+
+    HANG_GUARD_S = 300.0  # only so a broken hook cannot block a test or a thread forever; never reached when passing
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from gaccum_core import faults
+
+        self.started: list[tuple[int, int]] = []
+        self._held: list[faults.Fault] = []
+        self._reached = threading.Event()
+        self._released = threading.Event()
+        real_due = faults.due
+        faults.arm(faults.Fault("slow", step=10**9, seconds=0.0))  # never fires: keeps the hook asked
+
+        def due(step: int, micro: int) -> faults.Fault | None:
+            self.started.append((step, micro))
+            fault = real_due(step, micro)
+            if any(fault is held for held in self._held):
+                self._reached.set()
+                self._released.wait(self.HANG_GUARD_S)
+            return fault
+
+        monkeypatch.setattr(faults, "due", due)
+
+    def hold(self, step: int, micro: int = 0) -> None:
+        """Arm a hold at this micro-batch of the next run to reach it."""
+        from gaccum_core import faults
+
+        fault = faults.Fault("slow", step=step, micro=micro, seconds=0.0)
+        self._reached.clear()
+        self._released.clear()
+        self._held.append(fault)
+        faults.arm(fault)
+
+    def wait_until_held(self) -> None:
+        """Block until the training thread is held; fails (not hangs) if it never gets there."""
+        assert self._reached.wait(self.HANG_GUARD_S), "the run never reached the held micro-batch"
+
+    def release(self) -> None:
+        """Let the held thread go on."""
+        self._released.set()
+
+
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[MicroBatchGate]:
+    """A MicroBatchGate; every fault is disarmed and any held thread released afterwards."""
+    from gaccum_core import faults
+
+    gate = MicroBatchGate(monkeypatch)
+    yield gate
+    gate.release()
+    faults.disarm()

@@ -4,6 +4,9 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from page_charts import live_figures
+
+from gaccum_core.charts import CHARTS
 from gaccum_core.config import RunConfig
 from gaccum_core.metrics import STEP_COLUMNS
 
@@ -46,7 +49,9 @@ def test_train_page_runs_a_tiny_run_and_draws_its_charts(runs_dir, downloads):
     assert runner().wait(run_id, timeout=120).state == "finished"
     at.run()
     assert not at.exception
-    assert len(at.get("plotly_chart")) == 6
+    figures = live_figures(at)
+    assert sorted(figures) == sorted(CHARTS)
+    assert len(figures["loss"]["data"]) == 2  # raw and smoothed
     csv = downloads[f"{run_id}-metrics.csv"]
     assert csv.decode().splitlines()[0] == HEADER and len(csv.decode().splitlines()) == 4
 
@@ -76,7 +81,7 @@ def test_runs_page_lists_overlays_exports_and_deletes(runs_dir, downloads):
     assert not at.exception
     assert set(at.dataframe[0].value["run_id"]) == set(ids)
     at.multiselect(key="runs_selected").set_value(ids).run()
-    assert len(at.get("plotly_chart")) == 6
+    assert len(at.get("plotly_chart")) == len(CHARTS)
     combined = downloads["gaccum-runs.csv"].decode().splitlines()
     header = combined[0].split(",")
     assert header[:3] == ["run_id", "config_model", "config_dataset"] and len(combined) == 1 + 4
@@ -92,14 +97,3 @@ def test_runs_page_lists_overlays_exports_and_deletes(runs_dir, downloads):
     assert not at.exception
     assert list(runs_dir.iterdir()) == []  # both selected runs, not only the first
     assert any(all(r in s.value for r in ids) for s in at.success), "nothing confirmed the delete"
-
-
-def test_live_frames_grow_by_the_new_rows_only():
-    from ui import _grown
-
-    rows = tuple({"step": i, "loss": 1.0 / i} for i in range(1, 6))
-    first = _grown(None, rows[:3])
-    grown = _grown(first, rows)
-    assert grown["step"].tolist() == [1, 2, 3, 4, 5]
-    assert _grown(grown, rows) is grown  # nothing new: the same frame, no conversion
-    assert _grown(grown, rows[:2])["step"].tolist() == [1, 2]  # a different run's rows: rebuilt

@@ -12,8 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import streamlit as st
+import torch
 from streamlit.testing.v1 import AppTest
 
+from gaccum_core.charts import CHARTS
 from gaccum_core.cli import main
 from gaccum_core.config import RunConfig
 
@@ -135,6 +137,15 @@ def _set(at: AppTest, key: str, value) -> None:
     raise KeyError(f"no widget with key {key!r}")
 
 
+def _on_page(word):
+    """The page names a field by its control's label ("Learning rate = 0.0"), the CLI by its flag."""
+    from controls import LABELS
+
+    if isinstance(word, str) and word.startswith("=") and len(word) > 1:
+        return f"= {word[1:]}"
+    return LABELS.get(word, word)
+
+
 def _train_page() -> AppTest:
     st.cache_data.clear()  # the page remembers settings that passed its check, across AppTests
     return AppTest.from_file(str(ROOT / "pages/1_Train.py"), default_timeout=120).run()
@@ -155,7 +166,8 @@ def test_train_page_explains_a_bad_setting_and_will_not_start(name, flags, ui_se
         at.run()
     assert not at.exception, [e.value for e in at.exception]
     messages = [e.value for e in at.sidebar.error]
-    assert any(all(word in m for word in (_fill(w, scratch) for w in words)) for m in messages), messages
+    expected = [_on_page(_fill(w, scratch)) for w in words]
+    assert any(all(word in m for word in expected) for m in messages), (expected, messages)
     assert at.button(key="start").disabled
     assert not _run_dirs(runs_dir) and not _run_dirs(scratch)
 
@@ -190,17 +202,51 @@ def test_train_page_sees_data_placed_after_its_missing_data_error(runs_dir, scra
     assert not at.sidebar.error and not at.button(key="start").disabled
 
 
+def _toolchain(monkeypatch: pytest.MonkeyPatch, works: bool, why: str) -> None:
+    """Make preflight's compile probe answer (works, why) without compiling anything, so these tests
+    do not depend on this machine's compiler; the real probe (a child process) must not run at all."""
+    import gaccum_core.doctor as doctor
+    import gaccum_core.engine as engine
+
+    def no_real_probe(*args: object, **kwargs: object) -> tuple[bool, str]:
+        raise AssertionError("the real torch.compile probe ran")
+
+    answer = lambda device: (works, why)  # noqa: E731
+    monkeypatch.setattr(doctor, "compile_works", no_real_probe)
+    monkeypatch.setattr(doctor, "compile_works_here", answer)
+    monkeypatch.setattr(engine, "compile_works_here", answer)  # engine imports the name itself
+
+
+class _FailsOnFirstUse(torch.nn.Module):
+    """What torch.compile returns when the toolchain passed the probe but this model cannot be
+    compiled: the error is raised by dynamo on the first forward pass."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args: object, **kwargs: object) -> torch.Tensor:
+        import torch._dynamo.exc
+
+        raise torch._dynamo.exc.TorchRuntimeError("backend='inductor' raised: gcc: not found")
+
+
 @pytest.fixture
-def broken_compile(monkeypatch):
-    """torch.compile that 'compiles' and then fails on first use, as a missing compiler does."""
-    import torch._dynamo.exc
+def broken_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe says compile works; compiling the model then fails on its first use."""
+    _toolchain(monkeypatch, True, "works")
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None, **kwargs: _FailsOnFirstUse(model))
 
-    def compile_(model, mode=None):
-        def fail(*args, **kwargs):
-            raise torch._dynamo.exc.TorchRuntimeError("backend='inductor' raised: gcc: not found")
-        return fail
 
-    monkeypatch.setattr(torch, "compile", compile_)
+@pytest.fixture
+def refused_toolchain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe says compile does not work here; nothing may be compiled."""
+    _toolchain(monkeypatch, False, "gcc: not found")
+
+    def no_compile(*args: object, **kwargs: object) -> torch.nn.Module:
+        raise AssertionError("torch.compile was called for a refused toolchain")
+
+    monkeypatch.setattr(torch, "compile", no_compile)
 
 
 COMPILE_FAILED = "torch.compile(mode='max-autotune') failed on cpu"
@@ -211,9 +257,20 @@ def test_cli_compile_failure_is_a_failed_run_with_a_clear_message(broken_compile
                  "--compile", "max-autotune"])
     out, err = capsys.readouterr()
     assert code == 1 and "Traceback" not in err
-    assert f"failed: {COMPILE_FAILED}" in err and "compile to off" in err
+    assert f"failed: {COMPILE_FAILED}" in err and "Set compile to off" in err and "gcc: not found" in err
     run_dir = Path(out.strip().splitlines()[-1])  # a failed run is kept, its traceback in a file
-    assert '"state": "failed"' in (run_dir / "status.json").read_text() and (run_dir / "traceback.txt").exists()
+    assert '"state": "failed"' in (run_dir / "status.json").read_text()
+    assert "TorchRuntimeError" in (run_dir / "traceback.txt").read_text()
+    assert (run_dir / "metrics.csv").read_text().count("\n") == 1  # the header: no step was taken
+
+
+def test_cli_refuses_compile_where_the_toolchain_does_not_work(refused_toolchain, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    code = main(["run", "--device", "cpu", "--runs-dir", str(runs), "--model", "mlp", "--compile", "max-autotune"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert "--compile='max-autotune'" in lines[0] and "off" in lines[0] and "gcc: not found" in lines[0]
+    assert not _run_dirs(runs)
 
 
 def test_train_page_compile_failure_shows_the_runs_message(broken_compile, runs_dir):
@@ -225,10 +282,22 @@ def test_train_page_compile_failure_shows_the_runs_message(broken_compile, runs_
         at.run()
     at.button(key="start").click().run()
     (run_id,) = at.session_state["session_runs"]
-    assert ui.get_runner().wait(run_id, timeout=120).state == "failed"
+    assert ui.get_runner().wait(run_id).state == "failed"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert any(COMPILE_FAILED in e.value and "compile to off" in e.value for e in at.error), at.error
+    assert any(COMPILE_FAILED in e.value and "Set compile to off" in e.value for e in at.error), at.error
+
+
+def test_train_page_refuses_compile_where_the_toolchain_does_not_work(refused_toolchain, runs_dir):
+    at = _train_page()
+    for key, value in (("cfg_model", "mlp"), ("cfg_compile", "max-autotune")):
+        _set(at, key, value)
+        at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    messages = [e.value for e in at.sidebar.error]
+    # The setting, the value, and the probe's reason (whether the field or its control is named).
+    assert any("compile" in m and "'max-autotune'" in m and "gcc: not found" in m for m in messages), messages
+    assert at.button(key="start").disabled and not _run_dirs(runs_dir)
 
 
 # (file, new contents, words of the reason shown)
@@ -249,7 +318,7 @@ def test_damaged_runs_are_listed_as_damaged_next_to_good_ones(runs_dir):
     runner = ui.get_runner()
     good = [runner.submit(RunConfig(**TINY)) for _ in range(2)]
     for run_id in good:
-        assert runner.wait(run_id, timeout=60).state == "finished"
+        assert runner.wait(run_id).state == "finished"
     damaged = {}
     for i, (name, contents, words) in enumerate(DAMAGE):
         run_id = f"{good[0]}-damaged{i}"
@@ -266,4 +335,4 @@ def test_damaged_runs_are_listed_as_damaged_next_to_good_ones(runs_dir):
         assert all(word in table.loc[run_id, "message"] for word in words), table.loc[run_id, "message"]
     at.multiselect(key="runs_selected").set_value([*good, *damaged]).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert len(at.get("plotly_chart")) == 6  # the good runs are drawn; the damaged ones are left out
+    assert len(at.get("plotly_chart")) == len(CHARTS)  # the good runs are drawn; the damaged ones are left out

@@ -9,8 +9,8 @@ import plotly.io as pio
 import pytest
 
 from gaccum_core.charts import (CHARTS, MAX_POINTS, NO_EVALS, NO_SCALER, PALETTE, WAITING, RunSeries,
-                                accuracy_figure, build_figures, downsample, loss_figure, memory_figure,
-                                scale_figure)
+                                accuracy_figure, build_figures, coinciding, downsample, loss_figure,
+                                memory_figure, scale_figure)
 from gaccum_core.config import RunConfig
 from gaccum_core.engine import Engine
 from gaccum_core.metrics import EVAL_COLUMNS, STEP_COLUMNS, smooth_ema
@@ -96,11 +96,14 @@ def test_every_chart_draws_overlaid_runs_with_a_stable_uirevision(x):
     runs = [run(50, "a", evals_at=[25, 50], fp16=True), run(80, "b", evals_at=[40, 80], fp16=True)]
     figures = build_figures(runs, x, smoothing=0.6)
     assert list(figures) == list(CHARTS)
-    expected = {"loss": 4, "scale": 4, "skipped": 2, "memory": 6, "throughput": 2, "accuracy": 2}
+    expected = {"loss": 4, "scale": 4, "skipped": 2, "memory": 6, "throughput": 2, "accuracy": 2,
+                "grad_norm": 2, "lr": 2, "cache": 2}
     for name, figure in figures.items():
         assert isinstance(figure, go.Figure)
         assert len(figure.data) == expected[name], name
-        assert figure.layout.uirevision == name
+        assert figure.layout.uirevision == f"{name}:{x}" + (":log" if name == "scale" else "")
+        assert figure.layout.hovermode == "x unified"  # hovering lists every run at that x
+        assert figure.layout.legend.orientation == "h"  # under the plot, not beside it
         assert figure.layout.xaxis.title.text and figure.layout.yaxis.title.text and figure.layout.title.text
         assert figure.layout.showlegend and not annotations(figure)
     assert figures["scale"].layout.yaxis.type == "log"
@@ -109,6 +112,52 @@ def test_every_chart_draws_overlaid_runs_with_a_stable_uirevision(x):
     look = figures["loss"].layout.template.layout
     assert (look.plot_bgcolor, look.xaxis.gridcolor, look.colorway) == (white.plot_bgcolor, white.xaxis.gridcolor,
                                                                         white.colorway)
+
+
+def test_the_view_survives_more_points_runs_and_smoothing_but_not_a_new_x_axis():
+    """uirevision is what keeps a user's zoom and hidden legend entries across a live redraw; trace
+    uids keep a hidden entry with its run when another run's traces come before it."""
+    kind = dict(evals_at=[5, 10], fp16=True)
+    first = build_figures([run(10, "a", **kind)], "step", 0.6)
+    later = build_figures([run(10, "b", **kind), run(300, "a", evals_at=[5, 10, 300], fp16=True)], "step", 0.9)
+    other_x = build_figures([run(10, "a", **kind)], "samples_seen", 0.6)
+    for name in CHARTS:
+        assert first[name].layout.uirevision == later[name].layout.uirevision, name
+        assert other_x[name].layout.uirevision != first[name].layout.uirevision, name
+        uids = [trace.uid for trace in later[name].data]
+        assert len(set(uids)) == len(uids) and all(uids), name
+        assert {trace.uid for trace in first[name].data} <= set(uids), name
+    assert len({figure.layout.uirevision for figure in first.values()}) == len(CHARTS)
+
+
+def test_tidy_axes_accuracy_from_0_to_1_whole_steps_and_a_log_switch_per_chart():
+    figures = build_figures([run(50, "a", evals_at=[25, 50], fp16=True)], "step", 0.6)
+    assert tuple(figures["accuracy"].layout.yaxis.range) == (0.0, 1.0)
+    assert figures["loss"].layout.xaxis.tickformat == ",d"
+    assert build_figures([run(5)], "wall_time_s", 0.6)["loss"].layout.xaxis.tickformat is None
+    logged = build_figures([run(50, "a", fp16=True)], "step", 0.6, log_y=frozenset({"loss", "grad_norm"}))
+    assert {name for name, f in logged.items() if f.layout.yaxis.type == "log"} == {"loss", "grad_norm"}
+    assert logged["loss"].layout.uirevision != figures["loss"].layout.uirevision  # new units: the view resets
+
+
+def test_the_new_charts_draw_gradient_norm_learning_rate_and_cache_time():
+    a = run(30, "a")
+    figures = build_figures([a], "step", 0.6)
+    assert list(figures["grad_norm"].data[0].y) == pytest.approx(a.metrics["grad_norm"].tolist())
+    assert list(figures["lr"].data[0].y) == pytest.approx(a.metrics["lr"].tolist())
+    assert list(figures["cache"].data[0].y) == pytest.approx(a.metrics["cache_clear_s"].tolist())
+
+
+def test_coinciding_runs_are_found_and_the_later_one_is_dashed():
+    a = run(40, "a")
+    same = RunSeries("b", "b", a.metrics.assign(loss=a.metrics["loss"] * (1 + 1e-7)), a.evals)
+    other = run(40, "c", seed=1)
+    (group,) = coinciding([a, other, same])
+    assert group.run_ids == ("a", "b") and group.steps == 40 and 0 < group.max_diff < 1e-6
+    loss = loss_figure([a, other, same], "step", 0.6)
+    dashes = {t.uid: t.line.dash for t in loss.data if t.showlegend is not False}
+    assert dashes == {"a loss": "solid", "c loss": "solid", "b loss": "dash"}
+    assert coinciding([a, run(41, "d")]) == []  # different lengths are never called the same
 
 
 def test_a_run_keeps_its_colour_across_charts():

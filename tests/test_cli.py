@@ -61,12 +61,34 @@ def test_doctor_reports_versions_device_and_precisions(capsys):
         assert word in report
 
 
-def test_doctor_command_checks_compile_in_a_child_process():
-    done = subprocess.run([sys.executable, "-m", "gaccum_core", "doctor", "--device", "cpu"],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    assert "torch.compile yes" in done.stdout or "torch.compile no: " in done.stdout
-    assert "Traceback" not in done.stderr
+@pytest.mark.parametrize("child,expected", [
+    (subprocess.CompletedProcess([], 0, "", ""), "torch.compile yes"),
+    (subprocess.CompletedProcess([], 1, "", "Traceback ...\n\nInductorError: gcc: not found\n"),
+     "torch.compile no: InductorError: gcc: not found"),
+    (subprocess.TimeoutExpired("python", 300), "torch.compile no: no result after 300 s"),
+], ids=["works", "fails", "hangs"])
+def test_doctor_command_checks_compile_in_a_child_process(
+        child: subprocess.CompletedProcess | subprocess.TimeoutExpired, expected: str,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether compile works is the machine's business: the child process is faked, so both answers
+    (and a hung compiler) are checked here, and doctor must report exactly what the child said."""
+    import gaccum_core.doctor as doctor
+
+    calls: list[tuple[list[str], dict]] = []
+
+    def fake_run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+        calls.append((argv, kwargs))
+        if isinstance(child, BaseException):
+            raise child
+        return child
+
+    monkeypatch.setattr(doctor.subprocess, "run", fake_run)
+    assert main(["doctor", "--device", "cpu"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip().splitlines()[-1] == expected and err == ""
+    ((argv, kwargs),) = calls  # one probe, in a fresh interpreter, that compiles on the asked device
+    assert argv[:2] == [sys.executable, "-c"] and "torch.compile" in argv[2] and "'cpu'" in argv[2]
+    assert kwargs["timeout"] > 0
 
 
 def test_doctor_with_a_device_this_machine_lacks_is_a_one_line_error():

@@ -8,6 +8,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from gaccum_core.charts import CHARTS
 from gaccum_core.config import RunConfig
 from gaccum_core.runner import Runner
 from gaccum_core.store import RunStore, StoreError
@@ -59,7 +60,7 @@ def test_a_valid_run_id_in_the_url_opens_that_run(runs_dir):
     at.query_params["run"] = run_id
     at.run()
     assert at.multiselect(key="runs_selected").value == [run_id]
-    assert len(at.get("plotly_chart")) == 6
+    assert len(at.get("plotly_chart")) == len(CHARTS)
 
 
 class NotWeights:

@@ -12,42 +12,54 @@ from gaccum_core.runner import Runner
 
 TINY = dict(device="cpu", model="cnn", micro_batch_size=16, accum_steps=2, max_steps=6)
 MB = 1024 * 1024
+THREAD_EXIT_GUARD_S = 60.0  # a hang guard only, for all threads together: an idle worker exits at once
 
 
-def resources():
+def resources() -> tuple[int, int, float]:
     """(threads, open file descriptors, resident MB) of this process, after a collection."""
     gc.collect()
     process = psutil.Process()
     return threading.active_count(), process.num_fds(), process.memory_info().rss / MB
 
 
-def settle(baseline_threads, timeout_s=10.0):
-    """Give finished worker threads a moment to exit."""
-    deadline = time.monotonic() + timeout_s
-    while threading.active_count() > baseline_threads and time.monotonic() < deadline:
-        time.sleep(0.05)
+def join_new_threads(before: set[threading.Thread]) -> None:
+    """Wait for threads started since `before` (the runner's idle workers) to end; a leaked one stays
+    alive and is then counted by the caller's assertion."""
+    deadline = time.monotonic() + THREAD_EXIT_GUARD_S
+    for thread in set(threading.enumerate()) - before:
+        thread.join(max(deadline - time.monotonic(), 0.0))
 
 
-def test_twenty_runs_leave_no_thread_file_or_memory_behind(tmp_path):
+def test_twenty_runs_leave_no_thread_file_or_memory_behind(tmp_path, gate):
+    before = set(threading.enumerate())
     runner = Runner(tmp_path)
-    runner.wait(runner.submit(RunConfig(**TINY)), timeout=60)  # warm-up: first-use allocations
-    settle(1)
+    assert runner.wait(runner.submit(RunConfig(**TINY))).state == "finished"  # warm-up: first-use allocations
+    join_new_threads(before)
     threads0, fds0, rss0 = resources()
-    states = []
+    before = set(threading.enumerate())
+    expected, outcomes = [], []
     for i in range(20):
         if i == 7:
             faults.arm(faults.Fault("oom", step=3))
+            expected.append(("failed", 2))
+        elif i % 5 == 4:
+            gate.hold(step=3)  # held mid-run, so the stop lands before the run could finish
+            expected.append(("stopped", 2))
+        else:
+            expected.append(("finished", 6))
         run_id = runner.submit(RunConfig(**{**TINY, "seed": i}))
         if i % 5 == 4:
-            while runner.snapshot(run_id).steps_done < 2 and not runner.snapshot(run_id).done:
-                time.sleep(0.005)
+            gate.wait_until_held()
             runner.stop(run_id)
-        states.append(runner.wait(run_id, timeout=120).state)
-    settle(threads0)
+            gate.release()
+        snap = runner.wait(run_id)
+        outcomes.append((snap.state, snap.steps_done))
+    join_new_threads(before)
     threads1, fds1, rss1 = resources()
-    print(f"\nsoak: 20 runs {dict((s, states.count(s)) for s in set(states))}; threads {threads0} -> {threads1}, "
+    states = [state for state, _ in outcomes]
+    print(f"\nsoak: 20 runs {dict((str(s), states.count(s)) for s in set(states))}; threads {threads0} -> {threads1}, "
           f"open files {fds0} -> {fds1}, RSS {rss0:.1f} -> {rss1:.1f} MB ({rss1 - rss0:+.1f} MB)")
-    assert states.count("failed") == 1 and states.count("stopped") == 4 and states.count("finished") == 15
+    assert outcomes == expected
     assert threads1 == threads0
     assert fds1 == fds0
     assert rss1 - rss0 < 40, "memory grows run after run"
