@@ -95,6 +95,10 @@ class Controls:
         """Show a message under the control of `field` (or at the top of the sidebar)."""
         self.slots.get(field, st.sidebar).error(message)
 
+    def warn(self, field: str, message: str) -> None:
+        """Show a warning under the control of `field` (or at the top of the sidebar)."""
+        self.slots.get(field, st.sidebar).warning(message)
+
     def draw(self) -> dict[str, Any]:
         """Every control; returns the values by field name."""
         with st.sidebar:

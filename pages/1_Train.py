@@ -8,6 +8,8 @@ from gaccum_core.catalog import run_labels
 from gaccum_core.charts import CHARTS, LOG_BY_DEFAULT, X_AXES
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import DataError
+from gaccum_core.costs import warnings_for
+from gaccum_core.device import resolve_device
 from gaccum_core.engine import preflight
 from gaccum_core.loopcode import render_loop
 from gaccum_core.store import StoreError
@@ -58,6 +60,10 @@ except ConfigError as exc:
 if problem:
     controls.error(*problem)
     st.error(f"Cannot start: {problem[1]}")
+else:  # what the costly options cost here, measured once per server process, before Start
+    device = str(resolve_device(config.device))
+    for field, note in warnings_for(config.clear_cache, config.amp, config.accum_steps, device).items():
+        controls.warn(field, note)
 
 mine = session_runs(runner)
 start, stop, _ = st.columns([1, 1, 6])

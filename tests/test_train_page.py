@@ -146,3 +146,18 @@ def test_controls_accept_a_loss_scale_between_the_offered_powers(runs_dir, gate)
     finally:
         gate.release()
     runner().wait(run_id, timeout=120)
+
+
+def test_costly_options_say_what_they_cost_here_before_start(runs_dir, monkeypatch):
+    from gaccum_core import costs
+
+    # The CPU's real fp16 slowdown varies by machine (see test_costs for the real probe); fixed here.
+    monkeypatch.setattr(costs, "autocast_cost", lambda device, amp: costs.Cost(0.2, 16.0))
+    at = train_page()
+    at.selectbox(key="cfg_clear_cache").select("micro").run()
+    at.radio(key="cfg_amp").set_value("fp16").run()
+    assert not at.exception
+    warnings = [w.value for w in at.sidebar.warning]
+    assert any(w.startswith("Cache clearing takes") and "ms each time on this machine" in w for w in warnings), warnings
+    assert any(w.startswith("fp16 autocast on this CPU runs a small conv net 16.0× slower") for w in warnings), warnings
+    assert not at.button(key="start").disabled  # a warning, not a refusal
