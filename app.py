@@ -35,5 +35,9 @@ table = run_table(runner.store, [s.run_id for s in active])
 if table.empty:
     st.write("No runs yet.")
 else:
-    columns = [c for c in ("run_id", "state", "label", "steps", "final_loss", "test_accuracy") if c in table]
-    st.dataframe(table[columns].head(10), hide_index=True, width="stretch")
+    columns = [c for c in ("run_id", "state", "label", "dataset", "steps", "final_loss", "test_accuracy")
+               if c in table]
+    # Each run links to itself on the Runs page (whose ?run= is validated there).
+    latest = table[columns].head(10).assign(open=lambda t: "Runs?run=" + t["run_id"])
+    st.dataframe(latest, hide_index=True, width="stretch",
+                 column_config={"open": st.column_config.LinkColumn("open", display_text="open on Runs")})

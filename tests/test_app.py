@@ -26,7 +26,8 @@ def test_home_page_shows_the_device_and_latest_runs(runs_dir):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
     assert not at.exception
     assert "CPU — runs train on the CPU" in at.info[0].value
-    assert run_id in at.dataframe[0].value["run_id"].tolist()
+    table = at.dataframe[0].value.set_index("run_id")
+    assert table.loc[run_id, "open"] == f"Runs?run={run_id}"  # a link to that run on the Runs page
 
 
 def test_train_page_runs_a_tiny_run_and_draws_its_charts(runs_dir, downloads):
