@@ -89,7 +89,7 @@ def chart_cache() -> ChartCache:
 def live_charts(snapshots: list[RunSnapshot], x: str, smoothing: float, log_y: frozenset[str]) -> ChartSet:
     """The charts of these runs, labelled by what differs between them; built once for all sessions."""
     labels = run_labels([s.config for s in snapshots])
-    runs = [ChartInput(s.run_id, f"{label} · {s.run_id[-6:]}", s.metrics, s.evals)
+    runs = [ChartInput(s.run_id, f"{label} · {short_name(s)}", s.metrics, s.evals)
             for s, label in zip(snapshots, labels)]
     return chart_cache().charts(runs, x, smoothing, log_y)
 
@@ -106,6 +106,11 @@ def await_first_step(runner: Runner, run_id: str, timeout_s: float = 1.5) -> Non
         time.sleep(0.02)
 
 
+def short_name(snapshot: RunSnapshot) -> str:
+    """The run's name if it has one, else the end of its id."""
+    return snapshot.name or snapshot.run_id[-6:]
+
+
 def format_eta(seconds: float | None) -> str:
     """'1 min 05 s left', or an empty string before there is an estimate."""
     if seconds is None:
@@ -117,7 +122,7 @@ def format_eta(seconds: float | None) -> str:
 def progress(snapshot: RunSnapshot) -> None:
     """A progress bar naming its run, with steps done of total and the time left; the run's warning."""
     total = max(snapshot.total_steps, 1)
-    name = f"{run_label(snapshot.config)} · {snapshot.run_id[-6:]}"
+    name = f"{run_label(snapshot.config)} · {short_name(snapshot)}"
     text = f"{name} — {snapshot.state}: step {snapshot.steps_done} of {snapshot.total_steps or '?'}"
     if snapshot.state == RunState.QUEUED:
         text = f"{name} — queued: position {snapshot.queue_position} on this device"

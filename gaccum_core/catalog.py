@@ -120,7 +120,8 @@ def describe_run(store: RunStore, run_id: str, live: Iterable[str] = ()) -> dict
     if state not in FINAL_STATES and run_id not in set(live):
         # Queued or running on disk, but no runner in this process owns it: the server stopped.
         state = RunState.INTERRUPTED
-    row.update(state=state, message=status.get("message", ""), created=status.get("created", ""),
+    row.update(state=state, name=status.get("name", ""), message=status.get("message", ""),
+               created=status.get("created", ""),
                label=run_label(config), **{k: getattr(config, k) for k in SETTINGS},
                effective_batch=config.effective_batch_size, **_summary(metrics, evals))
     return row

@@ -61,6 +61,7 @@ class RunSnapshot:
     eta_s: float | None
     metrics: tuple[Mapping[str, Any], ...]  # read-only rows: copy one to change it
     evals: tuple[Mapping[str, Any], ...]
+    name: str = ""  # the user's name for the run, if they gave one
 
     @property
     def done(self) -> bool:
@@ -73,6 +74,7 @@ class _Run:
     run_id: str
     config: RunConfig
     device_key: str
+    name: str = ""
     state: RunState = RunState.QUEUED
     message: str = ""
     device: str = ""
@@ -117,7 +119,7 @@ class Runner:
         """Create the run on disk and queue it; returns the run id."""
         device_key = str(resolve_device(config.device))
         run_id = self.store.create(config, name)
-        run = _Run(run_id, config, device_key)
+        run = _Run(run_id, config, device_key, name or "")
         with self._lock:
             self._runs[run_id] = run
             self._queues.setdefault(device_key, deque()).append(run)
@@ -185,7 +187,7 @@ class Runner:
         position = queue.index(run) + 1 if run in queue else 0
         eta = eta_seconds(len(run.metrics), run.total_steps, elapsed) if run.state == RunState.RUNNING else None
         return RunSnapshot(run.run_id, run.config, run.state, run.message, run.device, len(run.metrics),
-                           run.total_steps, position, elapsed, eta, tuple(run.metrics), tuple(run.evals))
+                           run.total_steps, position, elapsed, eta, tuple(run.metrics), tuple(run.evals), run.name)
 
     def _work(self, device_key: str) -> None:
         while (run := self._next(device_key)) is not None:

@@ -66,10 +66,12 @@ else:  # what the costly options cost here, measured once per server process, be
         controls.warn(field, note)
 
 mine = session_runs(runner)
-start, stop, _ = st.columns([1, 1, 6])
+start, stop, name_col = st.columns([1, 1, 6])
+run_name = name_col.text_input("Run name (optional)", key="run_name", max_chars=40,
+                               placeholder="e.g. baseline, fp16 try 2", label_visibility="collapsed")
 if start.button("Start", type="primary", key="start", disabled=config is None or problem is not None):
     try:
-        mine.append(runner.submit(config))  # this same script run then draws it: no extra rerun
+        mine.append(runner.submit(config, run_name.strip() or None))  # drawn by this same script run
     except (ValueError, OSError) as exc:  # the runs directory cannot take a run (the store left none)
         st.error(f"Cannot start: {exc} (the runs directory is set by GACCUM_RUNS_DIR)")
     else:

@@ -21,7 +21,7 @@ if table.empty:
     st.info(f"No runs in {store.root.resolve()} yet: start one on the Train page.")
     st.stop()
 
-columns = ["run_id", "state", "label", "dataset", "effective_batch", "steps", "final_loss", "test_accuracy",
+columns = ["run_id", "name", "state", "label", "dataset", "effective_batch", "steps", "final_loss", "test_accuracy",
            "peak_mem_mb", "samples_per_s", "skipped", "lr", "optimizer", "created", "message"]
 shown = table[[c for c in columns if c in table.columns]]
 st.dataframe(shown, hide_index=True, width="stretch",

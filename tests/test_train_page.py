@@ -161,3 +161,19 @@ def test_costly_options_say_what_they_cost_here_before_start(runs_dir, monkeypat
     assert any(w.startswith("Cache clearing takes") and "ms each time on this machine" in w for w in warnings), warnings
     assert any(w.startswith("fp16 autocast on this CPU runs a small conv net 16.0× slower") for w in warnings), warnings
     assert not at.button(key="start").disabled  # a warning, not a refusal
+
+
+def test_a_named_run_carries_its_name_to_disk_progress_and_legends(runs_dir):
+    at = train_page()
+    at.selectbox(key="cfg_model").select("mlp")
+    at.number_input(key="cfg_max_steps").set_value(2)
+    at.text_input(key="run_name").input("baseline fp32").run()
+    at.button(key="start").click().run()
+    (run_id,) = at.session_state["session_runs"]
+    assert run_id.endswith("baseline-fp32")
+    assert runner().wait(run_id).state == RunState.FINISHED
+    assert runner().store.read_status(run_id)["name"] == "baseline fp32"
+    at.run()
+    assert any("baseline fp32" in p.proto.text for p in at.get("progress"))
+    loss = live_figures(at)["loss"]
+    assert any(trace["name"].endswith("· baseline fp32") for trace in loss["data"])
