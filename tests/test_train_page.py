@@ -177,3 +177,20 @@ def test_a_named_run_carries_its_name_to_disk_progress_and_legends(runs_dir):
     assert any("baseline fp32" in p.proto.text for p in at.get("progress"))
     loss = live_figures(at)["loss"]
     assert any(trace["name"].endswith("· baseline fp32") for trace in loss["data"])
+
+
+def test_progress_names_its_run_and_says_compiling_before_the_first_step(runs_dir, gate, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: model)  # the page's words, not a real compile
+    gate.hold(step=1)  # before the first forward pass, where torch.compile does its work
+    run_id = runner().submit(RunConfig(device="cpu", model="mlp", max_steps=1, compile="default"))
+    gate.wait_until_held()
+    try:
+        at = train_page()
+        texts = [p.proto.text for p in at.get("progress")]
+        assert any(t.startswith(f"mlp b=32 k=4 compile=default · {run_id[-6:]} — compiling the model") for t in texts), texts
+    finally:
+        gate.release()
+        runner().stop(run_id)
+    runner().wait(run_id)
