@@ -10,7 +10,10 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -96,7 +99,7 @@ def start_a_long_mlp_run(page, url: str, wait_ms: float = 90_000) -> None:
 
 
 @contextmanager
-def dashboard_browser(runs: Path) -> Iterator[tuple[str, "Browser"]]:
+def dashboard_browser(runs: Path) -> Iterator[tuple[str, Browser]]:
     """A dashboard storing runs in `runs` (created here) and Debian's Chromium to drive it."""
     import shutil
 
