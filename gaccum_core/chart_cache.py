@@ -77,11 +77,14 @@ class ChartCache:
                 self._specs.popitem(last=False)
             return specs
 
-    def forget(self, keep: Sequence[str]) -> None:
-        """Drop the frames of runs not in `keep` (deleted or no longer shown anywhere)."""
+    def forget(self, run_ids: Sequence[str]) -> None:
+        """Drop everything built from these runs (they were deleted): their frames and chart sets."""
+        gone = set(run_ids)
         with self._lock:
-            for run_id in set(self._frames) - set(keep):
+            for run_id in gone & set(self._frames):
                 del self._frames[run_id]
+            for key in [key for key in self._specs if gone & {run[0] for run in key[0]}]:
+                del self._specs[key]
 
     def _series(self, run: ChartInput) -> RunSeries:
         metrics, evals = self._frames.get(run.run_id, (None, None))

@@ -13,9 +13,9 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 import torch
 

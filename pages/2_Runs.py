@@ -7,7 +7,7 @@ from gaccum_core.charts import X_AXES, RunSeries, build_figures
 from gaccum_core.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.store import StoreError, validate_run_id
-from ui import get_runner, widget
+from ui import chart_cache, get_runner, widget
 
 st.set_page_config(page_title="gaccum · Runs", layout="wide")
 st.title("Runs")
@@ -95,6 +95,7 @@ def delete(run_ids: list[str]) -> None:
             deleted.append(run_id)
         except (RunBusyError, StoreError, OSError) as exc:
             errors.append(str(exc))
+    chart_cache().forget(deleted)  # the Train page's live charts of these runs, shared by every session
     st.session_state["runs_selected"] = [r for r in st.session_state["runs_selected"] if r not in deleted]
     st.session_state["confirm_delete"] = False
     if deleted:

@@ -58,3 +58,15 @@ def test_identical_runs_are_reported_as_coinciding():
                           "step", 0.6)
     (group,) = charts.coincidences
     assert group.labels == ("b=32 k=4", "b=8 k=16") and group.max_diff == 0.0
+
+
+def test_a_deleted_run_is_forgotten_and_built_afresh_if_it_reappears():
+    cache = ChartCache()
+    kept, deleted = ChartInput("keep", "a", rows(10), ()), ChartInput("gone", "b", rows(10), ())
+    cache.charts([kept], "step", 0.6)
+    cache.charts([kept, deleted], "step", 0.6)
+    cache.forget(["gone"])
+    cache.charts([kept], "step", 0.6)  # untouched by the deletion: still cached
+    assert cache.builds == 2
+    cache.charts([kept, deleted], "step", 0.6)  # its charts were dropped with it
+    assert cache.builds == 3
