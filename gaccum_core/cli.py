@@ -11,7 +11,8 @@ from typing import Any, Sequence
 from tqdm import tqdm
 
 from gaccum_core.config import FIELD_HELP, ConfigError, RunConfig
-from gaccum_core.runner import Runner, RunSnapshot
+from gaccum_core.child import Launch
+from gaccum_core.runner import EXECUTORS, Runner, RunSnapshot
 from gaccum_core.states import RunState
 
 _CHOICES = {"reduction", "amp", "clear_cache", "compile", "optimizer", "lr_schedule", "model", "dataset"}
@@ -78,6 +79,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(run)
     run.add_argument("--runs-dir", default="runs", help="directory that holds one folder per run (default: runs)")
     run.add_argument("--name", default=None, help="a label appended to the run id")
+    run.add_argument("--executor", choices=EXECUTORS, default="thread",
+                     help="train in this process (thread) or in a worker process (process); "
+                          "--nproc above 1 always uses torchrun's worker processes (default: thread)")
+    run.add_argument("--node-rank", type=_typed("int", "--node-rank"), default=0, metavar="INT",
+                     help="this machine's rank in the job; rank 0 writes the run directory (default: 0)")
+    run.add_argument("--rdzv-endpoint", default="", metavar="HOST:PORT",
+                     help="where the machines meet: host and free port of node rank 0 (torchrun --rdzv-endpoint)")
+    worker = commands.add_parser("worker", help="internal: train one run in this process (started by the runner "
+                                                "or torchrun)")
+    worker.add_argument("--run-dir", default=None, help="the run directory (global rank 0)")
+    worker.add_argument("--config", default=None, help="the run's config as JSON (ranks on other machines)")
+    worker.add_argument("--spare", action="store_true", help="warm up, then read the run directory from stdin")
     doctor = commands.add_parser("doctor", help="what this machine can do: torch, CUDA, memory, AMP, compile")
     doctor.add_argument("--device", default="auto", help="device to check (default: auto)")
     return parser
@@ -106,7 +119,14 @@ def run_command(args: argparse.Namespace) -> int:
     except ValueError as exc:  # data and model input errors explain themselves
         print(f"gaccum: error: {exc}", file=sys.stderr)
         return 2
-    runner = Runner(args.runs_dir)
+    try:
+        launch = _launch_from_args(args, config)
+    except ValueError as exc:
+        print(f"gaccum: error: {exc}", file=sys.stderr)
+        return 2
+    if launch.node_rank > 0:
+        return _join_job(config, launch)
+    runner = Runner(args.runs_dir, executor=args.executor, launch=launch)
     try:
         run_id = runner.submit(config, args.name)
     except (ValueError, OSError) as exc:  # StoreError says which directory and why; the store removed the run
@@ -117,6 +137,28 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"{snapshot.state}: {snapshot.message}", file=sys.stderr)
     print(runner.store.path(run_id).resolve())
     return {RunState.FINISHED: 0, RunState.STOPPED: 130}.get(snapshot.state, 1)
+
+
+def _launch_from_args(args: argparse.Namespace, config: RunConfig) -> Launch:
+    """torchrun's rendezvous for this machine; ValueError naming the flag that does not fit."""
+    if not 0 <= args.node_rank < config.nnodes:
+        raise ValueError(f"--node-rank={args.node_rank} is not allowed: 0 to {config.nnodes - 1} (--nnodes={config.nnodes})")
+    if config.nnodes > 1 and not re.match(r"^[^:\s]+:\d+$", args.rdzv_endpoint):
+        raise ValueError(f"--rdzv-endpoint={args.rdzv_endpoint!r} is not allowed: HOST:PORT of node rank 0's "
+                         f"machine, required with --nnodes={config.nnodes}")
+    return Launch(args.node_rank, args.rdzv_endpoint)
+
+
+def _join_job(config: RunConfig, launch: Launch) -> int:
+    """On a machine of node rank > 0: start this machine's ranks; rank 0's machine writes the run."""
+    import subprocess
+
+    from gaccum_core.child import torchrun_command
+
+    command = torchrun_command(config, launch, None, ["--config", config.to_json()])
+    print(f"gaccum: joining the job at {launch.rdzv_endpoint} as node {launch.node_rank} of {config.nnodes}; "
+          "stop it from node 0", file=sys.stderr)
+    return subprocess.call(command)
 
 
 def _follow(runner: Runner, run_id: str) -> RunSnapshot:
@@ -159,4 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_flag_error(exc), file=sys.stderr)
             return 2
         return 0
+    if args.command == "worker":
+        from gaccum_core.worker import main as worker_main
+
+        return worker_main(args.run_dir, args.config, args.spare)
     return run_command(args)

@@ -24,6 +24,7 @@ DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake")
 MAX_BATCH = 1 << 16
 MAX_ACCUM = 1 << 16
 MAX_IMAGE = 1024
+MAX_PROCESSES = 1024  # per machine; the device sets the real limit (preflight)
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
 
@@ -55,6 +56,11 @@ FIELD_HELP = {
     "fake_samples": "training samples of the fake data set (its test split is a fifth of that)",
     "fake_classes": "classes of the fake data set",
     "eval_every": "evaluate on the test split every N optimizer steps (0 = at the end of each epoch)",
+    "nproc": "data-parallel processes per machine (DDP through torchrun, one GPU each on CUDA); "
+             "effective batch = nnodes*nproc*b*k",
+    "nnodes": "machines in a data-parallel job (the command line's --node-rank and --rdzv-endpoint join them)",
+    "sync_every_micro_batch": "all-reduce gradients after every micro-batch instead of once per window "
+                              "(turns DDP's no_sync off, to see what it saves)",
 }
 
 
@@ -97,6 +103,9 @@ class RunConfig:
     fake_samples: int = 1024
     fake_classes: int = 10
     eval_every: int = 0
+    nproc: int = 1
+    nnodes: int = 1
+    sync_every_micro_batch: bool = False
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -105,8 +114,13 @@ class RunConfig:
 
     @property
     def effective_batch_size(self) -> int:
-        """Samples per optimizer step in a full window: micro_batch_size * accum_steps."""
-        return self.micro_batch_size * self.accum_steps
+        """Samples per optimizer step in a full window: every process's micro-batch times accum_steps."""
+        return self.world_size * self.micro_batch_size * self.accum_steps
+
+    @property
+    def world_size(self) -> int:
+        """Data-parallel processes in the whole job."""
+        return self.nnodes * self.nproc
 
     def to_dict(self) -> dict[str, Any]:
         """The config as a plain JSON-ready dict."""
@@ -201,6 +215,8 @@ def _check_ranges(cfg: RunConfig) -> None:
     _int_range(cfg, "fake_samples", 2, 10**7)
     _int_range(cfg, "fake_classes", 2, 100_000)
     _int_range(cfg, "eval_every", 0, 10**9, " (0 = at the end of each epoch)")
+    _int_range(cfg, "nproc", 1, MAX_PROCESSES)
+    _int_range(cfg, "nnodes", 1, MAX_PROCESSES)
     _positive_float(cfg, "lr", allow_zero=False, high=1e3)
     _positive_float(cfg, "init_scale", allow_zero=False, high=2.0**126)
     _positive_float(cfg, "grad_clip", allow_zero=True)

@@ -8,6 +8,7 @@ partial). Each micro-batch's summed loss is divided by the window's sample count
 from __future__ import annotations
 
 import math
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from gaccum_core.accumulation import MicroBatch, Window, epoch_order, plan_epoch
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.device import autocast_works, resolve_device
+from gaccum_core.distributed import Ranks, gather_step, share, sync_context, wrap
 from gaccum_core.doctor import compile_works_here
 from gaccum_core.loss import summed_cross_entropy
 from gaccum_core.memory import MB, ActivationMeter, MemoryProbe, clear_cache
@@ -67,6 +69,20 @@ def _check_micro_batch(config: RunConfig, num_train: int) -> None:
                           f"at most {num_train}, the size of the {config.dataset} training set")
 
 
+def max_processes(device: torch.device) -> int:
+    """Data-parallel processes this machine can run: one per GPU, or one per CPU core (for trying it out)."""
+    if device.type == "cuda":
+        return torch.cuda.device_count()
+    return os.cpu_count() or 1
+
+
+def _check_processes(config: RunConfig, device: torch.device) -> None:
+    most = max_processes(device)
+    if config.nproc > most:
+        unit = "GPUs" if device.type == "cuda" else "CPU cores"
+        raise ConfigError("nproc", config.nproc, f"1 to {most}, the {unit} of this machine")
+
+
 def preflight(config: RunConfig) -> None:
     """Check, before any run directory exists, what only the device, data and model can tell."""
     device = resolve_device(config.device)
@@ -79,23 +95,31 @@ def preflight(config: RunConfig) -> None:
         works, why = compile_works_here(str(device))
         if not works:
             raise ConfigError("compile", config.compile, f"off: torch.compile does not work on {device} ({why})")
+    _check_processes(config, device)
     data = load_data(config)
     _check_micro_batch(config, len(data.train))
     build_model(config.model, data.input_shape, data.num_classes, config.image_size)
 
 
-class Engine:
-    """One run's data, model, optimizer and precision on one device."""
+def _never() -> bool:
+    return False
 
-    def __init__(self, config: RunConfig, device: torch.device | None = None) -> None:
-        self.config = config
+
+class Engine:
+    """One run's data, model, optimizer and precision on one device (one rank of a data-parallel job)."""
+
+    def __init__(self, config: RunConfig, device: torch.device | None = None, ranks: Ranks = Ranks()) -> None:
+        self.config, self.ranks = config, ranks
         self.device = device or resolve_device(config.device)
         self.data = load_data(config)
         self.num_train = len(self.data.train)
         _check_micro_batch(config, self.num_train)
         self.model = build_seeded_model(config, self.data.input_shape, self.data.num_classes).to(self.device)
-        self.forward = _compiled(self.model, config.compile)
-        self.total_steps = planned_steps(self.num_train, config.micro_batch_size, config.accum_steps,
+        self.ddp, self.allreduce = wrap(self.model, self.device) if ranks.distributed else (None, None)
+        self.forward = _compiled(self.ddp or self.model, config.compile)
+        # A global micro-batch holds every rank's micro-batch: windows are planned over the whole job.
+        self.global_micro_batch = config.micro_batch_size * ranks.world_size
+        self.total_steps = planned_steps(self.num_train, self.global_micro_batch, config.accum_steps,
                                          config.epochs, config.max_steps)
         self.opt = Optimization.from_config(config, self.model, self.device, self.total_steps)
         self.optimizer, self.precision = self.opt.optimizer, self.opt.precision
@@ -103,6 +127,7 @@ class Engine:
         self.activations = ActivationMeter(self.opt.params)
         self._activation_size = 0
         self._cache_clear_s = 0.0  # seconds spent clearing the cache in the current window
+        self._stop_agreed = False  # a data-parallel run stops when any rank asked, at the same step
 
     def run(self, sink: MetricSink, should_stop: StopCheck = lambda: False) -> RunState:
         """Train until the planned steps are done ('finished') or should_stop() ('stopped')."""
@@ -111,7 +136,7 @@ class Engine:
         self.model.train()
         for epoch in range(cfg.epochs):
             order = epoch_order(self.num_train, cfg.seed, epoch)
-            for window in plan_epoch(self.num_train, cfg.micro_batch_size, cfg.accum_steps, cfg.reduction):
+            for window in plan_epoch(self.num_train, self.global_micro_batch, cfg.accum_steps, cfg.reduction):
                 if counters.step >= self.total_steps:
                     break
                 row = self._guarded_window(window, order, epoch, counters, should_stop)
@@ -120,6 +145,8 @@ class Engine:
                 sink.log_step(row)
                 if not math.isfinite(row["loss"]) and not self.precision.uses_scaler:
                     raise Diverged(row["step"], row["loss"])
+                if self._stop_agreed:
+                    return RunState.STOPPED
                 if cfg.eval_every and counters.step % cfg.eval_every == 0:
                     self._log_eval(sink, epoch, counters)
             if not cfg.eval_every and counters.step > counters.last_eval_step:
@@ -162,7 +189,10 @@ class Engine:
     def _micro_batches(self, window: Window) -> Iterator[tuple[int, MicroBatch]]:
         """The window's micro-batches, numbered; with clear_cache=micro, clears after each backward."""
         for i, micro in enumerate(window.micro_batches):
-            yield i, micro
+            # Suspended inside the context while the caller runs this micro-batch's forward and backward:
+            # DDP skips the gradient all-reduce for every micro-batch but the window's last.
+            with sync_context(self.ddp, micro.ends_window, self.config.sync_every_micro_batch):
+                yield i, micro
             # Resumed when accumulate_step asks for the next micro-batch: this one's backward is done.
             if self.config.clear_cache == "micro":
                 self._cache_clear_s += clear_cache(self.device)
@@ -170,10 +200,11 @@ class Engine:
     def _loss_sum(self, order: torch.Tensor, step: int, numbered: tuple[int, MicroBatch]) -> torch.Tensor:
         """One micro-batch's summed loss; its saved activations counted once per size; faults applied."""
         i, micro = numbered
-        x, y = self.data.train.batch(order[micro.start:micro.stop])
+        start, stop = share(micro, self.ranks, self.config.micro_batch_size)
+        x, y = self.data.train.batch(order[start:stop])
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         fault = faults.due(step, i) if faults.ARMED else None
-        with self.activations.measure() if i == 0 and self._measure_activations(micro.size) else nullcontext():
+        with self.activations.measure() if i == 0 and self._measure_activations(stop - start) else nullcontext():
             loss = lambda: summed_cross_entropy(self.forward, self.precision, x, y)  # noqa: E731
             return loss() if fault is None else faults.inject(fault, loss)
 
@@ -184,31 +215,55 @@ class Engine:
         self.memory.start_step()
         lr = self.optimizer.param_groups[0]["lr"]
         step = counters.step + 1
+        if self.allreduce is not None:
+            self.allreduce.reset()
+        # DDP's ranks must run the same micro-batches: they agree on a stop once per step (in _measured).
+        local_stop = _never if self.ranks.distributed else should_stop
+        # DDP averages the ranks' gradients: each rank divides by its share of the window's divisor.
         result = accumulate_step(self.opt, self._micro_batches(window),
-                                 lambda numbered: self._loss_sum(order, step, numbered), window.divisor, should_stop)
+                                 lambda numbered: self._loss_sum(order, step, numbered),
+                                 window.divisor / self.ranks.world_size, local_stop)
         if result is None:
             return None
         if self.config.clear_cache == "step":
             self._cache_clear_s += clear_cache(self.device)
-        return self._row(window, epoch, counters, start, self._cache_clear_s, lr, result)
+        return self._row(window, epoch, counters, start, lr, result, should_stop)
 
-    def _row(self, window: Window, epoch: int, counters: _Counters, start: float, cache_s: float,
-             lr: float, result: StepResult) -> Row:
-        # One host sync per step: both numbers read together.
-        loss_total, grad_norm = torch.stack([result.loss_sum, result.grad_norm.float()]).tolist()
+    def _measured(self, result: StepResult, should_stop: StopCheck) -> dict[str, float | None]:
+        """The step's loss sum, gradient norm and memory over the whole job: one host sync per step, and
+        on several ranks one all_gather (loss summed, memory the largest rank's, a stop if any asked)."""
+        memory = {**self.memory.read(), "activation_mb": self.activations.bytes / MB}
+        if not self.ranks.distributed:
+            loss_sum, grad_norm = torch.stack([result.loss_sum, result.grad_norm.float()]).tolist()
+            return {"loss_sum": loss_sum, "grad_norm": grad_norm, **memory}
+        names = list(memory)
+        nan = float("nan")
+        local = [result.loss_sum, result.grad_norm.float(), float(should_stop()),
+                 *(nan if memory[n] is None else memory[n] for n in names)]
+        rows = gather_step(local, self.device).cpu()
+        self._stop_agreed = bool(rows[:, 2].max() > 0)
+        # The gradients are all-reduced, so every rank's norm is the global one: rank 0's is taken.
+        largest = [None if torch.isnan(c).all() else c.nan_to_num(-1.0).max().item() for c in rows[:, 3:].T]
+        return {"loss_sum": rows[:, 0].sum().item(), "grad_norm": rows[0, 1].item(), **dict(zip(names, largest))}
+
+    def _row(self, window: Window, epoch: int, counters: _Counters, start: float, lr: float,
+             result: StepResult, should_stop: StopCheck) -> Row:
+        measured = self._measured(result, should_stop)
         step_time = time.perf_counter() - start
         counters.step += 1
         counters.samples_seen += window.samples
         counters.skipped_total += int(result.skipped)
+        loss_sum = measured.pop("loss_sum")
         return {
             "step": counters.step, "epoch": epoch, "micro_batches": len(window.micro_batches),
             "samples": window.samples, "samples_seen": counters.samples_seen,
-            "loss": loss_total / window.samples, "lr": lr, "grad_norm": grad_norm,
+            "loss": loss_sum / window.samples, "lr": lr,
             "scale": result.scale, "skipped": int(result.skipped), "skipped_total": counters.skipped_total,
-            **self.memory.read(), "activation_mb": self.activations.bytes / MB,
-            "cache_clear_s": cache_s, "step_time_s": step_time,
+            **measured, "cache_clear_s": self._cache_clear_s, "step_time_s": step_time,
             "samples_per_s": window.samples / step_time if step_time > 0 else None,
-            "wall_time_s": time.perf_counter() - self._start,
+            "wall_time_s": time.perf_counter() - self._start, "world_size": self.ranks.world_size,
+            "allreduce_calls": self.allreduce.calls if self.allreduce else 0,
+            "allreduce_bytes": self.allreduce.bytes if self.allreduce else 0,
         }
 
     @torch.no_grad()
@@ -230,7 +285,9 @@ class Engine:
         return loss_sum.item() / len(test), correct.item() / len(test)
 
     def _log_eval(self, sink: MetricSink, epoch: int, counters: _Counters) -> None:
-        test_loss, accuracy = self.evaluate()
         counters.last_eval_step = counters.step
+        if not self.ranks.is_main:
+            return  # the model is the same on every rank: rank 0 evaluates and writes
+        test_loss, accuracy = self.evaluate()
         sink.log_eval({"epoch": epoch, "step": counters.step, "test_loss": test_loss,
                        "test_accuracy": accuracy, "wall_time_s": time.perf_counter() - self._start})

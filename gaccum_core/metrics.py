@@ -9,8 +9,12 @@ STEP_COLUMNS = (
     "step", "epoch", "micro_batches", "samples", "samples_seen", "loss", "lr", "grad_norm",
     "scale", "skipped", "skipped_total", "mem_allocated_mb", "mem_reserved_mb", "mem_peak_mb",
     "activation_mb", "cache_clear_s", "step_time_s", "samples_per_s", "wall_time_s",
+    "world_size", "allreduce_calls", "allreduce_bytes",
 )
 EVAL_COLUMNS = ("epoch", "step", "test_loss", "test_accuracy", "wall_time_s")
+# Columns holding counts; every other metric is a float. An empty cell is None.
+_INT_COLUMNS = frozenset({"step", "epoch", "micro_batches", "samples", "samples_seen", "skipped", "skipped_total",
+                          "world_size", "allreduce_calls", "allreduce_bytes"})
 
 Row = dict[str, Any]
 
@@ -50,6 +54,15 @@ class FanOut:
         """Give the row to every sink."""
         for sink in self.sinks:
             sink.log_eval(row)
+
+
+def parse_row(columns: Sequence[str], values: Sequence[str]) -> Row:
+    """A CSV line read back as the row that was written: ints, floats, None for an empty cell."""
+    def typed(name: str, text: str) -> int | float | None:
+        if text == "":
+            return None
+        return int(text) if name in _INT_COLUMNS else float(text)
+    return {name: typed(name, text) for name, text in zip(columns, values)}
 
 
 def eta_seconds(steps_done: int, total_steps: int, elapsed_s: float) -> float | None:

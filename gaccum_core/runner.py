@@ -1,16 +1,19 @@
-"""The background runner: runs execute in worker threads, one at a time per device; later runs queue.
+"""The background runner: runs execute one at a time per device; later runs queue.
 
-States (gaccum_core.states): queued -> running -> finished | stopped | failed | diverged. Every run
-that starts ends in one of the final states with a message, whatever raises and wherever. The
-training thread only touches plain Python state under a lock; snapshot() copies it for a UI or CLI
-to poll without reading files.
+A run trains in a worker process (executor "process": a warm spare worker, or torchrun for a
+data-parallel run) supervised by the device's thread here, which follows the rows it writes, or in
+that thread itself (executor "thread"). States (gaccum_core.states): queued -> running -> finished |
+stopped | failed | diverged. Every run that starts ends in one of the final states with a message,
+whatever raises and wherever, whichever executor ran it. The supervising thread only touches plain
+Python state under a lock; snapshot() copies it for a UI or CLI to poll without reading files.
 """
 
 from __future__ import annotations
 
+import atexit
+import subprocess
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,30 +22,21 @@ from typing import Any
 
 import torch
 
+from gaccum_core.child import Child, Launch, spawn_spare, terminate_on_exit
 from gaccum_core.config import RunConfig
 from gaccum_core.device import device_name, resolve_device
-from gaccum_core.engine import CompileError, Diverged, Engine
-from gaccum_core.memory import clear_cache, is_out_of_memory
-from gaccum_core.metrics import FanOut, Row, eta_seconds, skipped_warning
+from gaccum_core.engine import Engine
+from gaccum_core.execute import execute, failure_message  # noqa: F401  (failure_message: part of the API)
+from gaccum_core.metrics import Row, eta_seconds
 from gaccum_core.states import FINAL_STATES, RunState
 from gaccum_core.store import RunStore, now_iso
+
+EXECUTORS = ("process", "thread")
+STOP_GRACE_S = 5.0  # a worker that has not stopped this long after the request is killed
 
 
 class RunBusyError(RuntimeError):
     """The run is queued or running: it cannot be deleted now."""
-
-
-def failure_message(exc: BaseException, config: RunConfig) -> str:
-    """A one-paragraph explanation of why a run failed, with advice where there is some."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if is_out_of_memory(exc):
-        b, k = config.micro_batch_size, config.accum_steps
-        advice = (f"lower the micro-batch size and raise accumulation steps to keep the effective batch "
-                  f"of {b * k}, e.g. micro_batch_size={max(b // 2, 1)} with accum_steps={k * 2}")
-        return f"out of memory at micro_batch_size={b}: {advice}. ({text[:200]})"
-    if isinstance(exc, (ValueError, CompileError)):
-        return text
-    return f"{type(exc).__name__}: {text[:300]}"
 
 
 @dataclass(frozen=True)
@@ -83,8 +77,14 @@ class _Run:
     ended: float | None = None
     metrics: list[Row] = field(default_factory=list)
     evals: list[Row] = field(default_factory=list)
+    pid: int | None = None  # the worker process (or torchrun) running it, if any
     stop_event: threading.Event = field(default_factory=threading.Event)
     done_event: threading.Event = field(default_factory=threading.Event)
+
+
+def _distributed(config: RunConfig) -> bool:
+    """A data-parallel run: torchrun starts its processes."""
+    return config.world_size > 1
 
 
 class _MemorySink:
@@ -106,14 +106,26 @@ class _MemorySink:
 
 
 class Runner:
-    """Runs configs in background threads and tracks them; one instance per server process."""
+    """Runs configs in the background and tracks them; one instance per server process.
 
-    def __init__(self, runs_dir: str = "runs") -> None:
+    executor "process" trains each run in a worker process and keeps one warm spare worker ready
+    (started now, so the first Start does not wait for torch to import); "thread" trains in this
+    process. A data-parallel run (config.nproc > 1) always runs under torchrun.
+    """
+
+    def __init__(self, runs_dir: str = "runs", executor: str = "thread", stop_grace_s: float = STOP_GRACE_S,
+                 launch: Launch = Launch()) -> None:
+        if executor not in EXECUTORS:
+            raise ValueError(f"executor={executor!r} is not allowed: one of {', '.join(EXECUTORS)}")
         self.store = RunStore(runs_dir)
+        self.executor, self.stop_grace_s, self.launch = executor, stop_grace_s, launch
         self._lock = threading.Lock()
         self._runs: dict[str, _Run] = {}
         self._queues: dict[str, deque[_Run]] = {}
         self._workers: dict[str, threading.Thread] = {}
+        self._closed = False
+        self._spare: subprocess.Popen | None = spawn_spare() if executor == "process" else None
+        atexit.register(self.close)
 
     def submit(self, config: RunConfig, name: str | None = None) -> str:
         """Create the run on disk and queue it; returns the run id."""
@@ -216,43 +228,70 @@ class Runner:
             return run
 
     def _execute(self, run: _Run) -> tuple[RunState, str]:
-        """Train one run and release its memory; its final state and message."""
+        """Train one run in this thread or in a worker process; its final state and message."""
+        if self._in_thread(run.config):
+            return self._execute_here(run)
+        return self._execute_in_child(run)
+
+    def _in_thread(self, config: RunConfig) -> bool:
+        return self.executor == "thread" and not _distributed(config)
+
+    def _execute_here(self, run: _Run) -> tuple[RunState, str]:
         device = torch.device(run.device_key)
         run.device = device_name(device)
-        writer, engine = None, None
-        try:
-            self.store.update_status(run.run_id, state=RunState.RUNNING, started=now_iso(), device=run.device)
-            writer = self.store.writer(run.run_id)
-            engine = Engine(run.config, device)
+
+        def started(engine: Engine) -> None:
             with self._lock:
                 run.total_steps = engine.total_steps
-            state = engine.run(FanOut(writer, _MemorySink(run, self._lock)), run.stop_event.is_set)
-            self.store.save_model(run.run_id, engine.model.state_dict())
-            warning = skipped_warning(run.metrics)
-            outcome = state, "stopped by the user" if state == RunState.STOPPED else warning
-        except Diverged as exc:
-            outcome = RunState.DIVERGED, str(exc)
-        except Exception as exc:  # every failure ends the run with a message, never a dead thread
-            outcome = RunState.FAILED, failure_message(exc, run.config)
-            self.store.write_traceback(run.run_id, traceback.format_exc())
-        finally:
-            if writer is not None:
-                writer.close()
-            del engine
-        return self._release(run, device, *outcome)
 
-    def _release(self, run: _Run, device: torch.device, state: RunState, message: str) -> tuple[RunState, str]:
-        """Free the run's memory; a failure to do so fails the run, whose last steps are then suspect."""
+        return execute(self.store, run.run_id, run.config, device, run.stop_event.is_set,
+                       _MemorySink(run, self._lock), started)
+
+    def _execute_in_child(self, run: _Run) -> tuple[RunState, str]:
+        if _distributed(run.config):
+            child = Child.torchrun(self.store, run.run_id, run.config, self.launch)
+        else:
+            child = Child.hand_over(self._take_spare(), self.store, run.run_id)
+        sink = _MemorySink(run, self._lock)
+        with self._lock:
+            run.pid = child.proc.pid
+
+        def rows(metrics: list[Row], evals: list[Row]) -> None:
+            for row in metrics:
+                sink.log_step(row)
+            for row in evals:
+                sink.log_eval(row)
+
+        def status(fields: dict) -> None:
+            with self._lock:
+                run.total_steps = fields.get("total_steps", run.total_steps)
+                run.device = fields.get("device", run.device)
+
         try:
-            clear_cache(device)
-        except Exception as exc:
-            # A device error surfaces at the next synchronisation, which may be this one.
-            self.store.write_traceback(run.run_id, traceback.format_exc())
-            before = f"it had {state}" + (f" ({message})" if message else "")
-            return RunState.FAILED, (f"releasing {run.device}'s memory after the run failed: {type(exc).__name__}: "
-                                     f"{str(exc)[:300]}; {before}. Device errors surface late, so its last steps "
-                                     "may be wrong: restart the server if the next run fails too")
-        return state, message
+            return child.supervise(run.stop_event, rows, status, self.stop_grace_s)
+        finally:
+            if not _distributed(run.config):
+                self._refill_spare()
+
+    def _take_spare(self) -> subprocess.Popen:
+        """The warm spare worker (a new one when there is none, or it died)."""
+        with self._lock:
+            spare, self._spare = self._spare, None
+        if spare is None or spare.poll() is not None:
+            spare = spawn_spare()
+        return spare
+
+    def _refill_spare(self) -> None:
+        with self._lock:
+            if self._spare is None and not self._closed:
+                self._spare = spawn_spare()
+
+    def close(self) -> None:
+        """Stop keeping a spare worker (runs in progress go on; the spare exits on its own)."""
+        with self._lock:
+            spare, self._spare, self._closed = self._spare, None, True
+        if spare is not None:
+            terminate_on_exit(spare)
 
     def _finish(self, run: _Run, state: RunState, message: str) -> None:
         """Record the final state in memory, then on disk (called with the lock held); never raises."""

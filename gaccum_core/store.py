@@ -1,7 +1,8 @@
 """The run store: one directory per run, the only module that reads or writes a run's files.
 
 runs/<run_id>/ holds config.json, status.json, metrics.csv, eval.csv, at the end model.pt, and
-traceback.txt when a run failed.
+traceback.txt when a run failed; a run in a worker process also gets `stop` when asked to stop, and
+a data-parallel run torchrun/ (torchrun's per-rank error files).
 JSON files are replaced atomically; CSV rows are appended one whole line per write and flushed,
 so a reader in another process never sees a half-written row.
 """
@@ -24,7 +25,7 @@ import pandas as pd
 import torch
 
 from gaccum_core.config import RunConfig
-from gaccum_core.metrics import EVAL_COLUMNS, STEP_COLUMNS, Row
+from gaccum_core.metrics import EVAL_COLUMNS, STEP_COLUMNS, Row, parse_row
 from gaccum_core.states import RunState
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -88,6 +89,28 @@ class CsvAppender:
     def close(self) -> None:
         """Close the file."""
         self._file.close()
+
+
+class CsvFollower:
+    """Reads the whole rows appended to a CSV file since the last call, as typed rows."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self._offset, self._columns = path, 0, None
+
+    def read(self) -> list[Row]:
+        """New complete rows (a line still being written waits for the next call)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        records = list(csv.reader(io.StringIO(complete.decode("utf-8"))))
+        if records and self._columns is None:
+            self._columns = tuple(records.pop(0))
+        return [parse_row(self._columns, values) for values in records]
 
 
 class RunWriter:
@@ -186,6 +209,23 @@ class RunStore:
     def evals_csv(self, run_id: str) -> bytes:
         """eval.csv as written, for a download."""
         return (self.path(run_id) / "eval.csv").read_bytes()
+
+    def followers(self, run_id: str) -> tuple[CsvFollower, CsvFollower]:
+        """Readers of the rows metrics.csv and eval.csv gain while another process writes them."""
+        run_dir = self.path(run_id)
+        return CsvFollower(run_dir / "metrics.csv"), CsvFollower(run_dir / "eval.csv")
+
+    def stop_path(self, run_id: str) -> Path:
+        """The file whose existence asks a worker process to stop the run."""
+        return self.path(run_id) / "stop"
+
+    def request_stop(self, run_id: str) -> None:
+        """Ask the run's worker process to stop (it checks before every micro-batch)."""
+        self.stop_path(run_id).touch()
+
+    def torchrun_log_dir(self, run_id: str) -> Path:
+        """Where torchrun writes each rank's error.json for a data-parallel run."""
+        return self.path(run_id) / "torchrun"
 
     def write_traceback(self, run_id: str, text: str) -> None:
         """Add a failure's traceback to traceback.txt (atomically: a reader sees all of it or none)."""

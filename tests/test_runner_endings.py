@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-import gaccum_core.runner
+import gaccum_core.execute
 from gaccum_core import faults
 from gaccum_core.config import RunConfig
 from gaccum_core.runner import Runner
@@ -32,7 +32,7 @@ def _ended(runner: Runner, run_id: str):
 
 
 def test_a_cleanup_that_raises_fails_the_run_with_a_message_and_the_next_run_still_works(tmp_path, monkeypatch):
-    monkeypatch.setattr(gaccum_core.runner, "clear_cache", _poisoned_cleanup)
+    monkeypatch.setattr(gaccum_core.execute, "clear_cache", _poisoned_cleanup)
     runner = Runner(tmp_path)
     first, second = runner.submit(CONFIG), runner.submit(CONFIG)
     for run_id in (first, second):  # before the fix the first killed the worker and both stayed running
@@ -49,7 +49,7 @@ def test_a_cleanup_that_raises_fails_the_run_with_a_message_and_the_next_run_sti
 
 
 def test_a_cleanup_failure_after_a_failed_run_keeps_both_messages(tmp_path, monkeypatch):
-    monkeypatch.setattr(gaccum_core.runner, "clear_cache", _poisoned_cleanup)
+    monkeypatch.setattr(gaccum_core.execute, "clear_cache", _poisoned_cleanup)
     runner = Runner(tmp_path)
     faults.arm(faults.Fault("oom", step=2))
     try:
