@@ -32,15 +32,16 @@ TRAINING_SWITCH_INTERVAL_S = 0.0005
 
 
 @st.cache_resource
-def _runner(runs_dir: str) -> Runner:
+def _runner(runs_dir: str, executor: str) -> Runner:
     sys.setswitchinterval(TRAINING_SWITCH_INTERVAL_S)
-    return Runner(runs_dir)
+    return Runner(runs_dir, executor=executor)
 
 
 def get_runner() -> Runner:
     """One runner per server process and runs directory (GACCUM_RUNS_DIR, default ./runs): every
-    browser session and tab sees the same runs."""
-    return _runner(os.environ.get("GACCUM_RUNS_DIR", "runs"))
+    browser session and tab sees the same runs. Runs train in worker processes unless
+    GACCUM_EXECUTOR=thread (then in this server's threads)."""
+    return _runner(os.environ.get("GACCUM_RUNS_DIR", "runs"), os.environ.get("GACCUM_EXECUTOR", "process"))
 
 
 def keep(key: str, default: Any) -> None:

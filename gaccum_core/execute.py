@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from gaccum_core import faults
 from gaccum_core.config import RunConfig
 from gaccum_core.device import device_name
 from gaccum_core.distributed import Ranks
@@ -92,6 +93,8 @@ def execute(store: RunStore, run_id: str, config: RunConfig, device: torch.devic
 def release(store: RunStore, run_id: str, device: torch.device, state: RunState, message: str) -> Outcome:
     """Free the run's memory; a failure to do so fails the run, whose last steps are then suspect."""
     try:
+        if faults.ARMED:
+            faults.check_cleanup()
         clear_cache(device)
     except Exception as exc:
         # A device error surfaces at the next synchronisation, which may be this one.

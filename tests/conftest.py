@@ -8,6 +8,13 @@ import torch
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 
 
+@pytest.fixture(autouse=True)
+def thread_executor_for_pages(monkeypatch):
+    """AppTest pages run their runner in the test process, in threads, so tests can arm faults and gates
+    there; tests of the worker-process executor (and the browser tests' servers) ask for it explicitly."""
+    monkeypatch.setenv("GACCUM_EXECUTOR", "thread")
+
+
 @pytest.fixture
 def runs_dir(tmp_path, monkeypatch):
     """Each test gets its own runs directory (and so its own per-process runner)."""

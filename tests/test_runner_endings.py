@@ -101,7 +101,7 @@ def test_an_exit_inside_training_ends_the_run_and_a_later_submit_starts_a_new_wo
     def exits(self, sink, should_stop):
         raise SystemExit(3)
 
-    monkeypatch.setattr(gaccum_core.runner.Engine, "run", exits)
+    monkeypatch.setattr(gaccum_core.execute.Engine, "run", exits)
     runner = Runner(tmp_path)
     snapshot = _ended(runner, runner.submit(CONFIG))
     assert snapshot.state == RunState.FAILED and "SystemExit" in snapshot.message
