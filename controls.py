@@ -15,6 +15,8 @@ import torch
 
 from gaccum_core import config as cfg
 from gaccum_core.data import describe_dataset
+from gaccum_core.device import resolve_device
+from gaccum_core.engine import max_processes
 from ui import widget
 
 _CLI_OR_UI = re.compile(r"pass --[a-z-]+ \(CLI\) or tick '([a-z_]+)' \(UI\)")
@@ -51,12 +53,22 @@ LABELS = {
     "max_steps": "Max optimizer steps (0 = no limit)",
     "eval_every": "Evaluate every N steps (0 = each epoch)",
     "seed": "Seed",
+    "nproc": "Processes N (data-parallel)",
+    "sync_every_micro_batch": "All-reduce after every micro-batch (no_sync off)",
 }
 
 
 def _power_of_two(scale: float) -> str:
     exponent = int(scale).bit_length() - 1
     return f"2^{exponent}" if scale == 2.0**exponent else f"{scale:g}"
+
+
+def _device_of() -> torch.device:
+    """The device the Device control names (drawn further down; the CPU when it names none that exists)."""
+    try:
+        return resolve_device(st.session_state.get("_keep_cfg_device", DEFAULTS.device))
+    except cfg.ConfigError:
+        return torch.device("cpu")
 
 
 def _devices() -> list[str]:
@@ -130,7 +142,13 @@ class Controls:
         # Typed exactly (a slider jumps values per pixel); the metric is computed from the same values.
         b = self.add("micro_batch_size", st.number_input, step=1)
         k = self.add("accum_steps", st.number_input, step=1)
-        st.metric("Effective batch b·k", b * k)
+        n = self.add("nproc", st.number_input, step=1)
+        if n != 1:
+            self.add("sync_every_micro_batch", st.checkbox)
+        st.caption(f"N: 1 to {max_processes(_device_of())}, one process per "
+                   f"{'GPU' if torch.cuda.is_available() else 'CPU core (for trying it out)'}, "
+                   "DDP through torchrun")
+        st.metric("Effective batch N·b·k" if n != 1 else "Effective batch b·k", n * b * k)
         self.add("reduction", st.radio, options=cfg.REDUCTIONS, horizontal=True)
 
     def _precision(self) -> None:

@@ -29,6 +29,8 @@ def run_label(config: RunConfig) -> str:
         parts.append(f"clear={config.clear_cache}")
     if config.compile != "off":
         parts.append(f"compile={config.compile}")
+    if config.world_size > 1:
+        parts.append(f"N={config.world_size}")
     return " ".join(parts)
 
 
@@ -123,7 +125,8 @@ def describe_run(store: RunStore, run_id: str, live: Iterable[str] = ()) -> dict
     row.update(state=state, name=status.get("name", ""), message=status.get("message", ""),
                created=status.get("created", ""),
                label=run_label(config), **{k: getattr(config, k) for k in SETTINGS},
-               effective_batch=config.effective_batch_size, **_summary(metrics, evals))
+               effective_batch=config.effective_batch_size, world_size=config.world_size,
+               **_summary(metrics, evals))
     return row
 
 

@@ -12,6 +12,8 @@ STEP_COLUMNS = (
     "world_size", "allreduce_calls", "allreduce_bytes",
 )
 EVAL_COLUMNS = ("epoch", "step", "test_loss", "test_accuracy", "wall_time_s")
+# Columns added after runs were first written, with the value every row of an older run had.
+ADDED_COLUMNS = {"world_size": 1, "allreduce_calls": 0, "allreduce_bytes": 0}
 # Columns holding counts; every other metric is a float. An empty cell is None.
 _INT_COLUMNS = frozenset({"step", "epoch", "micro_batches", "samples", "samples_seen", "skipped", "skipped_total",
                           "world_size", "allreduce_calls", "allreduce_bytes"})

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from gaccum_core.config import RunConfig
-from gaccum_core.metrics import EVAL_COLUMNS, STEP_COLUMNS, Row, parse_row
+from gaccum_core.metrics import ADDED_COLUMNS, EVAL_COLUMNS, STEP_COLUMNS, Row, parse_row
 from gaccum_core.states import RunState
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -199,8 +199,10 @@ class RunStore:
         return RunWriter(self.path(run_id))
 
     def read_metrics(self, run_id: str) -> pd.DataFrame:
-        """metrics.csv as a DataFrame (one row per optimizer step)."""
-        return pd.read_csv(self.path(run_id) / "metrics.csv")
+        """metrics.csv as a DataFrame (one row per optimizer step); a run written before a column was
+        added reads with that column's value for such runs."""
+        frame = pd.read_csv(self.path(run_id) / "metrics.csv")
+        return frame.assign(**{c: v for c, v in ADDED_COLUMNS.items() if c not in frame.columns})
 
     def metrics_csv(self, run_id: str) -> bytes:
         """metrics.csv as written, for a download."""

@@ -21,14 +21,16 @@ if table.empty:
     st.info(f"No runs in {store.root.resolve()} yet: start one on the Train page.")
     st.stop()
 
-columns = ["run_id", "name", "state", "label", "dataset", "effective_batch", "steps", "final_loss", "test_accuracy",
-           "peak_mem_mb", "samples_per_s", "skipped", "lr", "optimizer", "created", "message"]
+columns = ["run_id", "name", "state", "label", "dataset", "world_size", "effective_batch", "steps", "final_loss",
+           "test_accuracy", "peak_mem_mb", "samples_per_s", "skipped", "lr", "optimizer", "created", "message"]
 shown = table[[c for c in columns if c in table.columns]]
 st.dataframe(shown, hide_index=True, width="stretch",
              column_config={"final_loss": st.column_config.NumberColumn(format="%.4f"),
                             "test_accuracy": st.column_config.NumberColumn(format="%.3f"),
                             "peak_mem_mb": st.column_config.NumberColumn(format="%.0f"),
-                            "samples_per_s": st.column_config.NumberColumn(format="%.0f")})
+                            "samples_per_s": st.column_config.NumberColumn(format="%.0f"),
+                            "world_size": st.column_config.NumberColumn(
+                                "processes", help="data-parallel processes (DDP world size)")})
 linked = st.query_params.get("run")
 if linked is not None and "runs_selected" not in st.session_state:
     try:  # ?run=<id> links to one run; the id is checked before any path is built from it

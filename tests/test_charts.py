@@ -31,7 +31,7 @@ def metrics(n, fp16=False, cuda=False, seed=0):
         "skipped": skipped, "skipped_total": np.cumsum(skipped),
         "mem_allocated_mb": 100.0, "mem_reserved_mb": 200.0 if cuda else np.nan, "mem_peak_mb": 150.0,
         "activation_mb": 20.0, "cache_clear_s": 0.0, "step_time_s": 0.01, "samples_per_s": 3200.0,
-        "wall_time_s": step * 0.01,
+        "wall_time_s": step * 0.01, "world_size": 1, "allreduce_calls": 0, "allreduce_bytes": 0,
     })
     return frame[list(STEP_COLUMNS)]
 

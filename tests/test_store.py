@@ -79,3 +79,18 @@ def test_a_runs_directory_that_is_a_file_is_named_as_such(tmp_path):
     target.write_text("a file")
     with pytest.raises(StoreError, match="is a file, not a directory"):
         RunStore(target).create(RunConfig())
+
+
+def test_a_run_written_before_the_data_parallel_columns_reads_as_one_process(tmp_path):
+    """Older metrics.csv files lack world_size and the all-reduce counts: they read as 1 process, 0 all-reduces."""
+    from gaccum_core.catalog import describe_run
+    from gaccum_core.config import RunConfig
+    from gaccum_core.metrics import ADDED_COLUMNS, STEP_COLUMNS
+
+    store = RunStore(tmp_path)
+    run_id = store.create(RunConfig())
+    old = [c for c in STEP_COLUMNS if c not in ADDED_COLUMNS]
+    (store.path(run_id) / "metrics.csv").write_text(",".join(old) + "\n" + ",".join("1" for _ in old) + "\n")
+    frame = store.read_metrics(run_id)
+    assert frame[["world_size", "allreduce_calls", "allreduce_bytes"]].iloc[0].tolist() == [1, 0, 0]
+    assert describe_run(store, run_id)["state"] != "damaged"
