@@ -16,12 +16,28 @@ _GET_BATCH_DOC = (
 
 
 def render_loop(config: RunConfig) -> str:
-    """The training loop the engine runs for this config, as Python source ending in a newline."""
+    """The training loop the engine runs for this config, as Python source ending in a newline.
+
+    A data-parallel config renders as the one-process loop whose update it equals (micro-batch N·b)."""
+    if config.world_size > 1:
+        single = config.replace(micro_batch_size=config.world_size * config.micro_batch_size, nproc=1, nnodes=1)
+        return "\n".join(_data_parallel_note(config)) + "\n" + render_loop(single)
     lines = [*_header(config), "", *_constants(config), "", "",
              "def train(model, get_batch, num_samples, device):",
              '    """Train model in place on samples 0..num_samples-1 as gaccum does; returns the model."""',
              *_indent(_setup(config), 1), *_indent(_loop(config), 1), "    return model"]
     return "\n".join(lines) + "\n"
+
+
+def _data_parallel_note(cfg: RunConfig) -> list[str]:
+    n, b = cfg.world_size, cfg.micro_batch_size
+    sync = (["# Every micro-batch all-reduces its gradients (no_sync off)."] if cfg.sync_every_micro_batch else
+            ["# Every micro-batch but a window's last runs inside model.no_sync(): gradients are all-reduced",
+             "# once per optimizer step."])
+    return [f"# Run as N={n} data-parallel processes (DistributedDataParallel under torchrun): each process",
+            f"# takes its b={b} of every micro-batch of N*b={n * b} samples below and divides its loss sum by",
+            "# (window samples / N), since DDP averages the processes' gradients.", *sync,
+            "# The update is exactly that of this one-process loop:", ""]
 
 
 def _indent(lines: list[str], levels: int) -> list[str]:

@@ -125,3 +125,16 @@ def test_rendered_fp16_loop_matches_including_skipped_steps_and_the_schedule():
     sink = run_both(micro_batch_size=8, accum_steps=4, amp="fp16", init_scale=2.0**30, growth_interval=5,
                     grad_clip=1.0, lr_schedule="cosine", warmup_steps=10)
     assert sink.skipped >= 2
+
+
+def test_a_data_parallel_config_shows_the_one_process_loop_it_equals():
+    """N=2, b=8: the loop shown is the one-process loop with micro-batch 16, under a note on DDP and no_sync."""
+    from gaccum_core.config import RunConfig
+    from gaccum_core.loopcode import render_loop
+
+    code = render_loop(RunConfig(nproc=2, micro_batch_size=8, accum_steps=4))
+    assert code.startswith("# Run as N=2 data-parallel processes")
+    assert "model.no_sync()" in code and "micro_batch_size = 16" in code
+    assert code.split("# The update is exactly that of this one-process loop:\n\n")[1] == render_loop(
+        RunConfig(micro_batch_size=16, accum_steps=4))
+    assert "no_sync off" in render_loop(RunConfig(nproc=2, sync_every_micro_batch=True))
