@@ -146,3 +146,41 @@ def test_runs_queue_behind_each_other_and_each_gets_a_worker(spawn):
     assert [s.state for s in snapshots] == [RunState.FINISHED] * 3
     assert len({runner._runs[run_id].pid for run_id in ids}) == 3
     assert snapshots[0].metrics[0]["loss"] != snapshots[1].metrics[0]["loss"]  # the seeds reached the workers
+
+
+ORPHAN_SCRIPT = """
+import os, sys, time
+from gaccum_core.config import RunConfig
+from gaccum_core.runner import Runner
+runner = Runner(sys.argv[1], executor="process")
+run_id = runner.submit(RunConfig(model="mlp", micro_batch_size=16, accum_steps=3, max_steps=50, device="cpu"))
+while not runner.snapshot(run_id).metrics:
+    time.sleep(0.05)
+print(run_id, runner._runs[run_id].pid, flush=True)
+os._exit(0)  # the server dies without a word: no stop, no cleanup
+"""
+
+
+def test_a_worker_whose_server_died_stops_by_itself_and_says_why(tmp_path, monkeypatch):
+    """The server process is gone (killed, crashed): its worker stops at the next micro-batch, keeps a GPU no longer."""
+    import subprocess
+    import sys
+
+    from gaccum_core.store import RunStore
+    from gaccum_core.worker import ORPHANED
+
+    monkeypatch.setenv("GACCUM_FAULTS", "slow@3:1*2")  # the server dies while step 3 sleeps
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path)], cwd=root, capture_output=True,
+                         text=True, timeout=WAIT_S, check=True).stdout.split()
+    run_id, pid = out[0], int(out[1])
+    store = RunStore(tmp_path)
+    deadline = time.monotonic() + WAIT_S
+    while store.read_status(run_id)["state"] == "running":
+        assert time.monotonic() < deadline, "the orphaned worker never stopped"
+        time.sleep(0.1)
+    status = store.read_status(run_id)
+    assert status["state"] == "stopped" and status["message"] == ORPHANED
+    assert _gone(pid)
+    steps = store.read_metrics(run_id)["step"].tolist()
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) < 50

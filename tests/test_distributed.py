@@ -31,7 +31,10 @@ B, K = 4, 4
 PARTIAL = RunConfig(model="mlp", dataset="fake", image_size=8, fake_samples=118, fake_classes=10,
                     micro_batch_size=B, accum_steps=K, nproc=WORLD, epochs=2, device="cpu")
 SGD = PARTIAL.replace(optimizer="sgd", lr=0.05, momentum=0.9)
-ADAMW = PARTIAL.replace(optimizer="adamw", lr=0.01, weight_decay=0.01)
+# AdamW's update m/(sqrt(v)+eps) turns float rounding in gradients that cancel to ~eps into changes of
+# ~lr: at lr=1e-2 the two 1-process references below already differ by 1.8e-5 from each other (in one
+# process, no DDP), at lr=1e-3 by 1.8e-6. The usual AdamW lr keeps that spread below the tolerance.
+ADAMW = PARTIAL.replace(optimizer="adamw", lr=1e-3, weight_decay=0.01)
 # 100 samples: the last window of each epoch holds 4 samples, one global micro-batch [96, 100)
 # whose 8 slots rank 0 fills with 4 samples and leaves rank 1 nothing.
 EMPTY_SHARE = SGD.replace(fake_samples=100)
@@ -136,7 +139,7 @@ def _assert_matches_references(job: _Job) -> dict[str, float]:
     """The 2-process parameters and step rows equal both 1-process references; the largest |diff| of each."""
     initial = _initial_state(job.config)
     # The runs really trained: equality below is not two untouched initialisations agreeing.
-    assert _max_diff(job.model, initial) > 1000 * ATOL
+    assert _max_diff(job.model, initial) > 100 * ATOL
     diffs = {}
     for name, config in _one_process_references(job.config).items():
         state, rows = _reference(config)
@@ -351,7 +354,7 @@ def test_a_two_process_model_loads_into_a_plain_single_process_model(jobs):
     model = build_seeded_model(SGD, data.input_shape, data.num_classes)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(job.model, strict=True)
-    assert _max_diff(model.state_dict(), before) > 1000 * ATOL  # the load replaced the initial weights
+    assert _max_diff(model.state_dict(), before) > 100 * ATOL  # the load replaced the initial weights
 
     reference = build_seeded_model(SGD, data.input_shape, data.num_classes)
     reference.load_state_dict(_reference(SGD.replace(nproc=1, micro_batch_size=WORLD * B))[0])
