@@ -44,11 +44,12 @@ class Launch:
 def torchrun_command(config: RunConfig, launch: Launch, log_dir: Path | None, worker_args: list[str]) -> list[str]:
     """`python -m torch.distributed.run ... -m gaccum_core worker ...`: torchrun starting this machine's ranks.
 
-    One machine: --standalone (a free port of its own). Several: c10d rendezvous at node 0's endpoint."""
+    One machine: --standalone (a free port of its own). Several: static rendezvous at node 0's endpoint, so
+    global ranks follow --node-rank and node 0 holds global rank 0."""
     if config.nnodes == 1:
         rendezvous = ["--standalone"]
     else:
-        rendezvous = [f"--nnodes={config.nnodes}", f"--node-rank={launch.node_rank}", "--rdzv-backend=c10d",
+        rendezvous = [f"--nnodes={config.nnodes}", f"--node-rank={launch.node_rank}",
                       f"--rdzv-endpoint={launch.rdzv_endpoint}"]
     logs = [f"--log-dir={log_dir}"] if log_dir is not None else []
     return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={config.nproc}", *rendezvous,
