@@ -40,6 +40,11 @@ def test_run_prints_its_directory_last_and_exits_zero(tmp_path, capsys):
     (["--micro-batch-size", "5000"], "at most 1437"),
     (["--model", "vit_b_16"], "multiple of 16"),
     (["--dataset", "mnist", "--data-dir", "{tmp}/nodata"], "download"),
+    (["--nproc", "4096"], "--nproc=4096 is not allowed: an integer from 1 to 1024"),
+    (["--nproc", "64"], "--nproc=64 is not allowed: 1 to "),
+    (["--nnodes", "2"], "--rdzv-endpoint='' is not allowed: HOST:PORT"),
+    (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"], "--node-rank=2 is not allowed: 0 to 1"),
+    (["--executor", "fork"], "invalid choice: 'fork'"),
 ])
 def test_bad_flag_values_are_one_line_errors_with_no_run_directory(tmp_path, flags, expected):
     runs = tmp_path / "runs"
@@ -107,3 +112,36 @@ def test_a_broken_compiler_is_refused_before_any_run_directory(tmp_path, capsys,
     assert code == 2 and len(err) == 1
     assert "--compile='default'" in err[0] and "gcc: not found" in err[0]
     assert not (tmp_path / "runs").exists()
+
+
+def test_ctrl_c_stops_a_data_parallel_run_on_every_rank_and_exits_130(tmp_path):
+    """Ctrl-C reaches the CLI only (torchrun has its own session): it stops the job through the stop file,
+    every rank ends, the run is stopped with its rows, and the exit status is 130."""
+    import os
+    import signal
+    import time
+
+    import pandas as pd
+    import psutil
+
+    env = {**os.environ, "GACCUM_FAULTS": "slow@3:1*1"}  # a slower step 3, so the stop lands mid-run
+    cli = subprocess.Popen([sys.executable, "-m", "gaccum_core", "run", "--model", "mlp", "--nproc", "2",
+                            "--micro-batch-size", "8", "--accum-steps", "2", "--max-steps", "40", "--device", "cpu",
+                            "--runs-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env)
+    deadline = time.monotonic() + 240
+    while not list(tmp_path.glob("*/metrics.csv")) or len(pd.read_csv(next(tmp_path.glob("*/metrics.csv")))) < 2:
+        assert time.monotonic() < deadline and cli.poll() is None, "the job never logged two steps"
+        time.sleep(0.1)
+    family = psutil.Process(cli.pid).children(recursive=True)
+    assert len(family) >= 3  # torchrun and its two ranks
+    cli.send_signal(signal.SIGINT)
+    out, err = cli.communicate(timeout=120)
+    assert cli.returncode == 130, err[-600:]
+    run_dir = out.strip().splitlines()[-1]
+    status = __import__("json").loads(open(f"{run_dir}/status.json").read())
+    assert status["state"] == "stopped"
+    steps = pd.read_csv(f"{run_dir}/metrics.csv")["step"].tolist()
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) < 40
+    gone, alive = psutil.wait_procs(family, timeout=30)
+    assert not alive, f"left behind: {[p.pid for p in alive]}"
