@@ -129,6 +129,10 @@ def progress(snapshot: RunSnapshot) -> None:
         text = f"{name} — queued: position {snapshot.queue_position} on this device"
     elif snapshot.state == RunState.RUNNING and not snapshot.steps_done and snapshot.config.compile != "off":
         text = f"{name} — compiling the model (torch.compile, mode {snapshot.config.compile})…"
+    elif snapshot.state == RunState.RUNNING and not snapshot.steps_done and snapshot.config.world_size > 1:
+        text = f"{name} — starting {snapshot.config.world_size} processes (torchrun, DDP)…"
+    elif snapshot.state == RunState.RUNNING and not snapshot.total_steps:
+        text = f"{name} — starting its worker process…"
     elif snapshot.eta_s is not None:
         text += f" · {format_eta(snapshot.eta_s)}"
     st.progress(min(snapshot.steps_done / total, 1.0), text=text)
