@@ -30,6 +30,7 @@ from gaccum_core.store import RunStore
 
 Outcome = tuple[RunState, str]
 _WORKER = ("-m", "gaccum_core", "worker")
+TEARDOWN_GRACE = 6  # times the stop grace a worker that wrote its final state may take to exit
 STDERR_LINES = 20  # how much of a dead worker's stderr its failure message quotes
 
 
@@ -113,7 +114,9 @@ def rank_failure(log_dir: Path) -> str:
     if not failures:
         return ""
     _, local_rank, message = min(failures)
-    # torchrun's message is the exception ("Type: text"), then the Python stack after "At:".
+    # torchrun's message is the exception ("Type: text"), then the Python stack after "At:". The folder
+    # is the local rank; this machine is node 0, whose local ranks are the global ranks 0..nproc-1
+    # (static rendezvous). Ranks on other machines write their error files there.
     first = next((line.strip() for line in str(message).splitlines() if line.strip()), "no message")
     return f"rank {local_rank} failed: {first[:300]}"
 
@@ -162,13 +165,20 @@ class Child:
             if stop.is_set() and stop_sent is None:
                 self.store.request_stop(self.run_id)
                 stop_sent = time.monotonic()
-            if stop_sent is not None and time.monotonic() - stop_sent > grace_s:
+            if stop_sent is not None and self._overdue(time.monotonic() - stop_sent, grace_s):
                 kill_tree(self.proc)
                 killed = True
                 continue
             time.sleep(poll_s)
         self._drainer.join(timeout=2.0)
         return self._outcome(killed, grace_s)
+
+    def _overdue(self, waited_s: float, grace_s: float) -> bool:
+        """Past the grace period and not ending: a worker that already wrote its final state is only
+        tearing down (torchrun's ranks take seconds to exit) and gets longer before it is killed."""
+        if waited_s <= grace_s:
+            return False
+        return self._status().get("state") not in FINAL_STATES or waited_s > TEARDOWN_GRACE * grace_s
 
     def _status(self) -> dict:
         try:
