@@ -147,7 +147,7 @@ class Child:
         return cls(_popen(command), store, run_id)
 
     def supervise(self, stop: threading.Event, on_rows: Callable[[list[Row], list[Row]], None],
-                  on_status: Callable[[dict], None], grace_s: float, poll_s: float = 0.1) -> Outcome:
+                  on_status: Callable[[dict], None], grace_s: float, poll_s: float = 0.05) -> Outcome:
         """Follow the run until its worker exits; stop it on `stop`, kill it grace_s later."""
         metrics, evals = self.store.followers(self.run_id)
         stop_sent: float | None = None

@@ -204,5 +204,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "worker":
         from gaccum_core.worker import main as worker_main
 
-        return worker_main(args.run_dir, args.config, args.spare)
+        worker_main(args.run_dir, args.config, args.spare)  # exits the process
     return run_command(args)

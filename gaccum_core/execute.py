@@ -8,6 +8,7 @@ failure to release it (a CUDA error surfaces at the next synchronisation) fails 
 
 from __future__ import annotations
 
+import os
 import traceback
 from typing import Callable
 
@@ -63,7 +64,7 @@ def execute(store: RunStore, run_id: str, config: RunConfig, device: torch.devic
     try:
         if ranks.is_main:
             store.update_status(run_id, state=RunState.RUNNING, started=now_iso(), device=device_name(device),
-                                world_size=ranks.world_size)
+                                world_size=ranks.world_size, pid=os.getpid())
             writer = store.writer(run_id)
         engine = Engine(config, device, ranks)
         if ranks.is_main:

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from gaccum_core.config import RunConfig
 from gaccum_core.device import resolve_device
@@ -95,10 +96,13 @@ def serve_spare() -> int:
     return run_worker(json.loads(line)["run_dir"])
 
 
-def main(run_dir: str | None, config_json: str | None, spare: bool) -> int:
-    """The worker sub-command; errors are recorded by torchrun's @record when under torchrun."""
+def main(run_dir: str | None, config_json: str | None, spare: bool) -> NoReturn:
+    """The worker sub-command, exiting with its status; under torchrun, @record writes a rank's error file."""
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    if spare:
-        return serve_spare()
-    return record(run_worker)(run_dir, config_json)
+    code = serve_spare() if spare else record(run_worker)(run_dir, config_json)
+    # Every file is written and closed: skip the interpreter's teardown, which takes a second or more
+    # with torch loaded and would delay the run's end (and the next queued run) by as much.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -10,7 +10,7 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -29,12 +29,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def dashboard(runs_dir: Path, timeout_s: float = 90, prefix: Sequence[str] = ()) -> Iterator[str]:
+def dashboard(runs_dir: Path, timeout_s: float = 90, prefix: Sequence[str] = (),
+              env: Mapping[str, str] | None = None) -> Iterator[str]:
     """`streamlit run app.py` on a free loopback port; yields its base URL and stops it after.
 
-    prefix goes before the command, e.g. ("taskset", "-c", "0") to pin the server to core 0."""
+    prefix goes before the command, e.g. ("taskset", "-c", "0") to pin the server to core 0; env adds
+    to (or overrides) this process's environment for the server, e.g. {"GACCUM_EXECUTOR": "thread"}."""
     port = free_port()
-    env = {**os.environ, "GACCUM_RUNS_DIR": str(runs_dir)}
+    env = {**os.environ, **(env or {}), "GACCUM_RUNS_DIR": str(runs_dir)}
     log = open(runs_dir.parent / f"streamlit-{port}.log", "w")
     command = [*prefix, sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
                "--server.address", "127.0.0.1", "--server.headless", "true"]
