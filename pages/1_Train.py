@@ -140,6 +140,7 @@ def live() -> None:
             progress(snapshot)
     if not snapshots:
         st.info("No run yet: set up a run on the left and press Start.")
+        live_chart.preload(st.container())  # plotly.js loads (~1 s) while the user sets up, not after Start
         return
     charts = live_charts(snapshots, x_axis, smoothing, frozenset(log_y or ()))
     for group in charts.coincidences:

@@ -101,8 +101,9 @@ def start_a_long_mlp_run(page, url: str, wait_ms: float = 90_000) -> None:
 
 
 @contextmanager
-def dashboard_browser(runs: Path) -> Iterator[tuple[str, Browser]]:
-    """A dashboard storing runs in `runs` (created here) and Debian's Chromium to drive it."""
+def dashboard_browser(runs: Path, executor: str = "process") -> Iterator[tuple[str, Browser]]:
+    """A dashboard storing runs in `runs` (created here), training in worker processes (the product's
+    default) or in its threads, and Debian's Chromium to drive it."""
     import shutil
 
     from playwright.sync_api import sync_playwright
@@ -110,7 +111,7 @@ def dashboard_browser(runs: Path) -> Iterator[tuple[str, Browser]]:
     # In CI Chromium is installed by .ci/run; a machine without it fails here rather than skipping.
     assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: apt-get install -y chromium"
     runs.mkdir()
-    with dashboard(runs) as url, sync_playwright() as play:
+    with dashboard(runs, env={"GACCUM_EXECUTOR": executor}) as url, sync_playwright() as play:
         browser = play.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             yield url, browser

@@ -11,7 +11,8 @@ def live_figures(at: AppTest) -> dict[str, dict]:
     """{chart name: plotly figure dict} of the live charts the page drew, in page order."""
     figures = {}
     for element in at.get("bidi_component"):
-        if element.proto.component_name == "gaccum_live_plotly_chart":
+        figure = json.loads(element.proto.json).get("figure") if element.proto.json else None
+        if element.proto.component_name == "gaccum_live_plotly_chart" and figure is not None:
             name = element.proto.id.rpartition("-chart_")[2]
-            figures[name] = json.loads(json.loads(element.proto.json)["figure"])
+            figures[name] = json.loads(figure)
     return figures

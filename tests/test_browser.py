@@ -1,10 +1,12 @@
 """The real dashboard in Debian's Chromium: type a micro-batch size, start a tiny run, watch
 the loss chart fill, let the run finish, download its CSV and check the header."""
 
+import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import psutil
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -35,6 +37,7 @@ def test_a_tiny_run_from_the_browser(tmp_path):
         steps.press("Enter")
         start = page.locator(".st-key-start button")
         expect(start).to_be_enabled(timeout=30_000)
+        page.wait_for_function("() => !!window.Plotly", timeout=60_000)  # preloaded before any chart exists
         start.click()
         page.wait_for_function(f"() => ({LOSS_POINTS_JS})() > 0", timeout=60_000)
         assert loss_points(page) > 0
@@ -45,8 +48,13 @@ def test_a_tiny_run_from_the_browser(tmp_path):
         lines = info.value.path().read_text().splitlines()
         assert lines[0] == ",".join(STEP_COLUMNS)
         assert len(lines) == 13
+        (run_dir,) = runs.iterdir()
+        trainer = json.loads((run_dir / "status.json").read_text())["pid"]  # trained in a worker process
+        servers = [p.pid for p in psutil.process_iter(["cmdline"]) if "streamlit" in " ".join(p.info["cmdline"] or [])]
+        assert servers and trainer not in servers
     (run_dir,) = runs.iterdir()
     assert '"micro_batch_size": 16' in (run_dir / "config.json").read_text()
+
 
 
 def test_the_lab_pages_in_the_browser(tmp_path):
