@@ -76,6 +76,8 @@ def spawn_spare() -> subprocess.Popen:
 
 def kill_tree(proc: subprocess.Popen) -> None:
     """SIGKILL the process and everything it started (torchrun's ranks live in sessions of their own)."""
+    if proc.poll() is not None:
+        return  # already reaped: its pid may belong to someone else by now
     try:
         victims = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
     except psutil.NoSuchProcess:

@@ -126,7 +126,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     if launch.node_rank > 0:
         return _join_job(config, launch)
-    runner = Runner(args.runs_dir, executor=args.executor, launch=launch)
+    runner = Runner(args.runs_dir, executor=args.executor, launch=launch, warm_spare=False)  # one run: no spare
     try:
         run_id = runner.submit(config, args.name)
     except (ValueError, OSError) as exc:  # StoreError says which directory and why; the store removed the run

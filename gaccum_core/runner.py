@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from gaccum_core.child import Child, Launch, spawn_spare, terminate_on_exit
+from gaccum_core.child import Child, Launch, kill_tree, spawn_spare, terminate_on_exit
 from gaccum_core.config import RunConfig
 from gaccum_core.device import device_name, resolve_device
 from gaccum_core.engine import Engine
@@ -109,22 +109,24 @@ class Runner:
     """Runs configs in the background and tracks them; one instance per server process.
 
     executor "process" trains each run in a worker process and keeps one warm spare worker ready
-    (started now, so the first Start does not wait for torch to import); "thread" trains in this
-    process. A data-parallel run (config.nproc > 1) always runs under torchrun.
+    (started now, so the first Start does not wait for torch to import; warm_spare=False starts a
+    worker per run instead, for a one-run CLI); "thread" trains in this process. A data-parallel run
+    (config.world_size > 1) always runs under torchrun.
     """
 
     def __init__(self, runs_dir: str = "runs", executor: str = "thread", stop_grace_s: float = STOP_GRACE_S,
-                 launch: Launch = Launch()) -> None:
+                 launch: Launch = Launch(), warm_spare: bool = True) -> None:
         if executor not in EXECUTORS:
             raise ValueError(f"executor={executor!r} is not allowed: one of {', '.join(EXECUTORS)}")
         self.store = RunStore(runs_dir)
         self.executor, self.stop_grace_s, self.launch = executor, stop_grace_s, launch
+        self.warm_spare = warm_spare and executor == "process"
         self._lock = threading.Lock()
         self._runs: dict[str, _Run] = {}
         self._queues: dict[str, deque[_Run]] = {}
         self._workers: dict[str, threading.Thread] = {}
         self._closed = False
-        self._spare: subprocess.Popen | None = spawn_spare() if executor == "process" else None
+        self._spare: subprocess.Popen | None = spawn_spare() if self.warm_spare else None
         atexit.register(self.close)
 
     def submit(self, config: RunConfig, name: str | None = None) -> str:
@@ -251,7 +253,7 @@ class Runner:
         if _distributed(run.config):
             child = Child.torchrun(self.store, run.run_id, run.config, self.launch)
         else:
-            child = Child.hand_over(self._take_spare(), self.store, run.run_id)
+            child = self._hand_over(run.run_id)
         sink = _MemorySink(run, self._lock)
         with self._lock:
             run.pid = child.proc.pid
@@ -270,16 +272,21 @@ class Runner:
         try:
             return child.supervise(run.stop_event, rows, status, self.stop_grace_s)
         finally:
-            if not _distributed(run.config):
+            if child.proc.poll() is None:  # supervision itself failed: no worker trains unwatched
+                kill_tree(child.proc)
+            if not _distributed(run.config) and self.warm_spare:
                 self._refill_spare()
 
-    def _take_spare(self) -> subprocess.Popen:
-        """The warm spare worker (a new one when there is none, or it died)."""
+    def _hand_over(self, run_id: str) -> Child:
+        """Give the run to the warm spare worker; to a fresh worker when there is none or it died."""
         with self._lock:
             spare, self._spare = self._spare, None
-        if spare is None or spare.poll() is not None:
-            spare = spawn_spare()
-        return spare
+        if spare is not None:
+            try:
+                return Child.hand_over(spare, self.store, run_id)
+            except OSError:  # it died while waiting (killed, out of memory): its pipe is broken
+                kill_tree(spare)
+        return Child.hand_over(spawn_spare(), self.store, run_id)
 
     def _refill_spare(self) -> None:
         with self._lock:

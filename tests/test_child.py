@@ -184,3 +184,14 @@ def test_a_worker_whose_server_died_stops_by_itself_and_says_why(tmp_path, monke
     assert _gone(pid)
     steps = store.read_metrics(run_id)["step"].tolist()
     assert steps == list(range(1, len(steps) + 1)) and len(steps) < 50
+
+
+def test_a_spare_worker_that_died_while_waiting_is_replaced_at_start(spawn):
+    """The warm spare was killed (OOM killer, a user) before Start: the run gets a fresh worker and finishes."""
+    runner = spawn()
+    spare = runner._spare
+    os.kill(spare.pid, signal.SIGKILL)
+    spare.wait()
+    snapshot = _ended(runner, runner.submit(CONFIG.replace(max_steps=2)))
+    assert snapshot.state == RunState.FINISHED, snapshot.message
+    assert runner._runs[snapshot.run_id].pid != spare.pid
