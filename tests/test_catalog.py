@@ -61,3 +61,18 @@ def test_settings_table_marks_the_differing_settings():
 
 def test_run_label_names_what_differs():
     assert run_label(RunConfig(model="cnn", micro_batch_size=8, accum_steps=4, amp="fp16")) == "cnn b=8 k=4 fp16"
+
+
+def test_the_table_and_labels_name_the_processes_of_a_data_parallel_run(tmp_path):
+    """A 2-process run: world_size 2 and effective batch N·b·k in the table, 'N=2' in its label."""
+    from gaccum_core.store import RunStore
+
+    store = RunStore(tmp_path)
+    single = store.create(RunConfig(**TINY))
+    double = store.create(RunConfig(**{**TINY, "nproc": 2}))
+    table = run_table(store, live=[single, double]).set_index("run_id")
+    assert table.loc[single, "world_size"] == 1 and table.loc[single, "effective_batch"] == 32
+    assert table.loc[double, "world_size"] == 2 and table.loc[double, "effective_batch"] == 64
+    assert run_label(RunConfig(**{**TINY, "nproc": 2})).endswith("N=2")
+    assert "N=" not in run_label(RunConfig(**TINY))
+    assert "nproc=2" in run_labels([RunConfig(**TINY), RunConfig(**{**TINY, "nproc": 2})])[1]
