@@ -2,8 +2,9 @@
 
 Issue "The UI must not slow the training". One `streamlit run app.py` (tests/browser.py's dashboard())
 runs pinned to core 0 with `taskset -c 0`; Debian's Chromium, its Playwright driver and this script
-run pinned to core 1. Every run is started inside the server process, by pressing Start on the
-Train page, so it trains in the server's own runner thread, next to the sessions that draw it.
+run pinned to core 1. Every run is started by pressing Start on the Train page; with --executor
+thread it trains in the server's own runner thread, next to the sessions that draw it, and with
+--executor process (the product's default) in a worker process, which inherits the server's core 0.
 
 (a) Training speed. Runs of one config (same seed) alternate between
       no tab:   a tab configures the run, presses Start, and is closed as soon as the run directory
@@ -25,7 +26,7 @@ Train page, so it trains in the server's own runner thread, next to the sessions
 
 Prints every run, every click and a summary; no figure is asserted.
 
-    python bench/bench_ui_load.py [--pairs 4] [--clicks 10] [--model cnn] [--epochs 20]
+    python bench/bench_ui_load.py [--executor process|thread] [--pairs 4] [--clicks 10] [--model cnn] [--epochs 20]
                                   [--image-size 32] [--micro-batch-size 32] [--accum-steps 4] [--seed 0]
 """
 
@@ -451,6 +452,8 @@ def summary(pairs: list[tuple[RunSpeed, RunSpeed]], busy: list[float], idle: lis
 def parse_args() -> argparse.Namespace:
     """Command line options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--executor", choices=("process", "thread"), default="process",
+                        help="where the server trains runs (GACCUM_EXECUTOR)")
     parser.add_argument("--pairs", type=int, default=4, help="(no tab, two tabs) run pairs")
     parser.add_argument("--clicks", type=int, default=10, help="clicks timed during runs, and again idle")
     parser.add_argument("--model", default="cnn")
@@ -472,7 +475,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as play:
         runs = Path(tmp) / "runs"
         runs.mkdir()
-        with dashboard(runs, prefix=("taskset", "-c", str(SERVER_CORE))) as url:
+        server_env = {"GACCUM_EXECUTOR": args.executor}
+        with dashboard(runs, prefix=("taskset", "-c", str(SERVER_CORE)), env=server_env) as url:
             browser = play.chromium.launch(executable_path=str(chromium_on_core(Path(tmp), BROWSER_CORE)),
                                            args=CHROMIUM_ARGS)
             print(f"config: {setup.describe()}", flush=True)
