@@ -91,6 +91,19 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--run-dir", default=None, help="the run directory (global rank 0)")
     worker.add_argument("--config", default=None, help="the run's config as JSON (ranks on other machines)")
     worker.add_argument("--spare", action="store_true", help="warm up, then read the run directory from stdin")
+    resume = commands.add_parser(
+        "resume", help="continue a stopped, interrupted or failed run from its checkpoint (or extend a finished one)",
+        description="Continue a run in its own directory from checkpoint.pt, exactly as if it had never "
+                    "stopped; prints the run directory as the last line. --epochs/--max-steps extend it: the "
+                    "cosine schedule then does NOT equal a run planned that long from the start (its length "
+                    "changes mid-way); config.json's history records the change.")
+    resume.add_argument("run", metavar="RUN_ID_OR_DIR", help="the run's id (in --runs-dir) or its directory")
+    resume.add_argument("--runs-dir", default="runs", help="directory that holds one folder per run (default: runs)")
+    resume.add_argument("--epochs", type=_typed("int", "--epochs"), default=None, metavar="INT",
+                        help="a new, larger number of epochs")
+    resume.add_argument("--max-steps", type=_typed("int", "--max-steps"), default=None, metavar="INT",
+                        help="a new, larger step limit (0 = none)")
+    resume.add_argument("--executor", choices=EXECUTORS, default="thread", help="as for run (default: thread)")
     doctor = commands.add_parser("doctor", help="what this machine can do: torch, CUDA, memory, AMP, compile")
     doctor.add_argument("--device", default="auto", help="device to check (default: auto)")
     return parser
@@ -161,6 +174,34 @@ def _join_job(config: RunConfig, launch: Launch) -> int:
     return subprocess.call(command)
 
 
+def resume_command(args: argparse.Namespace) -> int:
+    """Resume a run from its checkpoint with a progress bar; exit codes as for run."""
+    from pathlib import Path
+
+    from gaccum_core.checkpoint import CheckpointError
+    from gaccum_core.store import StoreError
+
+    given = Path(args.run)
+    runs_dir, run_id = (given.parent, given.name) if given.is_dir() else (Path(args.runs_dir), args.run)
+    runner = Runner(runs_dir, executor=args.executor, warm_spare=False)
+    try:
+        runner.resume(run_id, epochs=args.epochs, max_steps=args.max_steps)
+    except ConfigError as exc:
+        print(_flag_error(exc), file=sys.stderr)
+        return 2
+    except (CheckpointError, StoreError, RuntimeError) as exc:
+        print(f"gaccum: error: resume {args.run}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"gaccum: error: resume {args.run}: no such run ({exc.strerror}: {exc.filename})", file=sys.stderr)
+        return 2
+    snapshot = _follow(runner, run_id)
+    if snapshot.message:
+        print(f"{snapshot.state}: {snapshot.message}", file=sys.stderr)
+    print(runner.store.path(run_id).resolve())
+    return {RunState.FINISHED: 0, RunState.STOPPED: 130}.get(snapshot.state, 1)
+
+
 def _follow(runner: Runner, run_id: str) -> RunSnapshot:
     """Draw a progress bar until the run ends; Ctrl-C stops the run and waits for it."""
     bar = tqdm(total=None, unit="step", desc=run_id, file=sys.stderr, dynamic_ncols=True)
@@ -201,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_flag_error(exc), file=sys.stderr)
             return 2
         return 0
+    if args.command == "resume":
+        return resume_command(args)
     if args.command == "worker":
         from gaccum_core.worker import main as worker_main
 

@@ -58,6 +58,8 @@ FIELD_HELP = {
     "eval_every": "evaluate on the test split every N optimizer steps (0 = at the end of each epoch)",
     "nproc": "data-parallel processes per machine (DDP through torchrun, one GPU each on CUDA); "
              "effective batch = nnodes*nproc*b*k",
+    "checkpoint_every": "write checkpoint.pt every N optimizer steps, besides on Stop and at the end "
+                        "(0 = only then); a killed run resumes from the last one",
     "nnodes": "machines in a data-parallel job (the command line's --node-rank and --rdzv-endpoint join them)",
     "sync_every_micro_batch": "all-reduce gradients after every micro-batch instead of once per window "
                               "(turns DDP's no_sync off, to see what it saves)",
@@ -105,6 +107,7 @@ class RunConfig:
     eval_every: int = 0
     nproc: int = 1
     nnodes: int = 1
+    checkpoint_every: int = 100
     sync_every_micro_batch: bool = False
 
     def __post_init__(self) -> None:
@@ -136,6 +139,7 @@ class RunConfig:
         if not isinstance(data, dict):
             raise ConfigError("config", type(data).__name__, "a JSON object of RunConfig fields")
         names = {f.name for f in dataclasses.fields(cls)}
+        data = {k: v for k, v in data.items() if k != "history"}  # config.json's record of resumed changes
         for key in data:
             if key not in names:
                 raise ConfigError(key, data[key], f"a known field ({', '.join(sorted(names))})")
@@ -217,6 +221,7 @@ def _check_ranges(cfg: RunConfig) -> None:
     _int_range(cfg, "eval_every", 0, 10**9, " (0 = at the end of each epoch)")
     _int_range(cfg, "nproc", 1, MAX_PROCESSES)
     _int_range(cfg, "nnodes", 1, MAX_PROCESSES)
+    _int_range(cfg, "checkpoint_every", 0, 10**9, " (0 = only on Stop and at the end)")
     _positive_float(cfg, "lr", allow_zero=False, high=1e3)
     _positive_float(cfg, "init_scale", allow_zero=False, high=2.0**126)
     _positive_float(cfg, "grad_clip", allow_zero=True)

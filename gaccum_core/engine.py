@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from gaccum_core import faults
 from gaccum_core.accumulation import MicroBatch, Window, epoch_order, plan_epoch, planned_steps
+from gaccum_core.checkpoint import Counters, Position, TrainingState, capture, check_compatible, restore
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.device import autocast_works, resolve_device
@@ -32,6 +33,8 @@ from gaccum_core.states import RunState
 from gaccum_core.step import Optimization, StepResult, accumulate_step
 
 StopCheck = Callable[[], bool]
+CheckpointSink = Callable[[dict], None]
+LENGTH_FIELDS = ("epochs", "max_steps")  # a resumed run may be planned longer; nothing else may change
 
 
 class CompileError(RuntimeError):
@@ -45,16 +48,6 @@ class Diverged(ArithmeticError):
         self.step = step
         super().__init__(f"the loss became {loss} at optimizer step {step}: lower the learning rate, "
                          "set gradient clipping, or check the data")
-
-
-@dataclass
-class _Counters:
-    """Running totals across optimizer steps."""
-
-    step: int = 0
-    samples_seen: int = 0
-    skipped_total: int = 0
-    last_eval_step: int = -1
 
 
 def _compiled(model: torch.nn.Module, mode: str) -> torch.nn.Module:
@@ -128,37 +121,68 @@ class Engine:
         self._activation_size = 0
         self._cache_clear_s = 0.0  # seconds spent clearing the cache in the current window
         self._stop_agreed = False  # a data-parallel run stops when any rank asked, at the same step
+        self.training = TrainingState()  # position, counters, in-flight losses: what a checkpoint carries
 
-    def run(self, sink: MetricSink, should_stop: StopCheck = lambda: False) -> RunState:
-        """Train until the planned steps are done ('finished') or should_stop() ('stopped')."""
-        cfg, counters = self.config, _Counters()
-        self._start = time.perf_counter()
+    def checkpoint(self) -> dict:
+        """A checkpoint of the run where it is now (see gaccum_core.checkpoint)."""
+        self.training.wall_time_s = time.perf_counter() - self._start
+        return capture(self.model, self.opt, self.opt.params, self.training, self.config.to_dict(), self.device)
+
+    def resume_from(self, state: dict) -> None:
+        """Continue from a checkpoint: weights, optimizer, schedule, scaler, RNGs, position, in-flight gradients."""
+        check_compatible(state, self.config.to_dict(), LENGTH_FIELDS)
+        self.training = restore(state, self.model, self.opt, self.opt.params, self.device)
+
+    def run(self, sink: MetricSink, should_stop: StopCheck = lambda: False,
+            on_checkpoint: CheckpointSink | None = None) -> RunState:
+        """Train until the planned steps are done ('finished') or should_stop() ('stopped'), from the start
+        or from where resume_from() put the run; on_checkpoint gets a checkpoint on a stop, every
+        config.checkpoint_every steps and at the end (single-process runs)."""
+        cfg, training = self.config, self.training
+        counters, begin = training.counters, training.position
+        self._start = time.perf_counter() - training.wall_time_s
+        save = on_checkpoint if on_checkpoint is not None and not self.ranks.distributed else None
         self.model.train()
-        for epoch in range(cfg.epochs):
+        epoch = begin.epoch
+        for epoch in range(begin.epoch, cfg.epochs):
             order = epoch_order(self.num_train, cfg.seed, epoch)
-            for window in plan_epoch(self.num_train, self.global_micro_batch, cfg.accum_steps, cfg.reduction):
+            windows = plan_epoch(self.num_train, self.global_micro_batch, cfg.accum_steps, cfg.reduction)
+            for index in range(begin.window if epoch == begin.epoch else 0, len(windows)):
                 if counters.step >= self.total_steps:
                     break
-                row = self._guarded_window(window, order, epoch, counters, should_stop)
-                if row is None:
+                training.position = Position(epoch, index, len(training.in_flight))
+                row = self._guarded_window(windows[index], order, epoch, counters, should_stop)
+                if row is None:  # stopped mid-window: .grad and in_flight hold its first micro-batches
+                    training.position = Position(epoch, index, len(training.in_flight))
+                    if save is not None:
+                        save(self.checkpoint())
+                    self.optimizer.zero_grad(set_to_none=True)
                     return RunState.STOPPED
+                training.position = Position(epoch, index + 1, 0)
                 sink.log_step(row)
                 if not math.isfinite(row["loss"]) and not self.precision.uses_scaler:
                     raise Diverged(row["step"], row["loss"])
-                if self._stop_agreed:
-                    return RunState.STOPPED
                 if cfg.eval_every and counters.step % cfg.eval_every == 0:
                     self._log_eval(sink, epoch, counters)
+                if self._stop_agreed:
+                    if save is not None:
+                        save(self.checkpoint())
+                    return RunState.STOPPED
+                if save is not None and cfg.checkpoint_every and counters.step % cfg.checkpoint_every == 0:
+                    save(self.checkpoint())
             if not cfg.eval_every and counters.step > counters.last_eval_step:
                 self._log_eval(sink, epoch, counters)
             if counters.step >= self.total_steps:
                 break
+            training.position = Position(epoch + 1, 0, 0)
         if counters.step > counters.last_eval_step:
             self._log_eval(sink, epoch, counters)
+        if save is not None:
+            save(self.checkpoint())
         return RunState.FINISHED
 
     def _guarded_window(self, window: Window, order: torch.Tensor, epoch: int,
-                        counters: _Counters, should_stop: StopCheck) -> Row | None:
+                        counters: Counters, should_stop: StopCheck) -> Row | None:
         """_train_window, explaining BatchNorm on one sample and compiler failures (raised on first use)."""
         try:
             return self._train_window(window, order, epoch, counters, should_stop)
@@ -186,9 +210,12 @@ class Engine:
         self._activation_size = micro_batch_size
         return True
 
-    def _micro_batches(self, window: Window) -> Iterator[tuple[int, MicroBatch]]:
-        """The window's micro-batches, numbered; with clear_cache=micro, clears after each backward."""
+    def _micro_batches(self, window: Window, first: int = 0) -> Iterator[tuple[int, MicroBatch]]:
+        """The window's micro-batches from `first` on (a resumed window), numbered from the window's
+        start; with clear_cache=micro, clears after each backward."""
         for i, micro in enumerate(window.micro_batches):
+            if i < first:
+                continue
             # Suspended inside the context while the caller runs this micro-batch's forward and backward:
             # DDP skips the gradient all-reduce for every micro-batch but the window's last.
             with sync_context(self.ddp, micro.ends_window, self.config.sync_every_micro_batch):
@@ -204,12 +231,13 @@ class Engine:
         x, y = self.data.train.batch(order[start:stop])
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         fault = faults.due(step, i) if faults.ARMED else None
-        with self.activations.measure() if i == 0 and self._measure_activations(stop - start) else nullcontext():
+        first = i == self.training.position.micro  # the window's first micro-batch run in this segment
+        with self.activations.measure() if first and self._measure_activations(stop - start) else nullcontext():
             loss = lambda: summed_cross_entropy(self.forward, self.precision, x, y)  # noqa: E731
             return loss() if fault is None else faults.inject(fault, loss)
 
     def _train_window(self, window: Window, order: torch.Tensor, epoch: int,
-                      counters: _Counters, should_stop: StopCheck) -> Row | None:
+                      counters: Counters, should_stop: StopCheck) -> Row | None:
         """Accumulate one window and take one optimizer step; None when stopped mid-window."""
         start, self._cache_clear_s = time.perf_counter(), 0.0
         self.memory.start_step()
@@ -219,12 +247,15 @@ class Engine:
             self.allreduce.reset()
         # DDP's ranks must run the same micro-batches: they agree on a stop once per step (in _measured).
         local_stop = _never if self.ranks.distributed else should_stop
+        # A single process keeps a stopped window's gradients and losses (in_flight) for its checkpoint.
+        in_flight = None if self.ranks.distributed else self.training.in_flight
         # DDP averages the ranks' gradients: each rank divides by its share of the window's divisor.
-        result = accumulate_step(self.opt, self._micro_batches(window),
+        result = accumulate_step(self.opt, self._micro_batches(window, self.training.position.micro),
                                  lambda numbered: self._loss_sum(order, step, numbered),
-                                 window.divisor / self.ranks.world_size, local_stop)
+                                 window.divisor / self.ranks.world_size, local_stop, in_flight)
         if result is None:
             return None
+        self.training.in_flight = []
         if self.config.clear_cache == "step":
             self._cache_clear_s += clear_cache(self.device)
         return self._row(window, epoch, counters, start, lr, result, should_stop)
@@ -246,7 +277,7 @@ class Engine:
         largest = [None if torch.isnan(c).all() else c.nan_to_num(-1.0).max().item() for c in rows[:, 3:].T]
         return {"loss_sum": rows[:, 0].sum().item(), "grad_norm": rows[0, 1].item(), **dict(zip(names, largest))}
 
-    def _row(self, window: Window, epoch: int, counters: _Counters, start: float, lr: float,
+    def _row(self, window: Window, epoch: int, counters: Counters, start: float, lr: float,
              result: StepResult, should_stop: StopCheck) -> Row:
         measured = self._measured(result, should_stop)
         step_time = time.perf_counter() - start
@@ -284,7 +315,7 @@ class Engine:
         self.model.train()
         return loss_sum.item() / len(test), correct.item() / len(test)
 
-    def _log_eval(self, sink: MetricSink, epoch: int, counters: _Counters) -> None:
+    def _log_eval(self, sink: MetricSink, epoch: int, counters: Counters) -> None:
         counters.last_eval_step = counters.step
         if not self.ranks.is_main:
             return  # the model is the same on every rank: rank 0 evaluates and writes

@@ -65,14 +65,16 @@ def execute(store: RunStore, run_id: str, config: RunConfig, device: torch.devic
         if ranks.is_main:
             store.update_status(run_id, state=RunState.RUNNING, started=now_iso(), device=device_name(device),
                                 world_size=ranks.world_size, pid=os.getpid())
-            writer = store.writer(run_id)
         engine = Engine(config, device, ranks)
         if ranks.is_main:
-            store.update_status(run_id, total_steps=engine.total_steps)
+            _resume_if_checkpointed(store, run_id, engine)
+            writer = store.writer(run_id)
         on_start(engine)
-        state = engine.run(FanOut(*(s for s in (writer, sink) if s is not None), recorder), should_stop)
+        save = (lambda state: store.save_checkpoint(run_id, state)) if ranks.is_main else None
+        state = engine.run(FanOut(*(s for s in (writer, sink) if s is not None), recorder), should_stop, save)
         if ranks.is_main:
             store.save_model(run_id, engine.model.state_dict())
+            _end_segment(store, run_id, state, engine.training.counters.step)
         outcome = state, "stopped by the user" if state == RunState.STOPPED else skipped_warning(recorder.rows)
     except Diverged as exc:  # every rank sees the same loss: all of them end here together
         outcome = RunState.DIVERGED, str(exc)
@@ -89,6 +91,23 @@ def execute(store: RunStore, run_id: str, config: RunConfig, device: torch.devic
         clear_cache(device)  # an error here propagates: torchrun reports this rank's failure
         return outcome
     return release(store, run_id, device, *outcome)
+
+
+def _resume_if_checkpointed(store: RunStore, run_id: str, engine: Engine) -> None:
+    """A run with a checkpoint continues from it: rows after it are dropped, a new segment begins."""
+    checkpoint = store.load_checkpoint(run_id)
+    segments = list(store.read_status(run_id).get("segments", []))
+    if checkpoint is not None:
+        engine.resume_from(checkpoint)
+        store.truncate_rows(run_id, engine.training.counters.step)
+    segments.append({"started": now_iso(), "from_step": engine.training.counters.step})
+    store.update_status(run_id, total_steps=engine.total_steps, segments=segments)
+
+
+def _end_segment(store: RunStore, run_id: str, state: RunState, step: int) -> None:
+    segments = list(store.read_status(run_id).get("segments", [{}]))
+    segments[-1] = {**segments[-1], "ended": now_iso(), "to_step": step, "state": str(state)}
+    store.update_status(run_id, segments=segments)
 
 
 def release(store: RunStore, run_id: str, device: torch.device, state: RunState, message: str) -> Outcome:

@@ -78,7 +78,8 @@ def skipped_warning(rows: Sequence[Row], most: float = 0.5) -> str:
     """A warning when more than `most` of the steps were skipped by the GradScaler, else ''."""
     if not rows:
         return ""
-    skipped, steps = int(rows[-1]["skipped_total"]), len(rows)
+    # A resumed run's rows start mid-run: count its steps by number, not by the rows this segment saw.
+    skipped, steps = int(rows[-1]["skipped_total"]), int(rows[-1].get("step") or len(rows))
     if skipped <= most * steps:
         return ""
     scale = rows[-1]["scale"]

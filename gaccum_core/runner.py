@@ -25,7 +25,8 @@ import torch
 from gaccum_core.child import Child, Launch, kill_tree, spawn_spare, terminate_on_exit
 from gaccum_core.config import RunConfig
 from gaccum_core.device import device_name, resolve_device
-from gaccum_core.engine import Engine
+from gaccum_core.checkpoint import CheckpointError, check_compatible
+from gaccum_core.engine import LENGTH_FIELDS, Engine
 from gaccum_core.execute import execute, failure_message  # noqa: F401  (failure_message: part of the API)
 from gaccum_core.metrics import Row, eta_seconds
 from gaccum_core.states import FINAL_STATES, RunState
@@ -131,11 +132,53 @@ class Runner:
 
     def submit(self, config: RunConfig, name: str | None = None) -> str:
         """Create the run on disk and queue it; returns the run id."""
-        device_key = str(resolve_device(config.device))
         run_id = self.store.create(config, name)
-        run = _Run(run_id, config, device_key, name or "")
+        self._enqueue(_Run(run_id, config, str(resolve_device(config.device)), name or ""))
+        return run_id
+
+    def resume(self, run_id: str, epochs: int | None = None, max_steps: int | None = None) -> str:
+        """Queue a stopped, interrupted or failed run to go on from its checkpoint, in its directory; a
+        finished one with a longer epochs or max_steps. CheckpointError says why a run cannot resume."""
         with self._lock:
-            self._runs[run_id] = run
+            known = self._runs.get(run_id)
+            if known is not None and known.state not in FINAL_STATES:
+                raise RunBusyError(f"run {run_id} is {known.state}: it cannot be resumed while it goes on")
+        config, status = self.store.read_config(run_id), self.store.read_status(run_id)
+        lengths = {k: v for k, v in (("epochs", epochs), ("max_steps", max_steps)) if v is not None}
+        longer = config.replace(**lengths)
+        step = self._resumable_at(run_id, longer)
+        if status.get("state") == RunState.FINISHED and longer == config:
+            raise CheckpointError(f"run {run_id} finished all its steps: give a larger epochs or max_steps to extend it")
+        if longer != config:
+            self.store.change_config(run_id, longer, step)
+        self.store.truncate_rows(run_id, step)
+        run = _Run(run_id, longer, str(resolve_device(longer.device)), status.get("name", ""))
+        run.metrics = [MappingProxyType(row) for row in self.store.metric_rows(run_id)]
+        run.evals = [MappingProxyType(row) for row in self.store.eval_rows(run_id)]
+        self.store.update_status(run_id, state=RunState.QUEUED, message="")
+        self._enqueue(run)
+        return run_id
+
+    def _resumable_at(self, run_id: str, config: RunConfig) -> int:
+        """The step the run's checkpoint resumes at; CheckpointError naming what makes it impossible."""
+        try:
+            checkpoint = self.store.load_checkpoint(run_id)
+        except Exception as exc:  # a torn or foreign file: torch.load's errors have many types
+            raise CheckpointError(f"checkpoint.pt of run {run_id} cannot be read ({type(exc).__name__}: "
+                                  f"{str(exc).splitlines()[0][:200]})") from None
+        if checkpoint is None:
+            raise CheckpointError(f"run {run_id} has no checkpoint.pt: it stopped before its first checkpoint, "
+                                  "or was written before checkpoints existed")
+        if config.world_size > 1:
+            raise CheckpointError("data-parallel runs cannot be resumed yet: their checkpoints hold no rank's "
+                                  "in-flight gradients")
+        check_compatible(checkpoint, config.to_dict(), LENGTH_FIELDS)
+        return int(checkpoint["counters"]["step"])
+
+    def _enqueue(self, run: _Run) -> None:
+        device_key = run.device_key
+        with self._lock:
+            self._runs[run.run_id] = run
             self._queues.setdefault(device_key, deque()).append(run)
             worker = self._workers.get(device_key)
             if worker is None or not worker.is_alive():
@@ -143,7 +186,6 @@ class Runner:
                                           daemon=True)
                 self._workers[device_key] = worker
                 worker.start()
-        return run_id
 
     def stop(self, run_id: str) -> None:
         """Ask a run to stop: a queued run never starts, a running one stops within one micro-batch."""
@@ -257,6 +299,7 @@ class Runner:
         sink = _MemorySink(run, self._lock)
         with self._lock:
             run.pid = child.proc.pid
+            run.metrics, run.evals = [], []  # a resumed run's earlier rows come back through the followers
 
         def rows(metrics: list[Row], evals: list[Row]) -> None:
             for row in metrics:

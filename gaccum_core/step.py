@@ -56,9 +56,13 @@ class StepResult:
 
 
 def accumulate(precision: Precision, micro_batches: Iterable[Batch], loss_sum: Callable[[Batch], torch.Tensor],
-               divisor: float, should_stop: Callable[[], bool] = _never) -> list[torch.Tensor] | None:
-    """Backward every micro-batch's loss_sum / divisor into .grad; their losses, or None if stopped."""
-    losses = []
+               divisor: float, should_stop: Callable[[], bool] = _never,
+               losses: list[torch.Tensor] | None = None) -> list[torch.Tensor] | None:
+    """Backward every micro-batch's loss_sum / divisor into .grad; their losses, or None if stopped.
+
+    `losses` (appended in place) may hold the losses of the window's micro-batches done before, whose
+    gradients .grad already holds (a resumed window); after a stop it holds those done so far."""
+    losses = [] if losses is None else losses
     for batch in micro_batches:
         if should_stop():
             return None
@@ -69,11 +73,17 @@ def accumulate(precision: Precision, micro_batches: Iterable[Batch], loss_sum: C
 
 
 def accumulate_step(opt: Optimization, micro_batches: Iterable[Batch], loss_sum: Callable[[Batch], torch.Tensor],
-                    divisor: float, should_stop: Callable[[], bool] = _never) -> StepResult | None:
-    """Accumulate one window, then take one optimizer step; None if stopped mid-window."""
-    losses = accumulate(opt.precision, micro_batches, loss_sum, divisor, should_stop)
+                    divisor: float, should_stop: Callable[[], bool] = _never,
+                    in_flight: list[torch.Tensor] | None = None) -> StepResult | None:
+    """Accumulate one window, then take one optimizer step; None if stopped mid-window.
+
+    A stopped window leaves no half gradient behind, unless the caller keeps it: with `in_flight`
+    (the losses of micro-batches already in .grad, appended in place) .grad and the list keep what
+    the window accumulated, for a checkpoint to carry over a restart."""
+    losses = accumulate(opt.precision, micro_batches, loss_sum, divisor, should_stop, in_flight)
     if losses is None:
-        opt.optimizer.zero_grad(set_to_none=True)  # a stopped window leaves no half gradient behind
+        if in_flight is None:
+            opt.optimizer.zero_grad(set_to_none=True)
         return None
     # Unscale, clip, optimizer.step() (skipped on inf/NaN gradients), scaler.update().
     outcome = opt.precision.step(opt.optimizer, opt.params, opt.grad_clip)

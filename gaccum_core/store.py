@@ -229,6 +229,23 @@ class RunStore:
         """Where torchrun writes each rank's error.json for a data-parallel run."""
         return self.path(run_id) / "torchrun"
 
+    def metric_rows(self, run_id: str) -> list[Row]:
+        """metrics.csv's rows as typed dicts (what the run logged)."""
+        return self.followers(run_id)[0].read()
+
+    def eval_rows(self, run_id: str) -> list[Row]:
+        """eval.csv's rows as typed dicts."""
+        return self.followers(run_id)[1].read()
+
+    def change_config(self, run_id: str, config: RunConfig, at_step: int) -> None:
+        """Replace config.json (atomically) with a longer run's config, its history recording the change."""
+        old = json.loads((self.path(run_id) / "config.json").read_text(encoding="utf-8"))
+        history = old.pop("history", [])
+        changes = {k: [old.get(k), v] for k, v in config.to_dict().items() if old.get(k) != v}
+        history.append({"changed": now_iso(), "at_step": at_step, "fields": changes})
+        _write_atomic(self.path(run_id) / "config.json", json.dumps({**config.to_dict(), "history": history},
+                                                                    indent=2, sort_keys=True) + "\n")
+
     def write_traceback(self, run_id: str, text: str) -> None:
         """Add a failure's traceback to traceback.txt (atomically: a reader sees all of it or none)."""
         target = self.path(run_id) / "traceback.txt"
@@ -251,6 +268,45 @@ class RunStore:
         torch.save(state_dict, tmp)
         os.replace(tmp, target)
         return target
+
+    def checkpoint_path(self, run_id: str) -> Path:
+        """checkpoint.pt of a run."""
+        return self.path(run_id) / "checkpoint.pt"
+
+    def save_checkpoint(self, run_id: str, state: dict[str, Any]) -> None:
+        """Write checkpoint.pt atomically: a temporary file in the run directory, flushed and fsynced, then
+        renamed over the old one, so a kill at any moment leaves the old checkpoint or the new one."""
+        target = self.checkpoint_path(run_id)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".checkpoint.pt.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
+        """checkpoint.pt (weights_only=True: tensors, numbers and strings only), or None when there is none.
+        A temporary file a kill left behind is never read."""
+        target = self.checkpoint_path(run_id)
+        if not target.exists():
+            return None
+        return torch.load(target, map_location="cpu", weights_only=True)
+
+    def truncate_rows(self, run_id: str, last_step: int) -> None:
+        """Drop the metrics.csv and eval.csv rows after last_step (rewritten atomically): a run resumed from
+        a checkpoint at last_step then reads as one run with each step once."""
+        for name in ("metrics.csv", "eval.csv"):
+            path = self.path(run_id) / name
+            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+            step_at = next(csv.reader([lines[0]])).index("step") if lines else 0
+            kept = lines[:1] + [line for line in lines[1:]
+                                if line.endswith("\n") and int(next(csv.reader([line]))[step_at]) <= last_step]
+            if len(kept) != len(lines):
+                _write_atomic(path, "".join(kept))
 
     def load_model(self, run_id: str) -> dict[str, torch.Tensor]:
         """model.pt, loaded with weights_only=True (never arbitrary pickles)."""

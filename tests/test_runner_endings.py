@@ -98,7 +98,7 @@ def test_a_status_file_that_cannot_be_written_at_the_end_still_ends_the_run_in_m
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the exit ends the thread
 def test_an_exit_inside_training_ends_the_run_and_a_later_submit_starts_a_new_worker(tmp_path, monkeypatch):
-    def exits(self, sink, should_stop):
+    def exits(self, sink, should_stop, on_checkpoint=None):
         raise SystemExit(3)
 
     monkeypatch.setattr(gaccum_core.execute.Engine, "run", exits)

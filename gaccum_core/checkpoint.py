@@ -1,0 +1,118 @@
+"""checkpoint.pt: everything a run's future depends on, so that a resumed run equals the uninterrupted one.
+
+Model, optimizer, LR schedule, GradScaler, every RNG the run uses (torch's CPU and CUDA generators
+and Python's `random`; the sample order has its own generator fixed by (seed, epoch), and NumPy is
+not used), the position (epoch, window, micro-batches of that window done), the counters, and for a
+run stopped mid-window the gradients accumulated so far with those micro-batches' losses. Plain
+tensors, numbers, strings and lists only, so it loads with torch.load(weights_only=True).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+FORMAT = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot resume this run exactly; the message names what differs."""
+
+
+@dataclass
+class Counters:
+    """Running totals across optimizer steps."""
+
+    step: int = 0
+    samples_seen: int = 0
+    skipped_total: int = 0
+    last_eval_step: int = -1
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where training goes on: epoch, window of that epoch, and micro-batches of it already in .grad."""
+
+    epoch: int = 0
+    window: int = 0
+    micro: int = 0
+
+
+@dataclass
+class TrainingState:
+    """What a checkpoint holds beyond the model and optimization objects."""
+
+    position: Position = field(default_factory=Position)
+    counters: Counters = field(default_factory=Counters)
+    in_flight: list[torch.Tensor] = field(default_factory=list)  # losses of the window's micro-batches done
+    wall_time_s: float = 0.0  # training time so far (the pause between segments not counted)
+
+
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _python_rng()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _python_rng() -> list[Any]:
+    version, internal, gauss = random.getstate()
+    return [version, list(internal), gauss]
+
+
+def _restore_rng(state: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def capture(model: torch.nn.Module, opt: Any, params: list[torch.nn.Parameter], training: TrainingState,
+            config: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """A checkpoint of the run as it is now (the in-flight gradients are copied off .grad)."""
+    return {
+        "format": FORMAT, "torch_version": str(torch.__version__), "config": config,
+        "model": model.state_dict(), "optimizer": opt.optimizer.state_dict(),
+        "scheduler": opt.scheduler.state_dict() if opt.scheduler is not None else None,
+        "scaler": opt.precision.scaler.state_dict(), "rng": _rng_state(device),
+        "position": asdict(training.position), "counters": asdict(training.counters),
+        "grads": [None if p.grad is None else p.grad.detach().clone() for p in params],
+        "in_flight": [loss.detach().clone() for loss in training.in_flight],
+        "wall_time_s": training.wall_time_s,
+    }
+
+
+def restore(state: dict[str, Any], model: torch.nn.Module, opt: Any, params: list[torch.nn.Parameter],
+            device: torch.device) -> TrainingState:
+    """Put a checkpoint's model, optimizer, schedule, scaler, RNGs and gradients back; its training state."""
+    model.load_state_dict(state["model"])
+    opt.optimizer.load_state_dict(state["optimizer"])
+    if opt.scheduler is not None and state["scheduler"] is not None:
+        opt.scheduler.load_state_dict(state["scheduler"])
+    if state["scaler"]:
+        opt.precision.scaler.load_state_dict(state["scaler"])
+    for param, grad in zip(params, state["grads"]):
+        param.grad = None if grad is None else grad.to(device)
+    _restore_rng(state["rng"], device)
+    return TrainingState(Position(**state["position"]), Counters(**state["counters"]),
+                         [loss.to(device) for loss in state["in_flight"]], float(state["wall_time_s"]))
+
+
+def check_compatible(state: dict[str, Any], config: dict[str, Any], length_fields: tuple[str, ...]) -> None:
+    """Refuse a checkpoint this run cannot continue exactly: other format, torch or settings."""
+    if state.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint.pt has format {state.get('format')!r}, this gaccum reads {FORMAT}")
+    if state.get("torch_version") != torch.__version__:
+        raise CheckpointError(f"checkpoint.pt was written by torch {state.get('torch_version')}, this is "
+                              f"torch {torch.__version__}: kernels may differ, so the resumed run would not be exact")
+    saved = state.get("config", {})
+    changed = sorted(k for k in set(saved) | set(config)
+                     if k not in length_fields and saved.get(k) != config.get(k))
+    if changed:
+        details = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in changed[:4])
+        raise CheckpointError(f"the settings changed since the checkpoint ({details}); only the run's length "
+                              f"({', '.join(length_fields)}) may change on resume")
