@@ -11,6 +11,7 @@ Python state under a lock; snapshot() copies it for a UI or CLI to poll without 
 from __future__ import annotations
 
 import atexit
+import os
 import subprocess
 import threading
 import time
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+import psutil
 import torch
 
 from gaccum_core.child import Child, Launch, kill_tree, spawn_spare, terminate_on_exit
@@ -83,6 +85,16 @@ class _Run:
     done_event: threading.Event = field(default_factory=threading.Event)
 
 
+def _training_elsewhere(pid: int | None) -> bool:
+    """Whether another live gaccum process (a server, a CLI, a worker) holds a run on disk as running."""
+    if not pid or pid == os.getpid():
+        return False
+    try:
+        return "gaccum" in " ".join(psutil.Process(pid).cmdline()) or "streamlit" in " ".join(psutil.Process(pid).cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
 def _distributed(config: RunConfig) -> bool:
     """A data-parallel run: torchrun starts its processes."""
     return config.world_size > 1
@@ -144,6 +156,9 @@ class Runner:
             if known is not None and known.state not in FINAL_STATES:
                 raise RunBusyError(f"run {run_id} is {known.state}: it cannot be resumed while it goes on")
         config, status = self.store.read_config(run_id), self.store.read_status(run_id)
+        if status.get("state") not in FINAL_STATES and _training_elsewhere(status.get("pid")):
+            raise RunBusyError(f"run {run_id} is still training in process {status['pid']} (another server "
+                               "or command line): stop it there first")
         lengths = {k: v for k, v in (("epochs", epochs), ("max_steps", max_steps)) if v is not None}
         longer = config.replace(**lengths)
         step = self._resumable_at(run_id, longer)

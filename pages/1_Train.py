@@ -12,9 +12,12 @@ from gaccum_core.costs import warnings_for
 from gaccum_core.device import resolve_device
 from gaccum_core.engine import preflight
 from gaccum_core.loopcode import render_loop
+from gaccum_core.checkpoint import CheckpointError
+from gaccum_core.runner import RunBusyError
+from gaccum_core.states import RunState
 from gaccum_core.store import StoreError
 from ui import (CHART_TITLES, REFRESH_S, adopt_settings, await_first_step, config_from, get_runner, live_charts,
-                progress, session_runs, widget)
+                progress, session_runs, short_name, widget)
 
 st.set_page_config(page_title="gaccum · Train", layout="wide")
 st.title("Train")
@@ -85,6 +88,16 @@ st.session_state["_drawn_active"] = runner.active_ids()  # what Start, Stop and 
 if stop.button("Stop", key="stop", disabled=not active):
     for snapshot in active:
         runner.stop(snapshot.run_id)
+latest = runner.snapshot(mine[-1]) if mine and runner.knows(mine[-1]) else None
+if latest is not None and latest.state in (RunState.STOPPED, RunState.FAILED) and not active:
+    if st.button(f"Resume {short_name(latest)} from its checkpoint", key="resume",
+                 help="goes on exactly where it stopped, in the same run directory (Runs page: any run)"):
+        try:
+            runner.resume(latest.run_id)
+        except (CheckpointError, RunBusyError, StoreError, OSError) as exc:
+            st.error(f"Cannot resume: {exc}")
+        else:
+            st.rerun()
 
 x_col, smooth_col = st.columns([2, 2])
 with x_col:

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from gaccum_core.catalog import combined_csv, run_labels, run_table, settings_table
+from gaccum_core.checkpoint import CheckpointError
 from gaccum_core.charts import X_AXES, RunSeries, build_figures
 from gaccum_core.runner import RunBusyError
 from gaccum_core.states import RunState
@@ -11,6 +12,7 @@ from ui import chart_cache, get_runner, widget
 
 st.set_page_config(page_title="gaccum · Runs", layout="wide")
 st.title("Runs")
+RESUMABLE = (RunState.STOPPED, RunState.INTERRUPTED, RunState.FAILED)
 runner = get_runner()
 store = runner.store
 if "deleted" in st.session_state:
@@ -86,6 +88,29 @@ if readable:
                                     file_name=f"{run_id}-metrics.csv", mime="text/csv", key=f"dl_m_{run_id}")
         evals_col.download_button(f"{run_id} eval.csv", store.evals_csv(run_id),
                                   file_name=f"{run_id}-eval.csv", mime="text/csv", key=f"dl_e_{run_id}")
+
+
+def resume(run_id: str) -> None:
+    """Queue a run to go on from its checkpoint (a button callback); the message says why it cannot."""
+    try:
+        runner.resume(run_id)
+    except (CheckpointError, RunBusyError, StoreError, OSError) as exc:
+        st.session_state["resume_error"] = f"Cannot resume {run_id}: {exc}"
+    else:
+        st.session_state["resumed"] = run_id
+
+
+resumable = [r for r in readable if states[r] in RESUMABLE and r not in live]
+if resumable:
+    st.subheader("Resume")
+    st.caption("A resumed run goes on from its checkpoint.pt in its own directory, exactly as if it had never "
+               "stopped (its gradients of a half-done window included); rows after the checkpoint are dropped.")
+    for run_id in resumable:
+        st.button(f"Resume {run_id} ({states[run_id]})", key=f"resume_{run_id}", on_click=resume, args=(run_id,))
+if "resume_error" in st.session_state:
+    st.error(st.session_state.pop("resume_error"))
+if "resumed" in st.session_state:
+    st.success(f"Resumed {st.session_state.pop('resumed')}: it is drawn live on the [Train page](Train).")
 
 
 def delete(run_ids: list[str]) -> None:
