@@ -167,6 +167,7 @@ class Runner:
         if longer != config:
             self.store.change_config(run_id, longer, step)
         self.store.truncate_rows(run_id, step)
+        self.store.clear_stop_request(run_id)
         run = _Run(run_id, longer, str(resolve_device(longer.device)), status.get("name", ""))
         run.metrics = [MappingProxyType(row) for row in self.store.metric_rows(run_id)]
         run.evals = [MappingProxyType(row) for row in self.store.eval_rows(run_id)]

@@ -225,6 +225,10 @@ class RunStore:
         """Ask the run's worker process to stop (it checks before every micro-batch)."""
         self.stop_path(run_id).touch()
 
+    def clear_stop_request(self, run_id: str) -> None:
+        """Forget an earlier stop request, so a resumed run's worker does not stop at once."""
+        self.stop_path(run_id).unlink(missing_ok=True)
+
     def torchrun_log_dir(self, run_id: str) -> Path:
         """Where torchrun writes each rank's error.json for a data-parallel run."""
         return self.path(run_id) / "torchrun"

@@ -145,3 +145,23 @@ def test_ctrl_c_stops_a_data_parallel_run_on_every_rank_and_exits_130(tmp_path):
     assert steps == list(range(1, len(steps) + 1)) and len(steps) < 40
     gone, alive = psutil.wait_procs(family, timeout=30)
     assert not alive, f"left behind: {[p.pid for p in alive]}"
+
+
+def test_resume_extends_a_finished_run_and_refuses_what_it_cannot_do_in_one_line(tmp_path, capsys):
+    """`resume RUN --max-steps M` continues a finished run in its directory; bad requests are one-line errors."""
+    import pandas as pd
+
+    flags = ["--model", "mlp", "--micro-batch-size", "16", "--accum-steps", "2", "--device", "cpu",
+             "--runs-dir", str(tmp_path)]
+    assert main(["run", *flags, "--max-steps", "3"]) == 0
+    run_dir = capsys.readouterr().out.strip().splitlines()[-1]
+    assert main(["resume", run_dir, "--max-steps", "5"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == run_dir
+    assert pd.read_csv(f"{run_dir}/metrics.csv")["step"].tolist() == [1, 2, 3, 4, 5]
+    for args, expected in ((["resume", run_dir], "finished all its steps"),
+                           (["resume", "no-such-run", "--runs-dir", str(tmp_path)], "no such run"),
+                           (["resume", "../etc", "--runs-dir", str(tmp_path)], "is not allowed"),
+                           (["resume", run_dir, "--max-steps", "-1"], "--max-steps=-1 is not allowed")):
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and expected in err[0], err

@@ -99,6 +99,7 @@ def test_a_sigkilled_worker_resumes_from_its_last_checkpoint_exactly(references,
     """checkpoint_every=5, the worker SIGKILLed at a random step: resumed, rows beyond the checkpoint dropped."""
     store, done = references
     monkeypatch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.05" for s in range(1, 41)))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as the references here: bit-equality needs the same kernels
     runner = Runner(tmp_path, executor="process")
     try:
         kill_after = random.Random().randint(6, 33)
@@ -175,3 +176,26 @@ def test_a_finished_run_extended_continues_and_records_the_change(tmp_path):
     history = json.loads((runner.store.path(run_id) / "config.json").read_text())["history"]
     assert history[-1]["at_step"] == 6 and history[-1]["fields"] == {"max_steps": [6, 9]}
     assert runner.store.read_config(run_id).max_steps == 9
+
+
+def test_a_run_stopped_in_a_worker_process_resumes_there_to_the_same_end(references, tmp_path, monkeypatch):
+    """Stop and Resume with the dashboard's executor: the old stop request does not stop the resumed worker."""
+    store, done = references
+    monkeypatch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:1*0.05" for s in range(1, 41)))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as the references here: bit-equality needs the same kernels
+    runner = Runner(tmp_path, executor="process")
+    try:
+        run_id = runner.submit(SGD)
+        while len(runner.snapshot(run_id).metrics) < 8:
+            assert not runner.snapshot(run_id).done
+            time.sleep(0.01)
+        runner.stop(run_id)
+        assert _ended(runner, run_id).state == RunState.STOPPED
+        runner.resume(run_id)
+        snapshot = _ended(runner, run_id)
+        assert snapshot.state == RunState.FINISHED, snapshot.message
+        assert [row["step"] for row in snapshot.metrics] == list(range(1, 41))
+    finally:
+        runner.close()
+    _STORES[run_id] = runner.store
+    _assert_same_run(store, done["sgd_fp32"], run_id)
