@@ -23,7 +23,12 @@ directory is made by tempfile (its filesystem is printed; a tmpfs would make fsy
    row) is outside that window in both arms. The figure is the median (quartiles) over the repeats of
    the per-repeat ratio speed(every N) / speed(only at end). The store's save_checkpoint is wrapped on
    the runner's instance (it calls the product's method unchanged) to count the checkpoints each run
-   wrote and time them. One uncounted warm-up run per model comes first.
+   wrote and time them. Per run the bench also prints, for the saves inside the window, the median
+   "gap" (row s+1's wall_time_s - row s's - step s+1's step_time_s: what ran between the steps, i.e.
+   Engine.checkpoint() + the save, plus an evaluation when the save falls on an epoch's end) and the
+   median step_time_s of the step right after a save. One uncounted warm-up run per model comes first.
+   Quartiles are statistics.quantiles(method="inclusive"): with 3 repeats they are the two
+   midpoints between the median and the extremes.
 2. Save and load: for each model, Engine.checkpoint() after a few optimizer steps (SGD momentum
    buffers exist), saved with RunStore.save_checkpoint into a temporary run directory and loaded with
    RunStore.load_checkpoint (torch.load, weights_only=True; the file was just written, so it is read
@@ -88,6 +93,8 @@ class RunResult:
     saves_in_window: int  # of which between the first and the last row
     save_s: float | None  # median seconds of this run's saves
     run_s: float  # submit -> run ended (start-up, data, model.pt included)
+    gap_after_save_s: float | None  # median time between a save's step and the next one, minus that step
+    step_after_save_s: float | None  # median step_time_s of the steps right after a save
 
 
 def instrument(runner: Runner) -> SaveLog:
@@ -121,10 +128,15 @@ def timed_run(runner: Runner, log: SaveLog, config: RunConfig) -> RunResult:
     window_s = float(rows["wall_time_s"].iloc[-1] - rows["wall_time_s"].iloc[0])
     inside = [s for s, _ in log.saves if first_step <= s < last_step]
     seconds = [t for _, t in log.saves]
+    # Row s+1's wall_time_s - row s's = what ran between the steps (a save at s, an evaluation) + step s+1.
+    wall, step = rows.set_index("step")["wall_time_s"], rows.set_index("step")["step_time_s"]
+    gaps = [float(wall[s + 1] - wall[s] - step[s + 1]) for s in inside]
+    after = [float(step[s + 1]) for s in inside]
     runner.delete(run_id)  # resnet18 checkpoints are ~85 MB: keep the temporary directory small
     return RunResult(float(tail["samples"].sum()) / window_s, window_s, len(tail),
                      float(tail["step_time_s"].median()), len(log.saves), len(inside),
-                     statistics.median(seconds) if seconds else None, run_s)
+                     statistics.median(seconds) if seconds else None, run_s,
+                     statistics.median(gaps) if gaps else None, statistics.median(after) if after else None)
 
 
 def quartiles(values: list[float], digits: int = 3) -> str:
@@ -132,15 +144,20 @@ def quartiles(values: list[float], digits: int = 3) -> str:
     median = f"{statistics.median(values):.{digits}f}"
     if len(values) < 2:
         return f"{median} (n=1, no quartiles)"
-    q1, _, q3 = statistics.quantiles(values, n=4)
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
     return f"{median} (quartiles {q1:.{digits}f}-{q3:.{digits}f}, n={len(values)})"
 
 
 def describe(result: RunResult) -> str:
-    save = f"{result.save_s * 1000:7.1f} ms" if result.save_s is not None else "      - ms"
-    return (f"{result.samples_per_s:8.1f} samples/s over {result.window_steps} steps in {result.window_s:6.2f} s "
-            f"(step_time_s median {result.step_time_s * 1000:6.1f} ms); checkpoints written {result.saves} "
-            f"({result.saves_in_window} inside the window), median save {save}; run {result.run_s:6.1f} s")
+    text = (f"{result.samples_per_s:8.1f} samples/s over {result.window_steps} steps in {result.window_s:6.2f} s "
+            f"(step_time_s median {result.step_time_s * 1000:6.1f} ms); checkpoints {result.saves} "
+            f"({result.saves_in_window} in window); run {result.run_s:5.1f} s")
+    if result.save_s is not None:
+        text += f"; median save {result.save_s * 1000:.1f} ms"
+    if result.gap_after_save_s is not None:
+        text += (f", gap after it {result.gap_after_save_s * 1000:.1f} ms, "
+                 f"next step {result.step_after_save_s * 1000:.1f} ms")
+    return text
 
 
 @dataclass(frozen=True)
@@ -301,6 +318,9 @@ def main() -> None:
             save_s = statistics.median(r.save_s)
             in_run = [x.save_s for x in cost.every if x.save_s is not None]
             in_run_s = statistics.median(in_run) if in_run else float("nan")
+            gaps = [x.gap_after_save_s for x in cost.every if x.gap_after_save_s is not None]
+            gap_s = statistics.median(gaps) if gaps else float("nan")
+            gap_expected = gap_s / (every * per_step)
             expected = save_s / (every * per_step)
             expected_alone = save_s / (every * step_alone)
             print(f"  {name}: measured speed ratio every {every} / only at end: {quartiles(cost.ratios, 4)}", flush=True)
@@ -312,6 +332,8 @@ def main() -> None:
                   f"({every} x {per_step * 1000:.1f} ms) = {expected:.2%} (expected ratio {1 / (1 + expected):.4f}); "
                   f"with the step alone ({step_alone * 1000:.1f} ms): {expected_alone:.2%}; "
                   f"median save inside the runs: {in_run_s * 1000:.1f} ms", flush=True)
+            print(f"  {name}:   with the runs' own median gap after a save ({gap_s * 1000:.1f} ms) instead: "
+                  f"{gap_expected:.2%} (expected ratio {1 / (1 + gap_expected):.4f})", flush=True)
     print(f"\n{load_average()}; bench wall time {time.perf_counter() - began:.0f} s", flush=True)
 
 

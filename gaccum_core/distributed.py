@@ -108,6 +108,13 @@ def sync_context(ddp: DistributedDataParallel | None, ends_window: bool, sync_ev
     return ddp.no_sync()
 
 
+def share_from_rank0(obj: Any) -> Any:
+    """Rank 0's object on every rank (a config, a checkpoint): one broadcast when a job starts."""
+    shared = [obj]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]
+
+
 def gather_step(values: list[float | torch.Tensor], device: torch.device) -> torch.Tensor:
     """Every rank's values for this step, one row per rank: one small all_gather per optimizer step."""
     mine = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device).reshape(()) for v in values])

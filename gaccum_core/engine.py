@@ -141,7 +141,7 @@ class Engine:
         cfg, training = self.config, self.training
         counters, begin = training.counters, training.position
         self._start = time.perf_counter() - training.wall_time_s
-        save = on_checkpoint if on_checkpoint is not None and not self.ranks.distributed else None
+        save = on_checkpoint  # given to rank 0 only: the ranks' states are the same at every step's end
         self.model.train()
         epoch = begin.epoch
         for epoch in range(begin.epoch, cfg.epochs):

@@ -17,7 +17,7 @@ import torch
 from gaccum_core import faults
 from gaccum_core.config import RunConfig
 from gaccum_core.device import device_name
-from gaccum_core.distributed import Ranks
+from gaccum_core.distributed import Ranks, share_from_rank0
 from gaccum_core.engine import CompileError, Diverged, Engine, StopCheck
 from gaccum_core.memory import clear_cache, is_out_of_memory
 from gaccum_core.metrics import FanOut, MetricSink, NullSink, Row, skipped_warning
@@ -66,8 +66,8 @@ def execute(store: RunStore, run_id: str, config: RunConfig, device: torch.devic
             store.update_status(run_id, state=RunState.RUNNING, started=now_iso(), device=device_name(device),
                                 world_size=ranks.world_size, pid=os.getpid())
         engine = Engine(config, device, ranks)
+        _resume_if_checkpointed(store, run_id, engine, ranks)
         if ranks.is_main:
-            _resume_if_checkpointed(store, run_id, engine)
             writer = store.writer(run_id)
         on_start(engine)
         save = (lambda state: store.save_checkpoint(run_id, state)) if ranks.is_main else None
@@ -93,13 +93,20 @@ def execute(store: RunStore, run_id: str, config: RunConfig, device: torch.devic
     return release(store, run_id, device, *outcome)
 
 
-def _resume_if_checkpointed(store: RunStore, run_id: str, engine: Engine) -> None:
-    """A run with a checkpoint continues from it: rows after it are dropped, a new segment begins."""
-    checkpoint = store.load_checkpoint(run_id)
-    segments = list(store.read_status(run_id).get("segments", []))
+def _resume_if_checkpointed(store: RunStore, run_id: str, engine: Engine, ranks: Ranks) -> None:
+    """A run with a checkpoint continues from it: rows after it are dropped, a new segment begins.
+    A data-parallel run's ranks all take rank 0's checkpoint (its ranks stop only at a step's end, so
+    it holds no gradients in flight, and the ranks' weights, optimizer states and RNGs are the same)."""
+    checkpoint = store.load_checkpoint(run_id) if ranks.is_main else None
+    if ranks.distributed:
+        checkpoint = share_from_rank0(checkpoint)
     if checkpoint is not None:
         engine.resume_from(checkpoint)
+    if not ranks.is_main:
+        return
+    if checkpoint is not None:
         store.truncate_rows(run_id, engine.training.counters.step)
+    segments = list(store.read_status(run_id).get("segments", []))
     segments.append({"started": now_iso(), "from_step": engine.training.counters.step})
     store.update_status(run_id, total_steps=engine.total_steps, segments=segments)
 

@@ -185,9 +185,6 @@ class Runner:
         if checkpoint is None:
             raise CheckpointError(f"run {run_id} has no checkpoint.pt: it stopped before its first checkpoint, "
                                   "or was written before checkpoints existed")
-        if config.world_size > 1:
-            raise CheckpointError("data-parallel runs cannot be resumed yet: their checkpoints hold no rank's "
-                                  "in-flight gradients")
         check_compatible(checkpoint, config.to_dict(), LENGTH_FIELDS)
         return int(checkpoint["counters"]["step"])
 

@@ -17,7 +17,7 @@ from typing import NoReturn
 
 from gaccum_core.config import RunConfig
 from gaccum_core.device import resolve_device
-from gaccum_core.distributed import Ranks, init_process_group, worker_device
+from gaccum_core.distributed import Ranks, init_process_group, share_from_rank0, worker_device
 from gaccum_core.engine import StopCheck
 from gaccum_core.execute import execute
 from gaccum_core.states import RunState
@@ -50,11 +50,7 @@ def _locate(run_dir: str | None) -> tuple[RunStore | None, str]:
 
 def _rank0_config(config: RunConfig) -> RunConfig:
     """Rank 0's config on every rank: machines started with different flags still train one run."""
-    import torch.distributed as dist
-
-    shared = [config.to_json()]
-    dist.broadcast_object_list(shared, src=0)
-    return RunConfig.from_json(shared[0])
+    return RunConfig.from_json(share_from_rank0(config.to_json()))
 
 
 def run_worker(run_dir: str | None, config_json: str | None = None) -> int:
