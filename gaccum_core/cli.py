@@ -145,6 +145,11 @@ def run_command(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:  # StoreError says which directory and why; the store removed the run
         print(f"gaccum: error: --runs-dir: {exc}", file=sys.stderr)
         return 2
+    return _follow_to_the_end(runner, run_id)
+
+
+def _follow_to_the_end(runner: Runner, run_id: str) -> int:
+    """Progress bar until the run ends, its message, its directory last; exit status 0, 130 (stopped) or 1."""
     snapshot = _follow(runner, run_id)
     if snapshot.message:
         print(f"{snapshot.state}: {snapshot.message}", file=sys.stderr)
@@ -195,11 +200,7 @@ def resume_command(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"gaccum: error: resume {args.run}: no such run ({exc.strerror}: {exc.filename})", file=sys.stderr)
         return 2
-    snapshot = _follow(runner, run_id)
-    if snapshot.message:
-        print(f"{snapshot.state}: {snapshot.message}", file=sys.stderr)
-    print(runner.store.path(run_id).resolve())
-    return {RunState.FINISHED: 0, RunState.STOPPED: 130}.get(snapshot.state, 1)
+    return _follow_to_the_end(runner, run_id)
 
 
 def _follow(runner: Runner, run_id: str) -> RunSnapshot:

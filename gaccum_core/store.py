@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Callable
 
 import pandas as pd
 import torch
@@ -48,17 +48,23 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def _replace_atomically(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
+    """write() into a temporary file beside path, flush, fsync, rename over path: a kill at any moment
+    leaves the old file or the new one, and at worst a stray .tmp that nothing reads."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    _replace_atomically(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def _csv_line(values: list[Any]) -> str:
@@ -280,17 +286,7 @@ class RunStore:
     def save_checkpoint(self, run_id: str, state: dict[str, Any]) -> None:
         """Write checkpoint.pt atomically: a temporary file in the run directory, flushed and fsynced, then
         renamed over the old one, so a kill at any moment leaves the old checkpoint or the new one."""
-        target = self.checkpoint_path(run_id)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".checkpoint.pt.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(state, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        _replace_atomically(self.checkpoint_path(run_id), lambda f: torch.save(state, f))
 
     def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
         """checkpoint.pt (weights_only=True: tensors, numbers and strings only), or None when there is none.
