@@ -54,6 +54,7 @@ LABELS = {
     "eval_every": "Evaluate every N steps (0 = each epoch)",
     "seed": "Seed",
     "nproc": "Processes N (data-parallel)",
+    "checkpoint_every": "Checkpoint every N steps (0 = on Stop and at the end)",
     "sync_every_micro_batch": "All-reduce after every micro-batch (no_sync off)",
 }
 
@@ -180,4 +181,5 @@ class Controls:
         self.add("epochs", st.number_input, step=1)
         self.add("max_steps", st.number_input, step=1)
         self.add("eval_every", st.number_input, step=1)
+        self.add("checkpoint_every", st.number_input, step=10)
         self.add("seed", st.number_input, step=1)

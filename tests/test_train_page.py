@@ -63,6 +63,8 @@ def test_a_running_run_cannot_be_deleted(runs_dir, gate):
     ("cfg_accum_steps", -3, "Accumulation steps k"),
     ("cfg_momentum", 1.5, "Momentum"),
     ("cfg_epochs", 0, "Epochs"),
+    ("cfg_checkpoint_every", -1, "Checkpoint every N steps (0 = on Stop and at the end)"),
+    ("cfg_nproc", 0, "Processes N (data-parallel)"),
 ])
 def test_a_refused_value_is_shown_named_by_its_label_and_disables_start(runs_dir, key, value, label):
     at = train_page()
