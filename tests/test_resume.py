@@ -95,7 +95,8 @@ def test_a_stopped_and_resumed_run_equals_the_uninterrupted_run(references, tmp_
     assert len(segments) == len(stops) + 1 and segments[-1]["to_step"] == 40
 
 
-def test_a_sigkilled_worker_resumes_from_its_last_checkpoint_exactly(references, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", CONFIGS)
+def test_a_sigkilled_worker_resumes_from_its_last_checkpoint_exactly(references, tmp_path, monkeypatch, name):
     """checkpoint_every=5, the worker SIGKILLed at a random step: resumed, rows beyond the checkpoint dropped."""
     store, done = references
     monkeypatch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.05" for s in range(1, 41)))
@@ -103,7 +104,7 @@ def test_a_sigkilled_worker_resumes_from_its_last_checkpoint_exactly(references,
     runner = Runner(tmp_path, executor="process")
     try:
         kill_after = random.Random().randint(6, 33)
-        run_id = runner.submit(FP16.replace(checkpoint_every=5))
+        run_id = runner.submit(CONFIGS[name].replace(checkpoint_every=5))
         deadline = time.monotonic() + WAIT_S
         while len(runner.snapshot(run_id).metrics) < kill_after:
             assert time.monotonic() < deadline and not runner.snapshot(run_id).done
@@ -120,7 +121,7 @@ def test_a_sigkilled_worker_resumes_from_its_last_checkpoint_exactly(references,
         runner.close()
     _STORES[run_id] = runner.store
     print(f"killed after {kill_after} rows ({rows_before} on disk), resumed from step {at}")
-    _assert_same_run(store, done["adamw_fp16"], run_id)
+    _assert_same_run(store, done[name], run_id)
 
 
 def test_a_torn_temporary_checkpoint_is_ignored(references, tmp_path, gate):
