@@ -12,12 +12,14 @@ directory is made by tempfile (its filesystem is printed; a tmpfs would make fsy
         after each epoch), with max_steps = --cnn-intervals x checkpoint_every + 1 and as many
         epochs as that needs;
      b. resnet18 on digits at 64x64 (image_size=64), b=8, k=1 by default (--resnet-batch,
-        --resnet-accum): about a tenth of a second per optimizer step on one core, so a few hundred
+        --resnet-accum): roughly an eighth of a second per optimizer step on one core, so a few hundred
         steps last under a minute, and k=1 gives the shortest step, hence the largest (worst-case)
         share of a checkpoint in the run's time; max_steps = --resnet-intervals x checkpoint_every + 1.
    A run's speed is samples / (last row's wall_time_s - first row's wall_time_s) over the rows after
    the first of its metrics.csv. wall_time_s runs on through everything between steps (row writing,
-   evaluations, checkpoint saves), unlike step_time_s, so the saves are counted. Checkpoint k*N is
+   evaluations, checkpoint saves), unlike step_time_s, so the saves are counted; "between steps" is
+   that window minus the summed step_time_s (so a ratio far from 1 with equal "between steps" in both
+   arms comes from the steps' own speed drifting, not from the saves). Checkpoint k*N is
    written after row k*N and before step k*N+1, so with max_steps = intervals*N + 1 the rows 1..last
    enclose exactly `intervals` periodic saves over intervals*N steps; the final save (after the last
    row) is outside that window in both arms. The figure is the median (quartiles) over the repeats of
@@ -25,8 +27,12 @@ directory is made by tempfile (its filesystem is printed; a tmpfs would make fsy
    the runner's instance (it calls the product's method unchanged) to count the checkpoints each run
    wrote and time them. Per run the bench also prints, for the saves inside the window, the median
    "gap" (row s+1's wall_time_s - row s's - step s+1's step_time_s: what ran between the steps, i.e.
-   Engine.checkpoint() + the save, plus an evaluation when the save falls on an epoch's end) and the
-   median step_time_s of the step right after a save. One uncounted warm-up run per model comes first.
+   Engine.checkpoint() + the save, plus an evaluation when the save falls on an epoch's end) and
+   "steps after/before a save": the mean step_time_s of the 10 steps after each save over that of the
+   10 steps before it (fewer when checkpoint_every < 20; median over the saves; within one run, so
+   free of the drift between runs),
+   which shows a slowdown that follows a save (evicted caches, write-back) and lies outside the gap.
+   One uncounted warm-up run per model comes first.
    Quartiles are statistics.quantiles(method="inclusive"): with 3 repeats they are the two
    midpoints between the median and the extremes.
 2. Save and load: for each model, Engine.checkpoint() after a few optimizer steps (SGD momentum
@@ -89,12 +95,13 @@ class RunResult:
     window_s: float  # last row's wall_time_s - first row's
     window_steps: int  # optimizer steps in the window (rows after the first)
     step_time_s: float  # median step_time_s over those rows
+    between_s: float  # window_s - summed step_time_s: row writing, evaluations, checkpoints
     saves: int  # checkpoints written in the whole run
     saves_in_window: int  # of which between the first and the last row
     save_s: float | None  # median seconds of this run's saves
     run_s: float  # submit -> run ended (start-up, data, model.pt included)
     gap_after_save_s: float | None  # median time between a save's step and the next one, minus that step
-    step_after_save_s: float | None  # median step_time_s of the steps right after a save
+    after_before: float | None  # median over saves of mean step_time_s of the steps after / before it
 
 
 def instrument(runner: Runner) -> SaveLog:
@@ -131,10 +138,15 @@ def timed_run(runner: Runner, log: SaveLog, config: RunConfig) -> RunResult:
     # Row s+1's wall_time_s - row s's = what ran between the steps (a save at s, an evaluation) + step s+1.
     wall, step = rows.set_index("step")["wall_time_s"], rows.set_index("step")["step_time_s"]
     gaps = [float(wall[s + 1] - wall[s] - step[s + 1]) for s in inside]
-    after = [float(step[s + 1]) for s in inside]
+    # Do the steps slow down after a save (caches evicted, the file's pages written back)? Within the run,
+    # so free of the drift between runs: the `span` steps after each save against the `span` before it.
+    span = max(1, min(10, config.checkpoint_every // 2))
+    after = [float(step.loc[s + 1:s + span].mean() / step.loc[s - span + 1:s].mean())
+             for s in inside if s - span + 1 >= first_step and s + span <= last_step]
     runner.delete(run_id)  # resnet18 checkpoints are ~85 MB: keep the temporary directory small
     return RunResult(float(tail["samples"].sum()) / window_s, window_s, len(tail),
-                     float(tail["step_time_s"].median()), len(log.saves), len(inside),
+                     float(tail["step_time_s"].median()), window_s - float(tail["step_time_s"].sum()),
+                     len(log.saves), len(inside),
                      statistics.median(seconds) if seconds else None, run_s,
                      statistics.median(gaps) if gaps else None, statistics.median(after) if after else None)
 
@@ -150,13 +162,15 @@ def quartiles(values: list[float], digits: int = 3) -> str:
 
 def describe(result: RunResult) -> str:
     text = (f"{result.samples_per_s:8.1f} samples/s over {result.window_steps} steps in {result.window_s:6.2f} s "
-            f"(step_time_s median {result.step_time_s * 1000:6.1f} ms); checkpoints {result.saves} "
+            f"(step_time_s median {result.step_time_s * 1000:6.1f} ms, between steps {result.between_s:5.2f} s); "
+            f"checkpoints {result.saves} "
             f"({result.saves_in_window} in window); run {result.run_s:5.1f} s")
     if result.save_s is not None:
         text += f"; median save {result.save_s * 1000:.1f} ms"
     if result.gap_after_save_s is not None:
-        text += (f", gap after it {result.gap_after_save_s * 1000:.1f} ms, "
-                 f"next step {result.step_after_save_s * 1000:.1f} ms")
+        text += f", gap after it {result.gap_after_save_s * 1000:.1f} ms"
+    if result.after_before is not None:
+        text += f", steps after/before a save {result.after_before:.3f}"
     return text
 
 
@@ -321,6 +335,7 @@ def main() -> None:
             gaps = [x.gap_after_save_s for x in cost.every if x.gap_after_save_s is not None]
             gap_s = statistics.median(gaps) if gaps else float("nan")
             gap_expected = gap_s / (every * per_step)
+            after = [x.after_before for x in cost.every if x.after_before is not None]
             expected = save_s / (every * per_step)
             expected_alone = save_s / (every * step_alone)
             print(f"  {name}: measured speed ratio every {every} / only at end: {quartiles(cost.ratios, 4)}", flush=True)
@@ -333,7 +348,8 @@ def main() -> None:
                   f"with the step alone ({step_alone * 1000:.1f} ms): {expected_alone:.2%}; "
                   f"median save inside the runs: {in_run_s * 1000:.1f} ms", flush=True)
             print(f"  {name}:   with the runs' own median gap after a save ({gap_s * 1000:.1f} ms) instead: "
-                  f"{gap_expected:.2%} (expected ratio {1 / (1 + gap_expected):.4f})", flush=True)
+                  f"{gap_expected:.2%} (expected ratio {1 / (1 + gap_expected):.4f}); steps after/before a save: "
+                  f"{quartiles(after) if after else '-'}", flush=True)
     print(f"\n{load_average()}; bench wall time {time.perf_counter() - began:.0f} s", flush=True)
 
 

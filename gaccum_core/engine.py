@@ -168,7 +168,8 @@ class Engine:
                     if save is not None:
                         save(self.checkpoint())
                     return RunState.STOPPED
-                if save is not None and cfg.checkpoint_every and counters.step % cfg.checkpoint_every == 0:
+                periodic = cfg.checkpoint_every and counters.step % cfg.checkpoint_every == 0
+                if save is not None and periodic and counters.step < self.total_steps:  # the last: at the end
                     save(self.checkpoint())
             if not cfg.eval_every and counters.step > counters.last_eval_step:
                 self._log_eval(sink, epoch, counters)

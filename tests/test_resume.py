@@ -226,3 +226,14 @@ def test_a_stopped_data_parallel_run_resumes_to_the_uninterrupted_runs_end(tmp_p
     ma, mb = runner.store.read_metrics(reference.run_id), runner.store.read_metrics(run_id)
     assert mb["step"].tolist() == list(range(1, 25))
     assert ma["loss"].equals(mb["loss"]) and ma["grad_norm"].equals(mb["grad_norm"])
+
+
+def test_checkpoints_come_every_n_steps_and_once_at_the_end(tmp_path):
+    """checkpoint_every=4 over 8 steps: saves after steps 4 and 8, the last one written once (after the final eval)."""
+    from gaccum_core.engine import Engine
+    from gaccum_core.metrics import NullSink
+
+    saved = []
+    engine = Engine(SGD.replace(max_steps=8, checkpoint_every=4, eval_every=0))
+    engine.run(NullSink(), on_checkpoint=lambda state: saved.append(state["counters"]))
+    assert [c["step"] for c in saved] == [4, 8] and saved[-1]["last_eval_step"] == 8
