@@ -30,7 +30,7 @@ from gaccum_core.memory import MB, ActivationMeter, MemoryProbe, clear_cache
 from gaccum_core.metrics import MetricSink, Row
 from gaccum_core.models import build_model, build_seeded_model
 from gaccum_core.states import RunState
-from gaccum_core.step import Optimization, StepResult, accumulate_step
+from gaccum_core.step import Optimization, StepResult, accumulate_step, never
 
 StopCheck = Callable[[], bool]
 CheckpointSink = Callable[[dict], None]
@@ -92,10 +92,6 @@ def preflight(config: RunConfig) -> None:
     data = load_data(config)
     _check_micro_batch(config, len(data.train))
     build_model(config.model, data.input_shape, data.num_classes, config.image_size)
-
-
-def _never() -> bool:
-    return False
 
 
 class Engine:
@@ -247,7 +243,7 @@ class Engine:
         if self.allreduce is not None:
             self.allreduce.reset()
         # DDP's ranks must run the same micro-batches: they agree on a stop once per step (in _measured).
-        local_stop = _never if self.ranks.distributed else should_stop
+        local_stop = never if self.ranks.distributed else should_stop
         # A single process keeps a stopped window's gradients and losses (in_flight) for its checkpoint.
         in_flight = None if self.ranks.distributed else self.training.in_flight
         # DDP averages the ranks' gradients: each rank divides by its share of the window's divisor.

@@ -90,7 +90,8 @@ def _training_elsewhere(pid: int | None) -> bool:
     if not pid or pid == os.getpid():
         return False
     try:
-        return "gaccum" in " ".join(psutil.Process(pid).cmdline()) or "streamlit" in " ".join(psutil.Process(pid).cmdline())
+        command = " ".join(psutil.Process(pid).cmdline())
+        return "gaccum" in command or "streamlit" in command
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
 

@@ -21,7 +21,8 @@ from gaccum_core.precision import Precision
 Batch = TypeVar("Batch")
 
 
-def _never() -> bool:
+def never() -> bool:
+    """A stop check that never asks to stop."""
     return False
 
 
@@ -56,7 +57,7 @@ class StepResult:
 
 
 def accumulate(precision: Precision, micro_batches: Iterable[Batch], loss_sum: Callable[[Batch], torch.Tensor],
-               divisor: float, should_stop: Callable[[], bool] = _never,
+               divisor: float, should_stop: Callable[[], bool] = never,
                losses: list[torch.Tensor] | None = None) -> list[torch.Tensor] | None:
     """Backward every micro-batch's loss_sum / divisor into .grad; their losses, or None if stopped.
 
@@ -73,7 +74,7 @@ def accumulate(precision: Precision, micro_batches: Iterable[Batch], loss_sum: C
 
 
 def accumulate_step(opt: Optimization, micro_batches: Iterable[Batch], loss_sum: Callable[[Batch], torch.Tensor],
-                    divisor: float, should_stop: Callable[[], bool] = _never,
+                    divisor: float, should_stop: Callable[[], bool] = never,
                     in_flight: list[torch.Tensor] | None = None) -> StepResult | None:
     """Accumulate one window, then take one optimizer step; None if stopped mid-window.
 
