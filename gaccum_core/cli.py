@@ -45,14 +45,23 @@ def _typed(kind: str, flag: str):
     return convert
 
 
-def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+def _micro_batch_or_auto(text: str) -> int | str:
+    return "auto" if text == "auto" else _typed("int", "--micro-batch-size")(text)
+
+
+def _add_config_flags(parser: argparse.ArgumentParser, leave_out: frozenset[str] = frozenset()) -> None:
     import gaccum_core.config as config_module
 
     for f in dataclasses.fields(RunConfig):
+        if f.name in leave_out:
+            continue
         flag = "--" + f.name.replace("_", "-")
         default = f.default
         help_text = f"{FIELD_HELP[f.name]} (default: {default})"
-        if f.type == "bool":
+        if f.name == "micro_batch_size":
+            parser.add_argument(flag, type=_micro_batch_or_auto, default=default, dest=f.name, metavar="INT|auto",
+                                help=help_text[:-1] + "; auto: the planner's choice for --effective-batch)")
+        elif f.type == "bool":
             parser.add_argument(flag, action="store_true", dest=f.name, help=help_text)
         elif f.type in ("int", "float"):
             parser.add_argument(flag, type=_typed(f.type, flag), default=default, dest=f.name,
@@ -71,7 +80,7 @@ def _choices(module: Any, name: str) -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `gaccum` argument parser with its run and doctor commands."""
+    """The `gaccum` argument parser with its run, plan, resume, worker and doctor commands."""
     parser = _OneLineParser(prog="python -m gaccum_core", description="Exact gradient accumulation experiments.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
     run = commands.add_parser("run", help="train one run in the foreground with a progress bar",
@@ -86,6 +95,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="this machine's rank in the job; rank 0 writes the run directory (default: 0)")
     run.add_argument("--rdzv-endpoint", default="", metavar="HOST:PORT",
                      help="where the machines meet: host and free port of node rank 0 (torchrun --rdzv-endpoint)")
+    _add_plan_flags(run, for_run=True)
+    plan = commands.add_parser(
+        "plan", help="which micro-batch fits the memory budget for an effective batch, with which k and options",
+        description="Measure, for each combination of the chosen options, the largest micro-batch b that divides "
+                    "the effective batch and fits the memory budget (doubling, then bisection over its divisors; "
+                    "each candidate a short burst of real training), then recommend the fastest that fits with "
+                    "a margin.")
+    _add_config_flags(plan, leave_out=_PLANNED)
+    _add_plan_flags(plan, for_run=False)
     worker = commands.add_parser("worker", help="internal: train one run in this process (started by the runner "
                                                 "or torchrun)")
     worker.add_argument("--run-dir", default=None, help="the run directory (global rank 0)")
@@ -109,9 +127,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _config_from_args(args: argparse.Namespace) -> RunConfig:
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
-    return RunConfig(**values)
+_PLANNED = frozenset({"micro_batch_size", "accum_steps", "amp", "clear_cache", "compile", "epochs", "max_steps",
+                      "eval_every", "checkpoint_every", "nproc", "nnodes", "sync_every_micro_batch"})
+
+
+def _add_plan_flags(parser: argparse.ArgumentParser, for_run: bool) -> None:
+    parser.add_argument("--effective-batch", type=_typed("int", "--effective-batch"), default=None, metavar="INT",
+                        required=not for_run, help="the effective batch E = b*k to plan for"
+                        + (" (with --micro-batch-size auto)" if for_run else ""))
+    parser.add_argument("--memory-budget-mb", type=_typed("float", "--memory-budget-mb"), default=None,
+                        metavar="MB", help="training memory allowed (default on CUDA: the device's free memory "
+                                           "less 10%%; required on the CPU)")
+    if for_run:
+        return
+    for name, allowed in (("amp", "off,fp16,bf16"), ("clear-cache", "off,step,micro"),
+                          ("compile", "off,default,reduce-overhead,max-autotune")):
+        parser.add_argument(f"--{name}", default="off", metavar="A,B", dest=name.replace("-", "_"),
+                            help=f"comma-separated values to cross, from {allowed} (default: off)")
+    parser.add_argument("--timed-steps", type=_typed("int", "--timed-steps"), default=2, metavar="INT",
+                        help="optimizer steps timed per candidate, after one warm-up and one memory step (default: 2)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+
+
+def _config_from_args(args: argparse.Namespace, **overrides: Any) -> RunConfig:
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig) if hasattr(args, f.name)}
+    return RunConfig(**{**values, **overrides})
 
 
 def _flag_error(exc: ConfigError) -> str:
@@ -122,9 +162,10 @@ def _flag_error(exc: ConfigError) -> str:
 def run_command(args: argparse.Namespace) -> int:
     """Validate, train with a progress bar, print the run directory; 0 when finished."""
     from gaccum_core.engine import preflight
+    from gaccum_core.plan_cli import planned_config
 
     try:
-        config = _config_from_args(args)
+        config, plan = planned_config(args)
         preflight(config)
     except ConfigError as exc:
         print(_flag_error(exc), file=sys.stderr)
@@ -141,7 +182,7 @@ def run_command(args: argparse.Namespace) -> int:
         return _join_job(config, launch)
     runner = Runner(args.runs_dir, executor=args.executor, launch=launch, warm_spare=False)  # one run: no spare
     try:
-        run_id = runner.submit(config, args.name)
+        run_id = runner.submit(config, args.name, plan=None if plan is None else plan.to_dict())
     except (ValueError, OSError) as exc:  # StoreError says which directory and why; the store removed the run
         print(f"gaccum: error: --runs-dir: {exc}", file=sys.stderr)
         return 2
@@ -245,6 +286,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "resume":
         return resume_command(args)
+    if args.command == "plan":
+        from gaccum_core.plan_cli import plan_command
+
+        return plan_command(args)
     if args.command == "worker":
         from gaccum_core.worker import main as worker_main
 

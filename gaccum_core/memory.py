@@ -122,3 +122,61 @@ class ActivationMeter:
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             yield self
+
+
+class _Saved:
+    """What the pack hook hands autograd: the tensor, and a finalizer that fires when the graph drops it."""
+
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+
+class SavedBytesPeak:
+    """The peak of bytes autograd holds for backward at once, over any number of forward and backward
+    passes (parameters excluded): a loop that keeps a graph alive past its backward shows here."""
+
+    def __init__(self, params: list[torch.nn.Parameter]) -> None:
+        self._param_storages = {p.untyped_storage().data_ptr() for p in params}
+        self._live: dict[int, list[int]] = {}  # storage pointer -> [holders alive, bytes]
+        self.current = 0
+        self.peak = 0
+
+    def _release(self, key: int) -> None:
+        entry = self._live[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.current -= entry[1]
+            del self._live[key]
+
+    def _pack(self, tensor: torch.Tensor) -> object:
+        key = tensor.untyped_storage().data_ptr()
+        if key == 0 or key in self._param_storages:
+            return tensor
+        saved = _Saved(tensor)
+        entry = self._live.setdefault(key, [0, tensor.untyped_storage().nbytes()])
+        if entry[0] == 0:
+            self.current += entry[1]
+            self.peak = max(self.peak, self.current)
+        entry[0] += 1
+        weakref.finalize(saved, self._release, key)
+        return saved
+
+    @contextmanager
+    def measure(self) -> Iterator["SavedBytesPeak"]:
+        """Within this context, count every tensor saved for backward while autograd holds it."""
+        unpack = lambda packed: packed.tensor if isinstance(packed, _Saved) else packed  # noqa: E731
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, unpack):
+            yield self
+
+
+def tensor_bytes(tensors: Iterator[torch.Tensor] | list[torch.Tensor]) -> int:
+    """Bytes of these tensors' elements."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the optimizer's state tensors (momentum buffers, Adam's moments)."""
+    return tensor_bytes([v for state in optimizer.state.values() for v in state.values()
+                         if isinstance(v, torch.Tensor)])

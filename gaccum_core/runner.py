@@ -143,9 +143,9 @@ class Runner:
         self._spare: subprocess.Popen | None = spawn_spare() if self.warm_spare else None
         atexit.register(self.close)
 
-    def submit(self, config: RunConfig, name: str | None = None) -> str:
-        """Create the run on disk and queue it; returns the run id."""
-        run_id = self.store.create(config, name)
+    def submit(self, config: RunConfig, name: str | None = None, plan: dict | None = None) -> str:
+        """Create the run on disk (with the plan that chose its micro-batch, if any) and queue it; returns the run id."""
+        run_id = self.store.create(config, name, plan)
         self._enqueue(_Run(run_id, config, str(resolve_device(config.device)), name or ""))
         return run_id
 

@@ -156,8 +156,9 @@ class RunStore:
         slug = _SLUG_RE.sub("-", name).strip("-")[:40] if name else ""
         return "-".join(p for p in (stamp, secrets.token_hex(3), slug) if p)
 
-    def create(self, config: RunConfig, name: str | None = None) -> str:
-        """Make the run directory with config.json, status.json (queued) and CSV headers."""
+    def create(self, config: RunConfig, name: str | None = None, plan: dict[str, Any] | None = None) -> str:
+        """Make the run directory with config.json, status.json (queued), CSV headers and, for a run whose
+        micro-batch the planner chose, plan.json."""
         self._ensure_writable_root()
         run_id = self.new_run_id(name)
         run_dir = self.path(run_id)
@@ -168,10 +169,17 @@ class RunStore:
                                          "message": "", "created": now_iso(),
                                          "torch_version": torch.__version__})
             RunWriter(run_dir).close()
+            if plan is not None:
+                _write_atomic(run_dir / "plan.json", json.dumps(plan, indent=2) + "\n")
         except BaseException:
             shutil.rmtree(run_dir, ignore_errors=True)
             raise
         return run_id
+
+    def read_plan(self, run_id: str) -> dict[str, Any] | None:
+        """The plan that chose this run's micro-batch (plan.json), or None for a run set by hand."""
+        path = self.path(run_id) / "plan.json"
+        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
     def _ensure_writable_root(self) -> None:
         if self.root.exists() and not self.root.is_dir():

@@ -1,0 +1,131 @@
+"""The command line's planner: `plan` prints a measured table and a recommendation; `run
+--micro-batch-size auto` plans, then runs with the recommendation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tqdm import tqdm
+
+from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.plan import TABLE_COLUMNS, Plan, PlanRequest, config_from_plan, default_budget_mb, make_plan
+from gaccum_core.plan_search import Candidate
+
+
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def request_from_args(base: RunConfig, args: argparse.Namespace, crossed: bool) -> PlanRequest:
+    """The plan request the flags describe; ConfigError names the flag that is wrong."""
+    from gaccum_core.device import resolve_device
+
+    budget = args.memory_budget_mb
+    if budget is None:
+        budget = default_budget_mb(resolve_device(base.device))
+        if budget is None:
+            raise ConfigError("memory_budget_mb", None, "a number of megabytes, required on the CPU: its resident "
+                                                        "memory is mostly the interpreter, not training")
+    if crossed:
+        return PlanRequest(base, args.effective_batch, budget, _split(args.amp), _split(args.clear_cache),
+                           _split(args.compile), args.timed_steps)
+    return PlanRequest(base, args.effective_batch, budget, (base.amp,), (base.clear_cache,), (base.compile,))
+
+
+def measure_with_progress(request: PlanRequest) -> Plan:
+    """make_plan with a progress bar on stderr (candidates measured, of at most how many, time left)."""
+    bar = tqdm(total=None, unit="candidate", desc="planning", file=sys.stderr, dynamic_ncols=True)
+
+    def progress(done: int, at_most: int, candidate: Candidate | None, _seconds: float) -> None:
+        if bar.total != at_most:
+            bar.total = at_most
+        bar.n = done
+        if candidate is not None:
+            bar.set_postfix_str(f"{candidate.options.label()} b={candidate.micro_batch_size}: {candidate.status}",
+                                refresh=False)
+        bar.refresh()
+
+    try:
+        return make_plan(request, progress)
+    finally:
+        bar.close()
+
+
+def format_table(plan: Plan) -> str:
+    """The candidates as an aligned text table, in the order measured."""
+    import pandas as pd
+
+    frame = pd.DataFrame(plan.rows())
+    names = [name for name, _ in TABLE_COLUMNS if name in frame]
+    frame = frame[names].rename(columns=dict(TABLE_COLUMNS))
+    return frame.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.3g}")
+
+
+def summary(plan: Plan) -> str:
+    """The lines printed under the table: what was measured, where, how long, and the recommendation."""
+    memory = ("CUDA allocator's peak (max_memory_allocated)" if plan.memory_source == "allocator" else
+              "counted training memory (weights + gradients + optimizer state + activations); on the CPU the "
+              "process's resident memory is mostly the interpreter and libraries")
+    lines = [f"device {plan.device}; peak = {memory}",
+             f"effective batch {plan.request.effective_batch}, budget {plan.request.budget_mb:.0f} MB, "
+             f"{len(plan.candidates)} candidates in {plan.seconds:.1f} s"]
+    choice = plan.recommended
+    if choice is not None:
+        o = choice.options
+        lines.append(f"recommended: --micro-batch-size {choice.micro_batch_size} --accum-steps {choice.accum_steps} "
+                     f"--amp {o.amp} --clear-cache {o.clear_cache} --compile {o.compile}")
+    lines.append(plan.reason)
+    return "\n".join(lines)
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    """Plan, print the table and the recommendation (or one JSON object); 0 when something fits, else 1."""
+    from gaccum_core.cli import _config_from_args, _flag_error
+    from gaccum_core.engine import preflight
+
+    try:
+        # --amp, --clear-cache and --compile are the plan's lists to cross: the base run has them off.
+        base = _config_from_args(args, micro_batch_size=1, accum_steps=1, amp="off", clear_cache="off", compile="off")
+        preflight(base)
+        request = request_from_args(base, args, crossed=True)
+    except ConfigError as exc:
+        print(_flag_error(exc), file=sys.stderr)
+        return 2
+    except ValueError as exc:  # data and model errors explain themselves
+        print(f"gaccum: error: {exc}", file=sys.stderr)
+        return 2
+    plan = measure_with_progress(request)
+    if args.json:
+        print(json.dumps(plan.to_dict()))
+    else:
+        print(format_table(plan))
+        print(summary(plan))
+    return 0 if plan.recommended is not None else 1
+
+
+def planned_config(args: argparse.Namespace) -> tuple[RunConfig, Plan | None]:
+    """The run's config; with --micro-batch-size auto, the planner's b and k for --effective-batch (per
+    process: E is divided by the processes), with the plan that chose them."""
+    from gaccum_core.cli import _config_from_args
+
+    if args.micro_batch_size != "auto":
+        config = _config_from_args(args)
+        if args.effective_batch is not None and args.effective_batch != config.effective_batch_size:
+            raise ConfigError("effective_batch", args.effective_batch,
+                              f"b*k*processes = {config.effective_batch_size} for the micro-batch and accumulation "
+                              "steps given, or --micro-batch-size auto to let the planner choose them")
+        return config, None
+    if args.effective_batch is None:
+        raise ConfigError("effective_batch", None, "an integer, required with --micro-batch-size auto")
+    base = _config_from_args(args, micro_batch_size=1, accum_steps=1)
+    if args.effective_batch % base.world_size:
+        raise ConfigError("effective_batch", args.effective_batch,
+                          f"a multiple of the {base.world_size} processes, each planned for E / processes")
+    per_process = PlanRequest(base, args.effective_batch // base.world_size, 1.0)  # validates E first
+    request = request_from_args(base, argparse.Namespace(**{**vars(args), "effective_batch": per_process.effective_batch}),
+                                crossed=False)
+    plan = measure_with_progress(request)
+    print(f"gaccum: planned: {summary(plan).splitlines()[-1]}", file=sys.stderr)
+    return config_from_plan(base, plan), plan
