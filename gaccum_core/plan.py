@@ -36,9 +36,9 @@ class PlanRequest:
     margin: float = MARGIN
 
     def __post_init__(self) -> None:
-        if not isinstance(self.effective_batch, int) or not 1 <= self.effective_batch <= MAX_EFFECTIVE_BATCH:
+        if type(self.effective_batch) is not int or not 1 <= self.effective_batch <= MAX_EFFECTIVE_BATCH:
             raise ConfigError("effective_batch", self.effective_batch, f"an integer from 1 to {MAX_EFFECTIVE_BATCH}")
-        if not isinstance(self.budget_mb, (int, float)) or not (math.isfinite(self.budget_mb) and self.budget_mb > 0):
+        if type(self.budget_mb) not in (int, float) or not (math.isfinite(self.budget_mb) and self.budget_mb > 0):
             raise ConfigError("memory_budget_mb", self.budget_mb, "a number of megabytes > 0")
         for name, allowed in (("amp", AMP_MODES), ("clear_cache", CLEAR_CACHE_MODES), ("compile", COMPILE_MODES)):
             values = getattr(self, name)

@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.plan import TABLE_COLUMNS, Plan, PlanRequest, config_from_plan, default_budget_mb, make_plan
-from gaccum_core.plan_search import Candidate
+from gaccum_core.plan_search import Candidate, mb
 
 
 def _split(text: str) -> tuple[str, ...]:
@@ -69,7 +69,7 @@ def summary(plan: Plan) -> str:
               "counted training memory (weights + gradients + optimizer state + activations); on the CPU the "
               "process's resident memory is mostly the interpreter and libraries")
     lines = [f"device {plan.device}; peak = {memory}",
-             f"effective batch {plan.request.effective_batch}, budget {plan.request.budget_mb:.0f} MB, "
+             f"effective batch {plan.request.effective_batch}, budget {mb(plan.request.budget_mb)}, "
              f"{len(plan.candidates)} candidates in {plan.seconds:.1f} s"]
     choice = plan.recommended
     if choice is not None:
@@ -127,5 +127,6 @@ def planned_config(args: argparse.Namespace) -> tuple[RunConfig, Plan | None]:
     request = request_from_args(base, argparse.Namespace(**{**vars(args), "effective_batch": per_process.effective_batch}),
                                 crossed=False)
     plan = measure_with_progress(request)
-    print(f"gaccum: planned: {summary(plan).splitlines()[-1]}", file=sys.stderr)
-    return config_from_plan(base, plan), plan
+    config = config_from_plan(base, plan)  # nothing fits: ConfigError with the reason, the one error line
+    print(f"gaccum: planned: {plan.reason}", file=sys.stderr)
+    return config, plan

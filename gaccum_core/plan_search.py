@@ -64,6 +64,11 @@ class Candidate:
 Measure = Callable[[Options, int], Candidate]
 
 
+def mb(value: float) -> str:
+    """Megabytes with three significant digits below 1000 (0.25 MB, 64 MB), whole ones above (5000 MB)."""
+    return f"{value:.3g} MB" if value < 1000 else f"{value:.0f} MB"
+
+
 def divisors(n: int) -> list[int]:
     """Every divisor of n, ascending."""
     small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
@@ -128,7 +133,7 @@ def reason(choice: Candidate | None, candidates: Sequence[Candidate], budget_mb:
     if choice is None:
         return _why_nothing(candidates, budget_mb, margin)
     head = (f"{choice.options.label()} at b={choice.micro_batch_size}, k={choice.accum_steps} is the fastest setting "
-            f"that fits with a {margin:.0%} margin ({choice.peak_mb:.0f} MB of {budget_mb:.0f} MB, "
+            f"that fits with a {margin:.0%} margin ({mb(choice.peak_mb)} of {mb(budget_mb)}, "
             f"{choice.samples_per_s:.0f} samples/s)")
     plain_safe = [c for c in candidates if c.options == Options() and _safe(c, budget_mb, margin)]
     if not plain_safe or choice.options == Options():
@@ -153,17 +158,18 @@ def _why_nothing(candidates: Sequence[Candidate], budget_mb: float, margin: floa
         return "None of the chosen options works on this device: " + candidates[0].detail.get("message", "")
     smallest = min(candidates, key=lambda c: (c.micro_batch_size, c.peak_mb or 0))
     if any(c.fits for c in candidates):
-        return (f"Every size that fits leaves less than {margin:.0%} of the {budget_mb:.0f} MB budget free: "
+        return (f"Every size that fits leaves less than {margin:.0%} of the {mb(budget_mb)} budget free: "
                 "raise the budget or choose a smaller model.")
-    return (f"Nothing fits in {budget_mb:.0f} MB, not even b={smallest.micro_batch_size} "
+    return (f"Nothing fits in {mb(budget_mb)}, not even b={smallest.micro_batch_size} "
             f"({smallest.status}{_peak(smallest)}): raise the budget, choose a smaller model or image size, "
             "or use bf16/fp16.")
 
 
 def _peak(candidate: Candidate) -> str:
-    return f", {candidate.peak_mb:.0f} MB" if candidate.peak_mb is not None else ""
+    return f", {mb(candidate.peak_mb)}" if candidate.peak_mb is not None else ""
 
 
 def combinations(amp: Sequence[str], clear_cache: Sequence[str], compile_modes: Sequence[str]) -> list[Options]:
-    """Every combination of the chosen values, plain fp32 first."""
-    return [Options(a, c, m) for a, c, m in itertools.product(amp, clear_cache, compile_modes)]
+    """Every combination of the chosen values, plain fp32 (all off) first when chosen: the baseline."""
+    combos = [Options(a, c, m) for a, c, m in itertools.product(amp, clear_cache, compile_modes)]
+    return sorted(combos, key=lambda o: o != Options())  # stable: the rest keep the order given
