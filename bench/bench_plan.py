@@ -1,5 +1,5 @@
 """The default CPU plan, measured: the plan the Plan page opens with (gaccum_core.plan.default_request:
-cnn on 32×32 fake images, E=256, a 64 MB budget, fp32 against bf16, cache clearing off against per
+cnn on 32×32 fake images, E=256, a 32 MB budget, fp32 against bf16, cache clearing off against per
 optimizer step), run through make_plan exactly as the page and `python -m gaccum_core plan` run it.
 
 Prints each candidate as it is measured, then the table, the recommendation and its reason, the
@@ -7,7 +7,7 @@ total time, the candidates per option combination against the search's bound and
 divisors, and the time spent per candidate (median, quartiles). Repeats (--repeats) show how stable
 the recommendation is on a noisy machine.
 
-    python bench/bench_plan.py [--repeats 1] [--budget-mb 64] [--effective-batch 256] [--threads 1]
+    python bench/bench_plan.py [--repeats 1] [--budget-mb 32] [--effective-batch 256] [--threads 1]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from gaccum_core.plan_search import divisors, most_measurements  # noqa: E402
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1, help="whole plans to run (default 1)")
-    parser.add_argument("--budget-mb", type=float, default=64.0, help="memory budget (default 64, the page's)")
+    parser.add_argument("--budget-mb", type=float, default=None, help="memory budget (default: the page's, 32)")
     parser.add_argument("--effective-batch", type=int, default=None, help="E (default: the page's, 256)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     return parser.parse_args()
@@ -57,7 +57,7 @@ def main() -> None:
     """Run the default CPU plan --repeats times and print what was measured."""
     args = _arguments()
     torch.set_num_threads(args.threads)
-    request = default_request(args.budget_mb)
+    request = default_request() if args.budget_mb is None else default_request(args.budget_mb)
     if args.effective_batch is not None:
         request = PlanRequest(request.base, args.effective_batch, request.budget_mb, request.amp,
                               request.clear_cache, request.compile)

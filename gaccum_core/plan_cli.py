@@ -60,7 +60,9 @@ def format_table(plan: Plan) -> str:
     frame = pd.DataFrame(plan.rows())
     names = [name for name, _ in TABLE_COLUMNS if name in frame]
     frame = frame[names].rename(columns=dict(TABLE_COLUMNS))
-    return frame.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.3g}")
+    formats = {"peak MB": "{:.3g}", "activations MB": "{:.3g}", "samples/s": "{:.0f}", "s/step": "{:.3f}"}
+    return frame.to_string(index=False, na_rep="-",
+                           formatters={c: f.format for c, f in formats.items() if c in frame})
 
 
 def summary(plan: Plan) -> str:
