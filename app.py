@@ -29,6 +29,7 @@ st.page_link("pages/1_Train.py", label="Train: configure and watch a run", icon=
 st.page_link("pages/2_Runs.py", label="Runs: compare, export, delete", icon="📊")
 st.page_link("pages/3_Equivalence.py", label="Equivalence: accumulated vs one big batch, on your model", icon="⚖️")
 st.page_link("pages/4_Pitfalls.py", label="Pitfalls: the classic accumulation bugs, side by side", icon="🐞")
+st.page_link("pages/5_Plan.py", label="Plan: the largest micro-batch that fits a memory budget", icon="📐")
 
 st.subheader("Latest runs")
 table = run_table(runner.store, [s.run_id for s in active])

@@ -18,6 +18,13 @@ from gaccum_core.plan_search import (MARGIN, UNAVAILABLE, Candidate, Options, be
                                      most_measurements, reason, recommend, search)
 
 MAX_EFFECTIVE_BATCH = 1 << 20
+# Where Plan.memory_source's peak comes from, in words for the CLI and the page.
+MEMORY_SOURCES = {
+    "allocator": "the CUDA allocator's peak (max_memory_allocated) over one optimizer step",
+    "counted": "counted training memory (weights + gradients + optimizer state + activations over one "
+               "optimizer step): on the CPU the process's resident memory is mostly the interpreter and libraries",
+}
+
 # (measured so far, at most in all, the candidate just measured, seconds so far)
 Progress = Callable[[int, int, Candidate | None, float], None]
 

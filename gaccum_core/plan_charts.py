@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from gaccum_core.plan_search import FITS, UNAVAILABLE, Candidate, Options
+from gaccum_core.plan_search import FITS, UNAVAILABLE, Candidate, Options, mb
 
 if TYPE_CHECKING:
     from gaccum_core.plan import Plan
@@ -21,12 +21,7 @@ _LAYOUT = dict(template="plotly_white", height=360, margin=dict(l=55, r=10, t=40
 # A trace's `meta` says what it draws, for tests and anyone reading the figure's JSON.
 OPTION, UNMEASURED, BUDGET, MARGIN_LINE, RECOMMENDED = "option", "no peak", "budget", "margin", "recommended"
 # Where Plan.memory_source's peak comes from, in words.
-MEMORY_SOURCES = {
-    "allocator": "the CUDA allocator's peak (max_memory_allocated) over one optimizer step",
-    "counted": "counted training memory (weights + gradients + optimizer state + activations over one "
-               "optimizer step): on the CPU the process's resident memory is mostly the interpreter and libraries",
-}
-# Plan.rows() columns shown in the page's table, with readable names (plan.TABLE_COLUMNS plus the message).
+# Plan.rows() columns in the page's table, named for reading (plan.TABLE_COLUMNS are the CLI's terse ones).
 TABLE_COLUMNS = (
     ("options", "options"), ("micro_batch_size", "micro-batch b"), ("accum_steps", "accumulation k"),
     ("status", "status"), ("peak_mb", "peak MB"), ("activations_mb", "activations MB"),
@@ -73,7 +68,7 @@ def candidate_words(candidate: Candidate) -> str:
     """'fp32 b=64 fits (12.3 MB, 1500 samples/s)': one candidate in a few words."""
     figures = []
     if candidate.peak_mb is not None:
-        figures.append(f"{candidate.peak_mb:.3g} MB")
+        figures.append(mb(candidate.peak_mb))
     if candidate.samples_per_s is not None:
         figures.append(f"{candidate.samples_per_s:.0f} samples/s")
     if candidate.status == UNAVAILABLE:
@@ -121,9 +116,9 @@ def memory_figure(plan: Plan) -> go.Figure:
     sizes = [c.micro_batch_size for _, _, group in groups for c in group]
     if sizes:
         span = (min(sizes), max(sizes)) if min(sizes) < max(sizes) else (sizes[0] / 1.5, sizes[0] * 1.5)
-        traces.append(_horizontal(budget, span, f"budget {budget:.4g} MB", BUDGET, color=BUDGET_COLOUR))
+        traces.append(_horizontal(budget, span, f"budget {mb(budget)}", BUDGET, color=BUDGET_COLOUR))
         traces.append(_horizontal((1 - margin) * budget, span, f"budget less {margin:.0%} margin "
-                                  f"({(1 - margin) * budget:.4g} MB)", MARGIN_LINE, color=MARGIN_COLOUR, dash="dot"))
+                                  f"({mb((1 - margin) * budget)})", MARGIN_LINE, color=MARGIN_COLOUR, dash="dot"))
     return _figure("plan_memory", "peak memory per micro-batch size", "peak MB", plan, traces,
                    None if sizes else "nothing was measured")
 

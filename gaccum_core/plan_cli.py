@@ -10,7 +10,8 @@ import sys
 from tqdm import tqdm
 
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.plan import TABLE_COLUMNS, Plan, PlanRequest, config_from_plan, default_budget_mb, make_plan
+from gaccum_core.plan import (MEMORY_SOURCES, TABLE_COLUMNS, Plan, PlanRequest, config_from_plan, default_budget_mb,
+                              make_plan)
 from gaccum_core.plan_search import Candidate, mb
 
 
@@ -67,10 +68,7 @@ def format_table(plan: Plan) -> str:
 
 def summary(plan: Plan) -> str:
     """The lines printed under the table: what was measured, where, how long, and the recommendation."""
-    memory = ("CUDA allocator's peak (max_memory_allocated)" if plan.memory_source == "allocator" else
-              "counted training memory (weights + gradients + optimizer state + activations); on the CPU the "
-              "process's resident memory is mostly the interpreter and libraries")
-    lines = [f"device {plan.device}; peak = {memory}",
+    lines = [f"device {plan.device}; peak = {MEMORY_SOURCES[plan.memory_source]}",
              f"effective batch {plan.request.effective_batch}, budget {mb(plan.request.budget_mb)}, "
              f"{len(plan.candidates)} candidates in {plan.seconds:.1f} s"]
     choice = plan.recommended

@@ -1,0 +1,131 @@
+"""Plan: for an effective batch and a memory budget, the largest micro-batch that fits per option
+combination, measured, and the fastest setting that fits with a margin."""
+
+import dataclasses
+
+import streamlit as st
+import torch
+
+from controls import CLEAR_LABELS, LABELS as TRAIN_LABELS
+from gaccum_core import config as cfg
+from gaccum_core.config import FIELD_HELP, ConfigError, RunConfig
+from gaccum_core.data import DataError
+from gaccum_core.device import resolve_device
+from gaccum_core.engine import preflight
+from gaccum_core.plan import (MEMORY_SOURCES, PlanRequest, config_from_plan, default_budget_mb, default_request,
+                              make_plan)
+from gaccum_core.plan_charts import (memory_figure, plan_csv, plan_table, progress_text,
+                                     recommendation_words, speed_figure)
+from gaccum_core.plan_search import mb
+from ui import widget
+
+LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)"}
+TRAIN_FIELDS = ("model", "dataset", "image_size", "fake_samples", "optimizer", "device", "micro_batch_size",
+                "accum_steps", "amp", "clear_cache", "compile")  # what "Use these settings" sets on Train
+DEFAULT = default_request()
+
+st.set_page_config(page_title="gaccum · Plan", layout="wide")
+st.title("Plan")
+st.write("For an effective batch E and a memory budget: the largest micro-batch b dividing E that fits, per "
+         "option combination, found by training a few steps of each candidate; then the fastest setting that "
+         f"leaves {DEFAULT.margin:.0%} of the budget free.")
+values, slots = {}, {}
+
+
+def control(field, draw, default, **kwargs):
+    """One input kept across reruns and page switches, followed by the slot for its message."""
+    kwargs.setdefault("help", FIELD_HELP.get(field))
+    values[field] = widget(draw, LABELS[field], f"plan_{field}", default, **kwargs)
+    slots[field] = st.empty()
+    return values[field]
+
+
+def explain(exc: ConfigError) -> tuple[str, str]:
+    """(field, message in the page's words) for a refused value."""
+    label = LABELS.get(exc.field, exc.field)
+    if exc.value in (None, ""):
+        return exc.field, f"{label} is empty: choose {exc.allowed}"
+    return exc.field, f"{label} = {exc.value!r} is not allowed: {exc.allowed}"
+
+
+@st.cache_data(show_spinner="Checking the model and data…", max_entries=64)
+def _preflight(config_json: str) -> None:
+    preflight(RunConfig.from_json(config_json))  # failures are not cached
+
+
+with st.sidebar:
+    st.header("Run")
+    control("model", st.selectbox, DEFAULT.base.model, options=cfg.MODELS)
+    if control("dataset", st.selectbox, DEFAULT.base.dataset, options=cfg.DATASETS) == "fake":
+        control("fake_samples", st.number_input, DEFAULT.base.fake_samples, step=256)
+    control("image_size", st.number_input, DEFAULT.base.image_size, step=8)
+    control("optimizer", st.selectbox, DEFAULT.base.optimizer, options=cfg.OPTIMIZERS,
+            help="sgd, adam or adamw: its state (momentum, Adam's moments) counts in the memory")
+    gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    device = resolve_device(control("device", st.selectbox, DEFAULT.base.device, options=["auto", "cpu", *gpus]))
+    st.header("Target")
+    control("effective_batch", st.number_input, DEFAULT.effective_batch, step=1,
+            help="samples per optimizer step; each candidate b divides it, k = E / b")
+    cuda_budget = default_budget_mb(device)
+    control("memory_budget_mb", st.number_input, round(cuda_budget or DEFAULT.budget_mb, 1), step=16.0,
+            help="the most a candidate's peak may take; the default on CUDA is the free memory less 10 %")
+    if device.type != "cuda":
+        st.caption("On the CPU the planner counts weights + gradients + optimizer state + activations: the "
+                   "process's resident memory is mostly the interpreter and libraries.")
+    st.header("Options to cross")
+    control("amp", st.multiselect, list(DEFAULT.amp), options=cfg.AMP_MODES)
+    control("clear_cache", st.multiselect, list(DEFAULT.clear_cache), options=cfg.CLEAR_CACHE_MODES,
+            format_func=CLEAR_LABELS.get)
+    control("compile", st.multiselect, list(DEFAULT.compile), options=["off", "default"])
+
+request, problem = None, None
+try:
+    base = RunConfig(**{f: values[f] for f in ("model", "dataset", "image_size", "fake_samples", "optimizer",
+                                                  "device") if f in values}, micro_batch_size=1, accum_steps=1)
+    request = PlanRequest(base, values["effective_batch"], values["memory_budget_mb"], tuple(values["amp"]),
+                          tuple(values["clear_cache"]), tuple(values["compile"]))
+    _preflight(base.to_json())
+except ConfigError as exc:
+    problem = explain(exc)
+except DataError as exc:  # the data set is missing or unreadable
+    problem = "dataset", str(exc)
+except ValueError as exc:  # the model cannot take the images
+    problem = "image_size", str(exc)
+if problem:
+    slots.get(problem[0], st.sidebar).error(problem[1])
+    st.error(f"Cannot plan: {problem[1]}")
+
+if st.button("Plan", type="primary", key="plan_run", disabled=problem is not None):
+    bar = st.progress(0.0, text="measuring the first candidate (it loads the data and builds the model)…")
+    try:
+        plan = make_plan(request, lambda done, at_most, candidate, seconds: bar.progress(
+            min(done / at_most, 1.0), text=progress_text(done, at_most, candidate, seconds)))
+        st.session_state["plan_result"] = plan
+        bar.progress(1.0, text=f"done: {len(plan.candidates)} candidates measured in {plan.seconds:.1f} s")
+    except (ValueError, RuntimeError, OSError) as exc:
+        st.error(f"Cannot plan: {exc}")
+
+plan = st.session_state.get("plan_result")
+if plan is not None:
+    asked = plan.request
+    st.subheader(f"{asked.base.model} on {asked.base.dataset}, E={asked.effective_batch}, "
+                 f"budget {mb(asked.budget_mb)}, {asked.base.optimizer}, on {plan.device}")
+    choice = plan.recommended
+    if choice is None:
+        st.warning(plan.reason)
+    else:
+        st.success(f"Recommended: {recommendation_words(choice)}.")
+        st.write(plan.reason)
+        if st.button("Use these settings", key="plan_use", help="sets the Train page's controls and opens it"):
+            for field, value in dataclasses.asdict(config_from_plan(asked.base, plan)).items():
+                if field in TRAIN_FIELDS:
+                    st.session_state[f"_keep_cfg_{field}"] = value
+            st.switch_page("pages/1_Train.py")
+    left, right = st.columns(2)
+    left.plotly_chart(memory_figure(plan), key="plan_memory", theme=None)
+    right.plotly_chart(speed_figure(plan), key="plan_speed", theme=None)
+    st.dataframe(plan_table(plan), hide_index=True, width="stretch")
+    st.download_button("Download CSV", plan_csv(plan), mime="text/csv", key="plan_download",
+                       file_name=f"plan_{asked.base.model}_E{asked.effective_batch}.csv")
+    st.caption(f"Peak memory: {MEMORY_SOURCES[plan.memory_source]}. {len(plan.candidates)} candidates "
+               f"measured in {plan.seconds:.1f} s.")
