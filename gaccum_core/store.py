@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from gaccum_core.config import RunConfig
-from gaccum_core.metrics import ADDED_COLUMNS, EVAL_COLUMNS, STEP_COLUMNS, Row, parse_row
+from gaccum_core.metrics import ADDED_COLUMNS, ADDED_EVAL_COLUMNS, EVAL_COLUMNS, STEP_COLUMNS, Row, parse_row
 from gaccum_core.states import RunState
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -292,8 +292,9 @@ class RunStore:
         return target.read_text(encoding="utf-8") if target.exists() else ""
 
     def read_evals(self, run_id: str) -> pd.DataFrame:
-        """eval.csv as a DataFrame."""
-        return pd.read_csv(self.path(run_id) / "eval.csv")
+        """eval.csv as a DataFrame (an older run's reads with the columns added since, empty)."""
+        frame = pd.read_csv(self.path(run_id) / "eval.csv")
+        return frame.assign(**{c: v for c, v in ADDED_EVAL_COLUMNS.items() if c not in frame.columns})
 
     def save_model(self, run_id: str, state_dict: dict[str, torch.Tensor]) -> Path:
         """Write model.pt (the state_dict) atomically."""
