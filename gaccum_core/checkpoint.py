@@ -30,6 +30,7 @@ class Counters:
     samples_seen: int = 0
     skipped_total: int = 0
     last_eval_step: int = -1
+    tokens_seen: int = 0  # target tokens of a language run
 
 
 @dataclass(frozen=True)

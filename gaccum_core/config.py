@@ -10,15 +10,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REDUCTIONS = ("mean", "sum")
+REDUCTIONS = ("mean", "sum", "mean_per_micro_batch")
 AMP_MODES = ("off", "fp16", "bf16")
 CLEAR_CACHE_MODES = ("off", "step", "micro")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 LR_SCHEDULES = ("constant", "cosine")
 MODELS = ("mlp", "cnn", "cnn_bn", "cnn_gn", "resnet18", "resnet50",
-          "mobilenet_v3_small", "efficientnet_b0", "vit_b_16")
-DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake")
+          "mobilenet_v3_small", "efficientnet_b0", "vit_b_16", "gpt")
+IMAGE_DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake")
+TEXT_DATASETS = ("pydoc", "text")
+DATASETS = IMAGE_DATASETS + TEXT_DATASETS
+TEXT_MODELS = ("gpt",)
+GPT_PRESETS = ("tiny", "mini", "small", "gpt2")
+GPT_MAX_LEN = {"tiny": 256, "mini": 512, "small": 1024, "gpt2": 1024}  # positions each preset embeds
 
 # Far beyond any real run; catches a typo like 3200000 before it allocates anything.
 MAX_BATCH = 1 << 16
@@ -30,10 +35,13 @@ _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
 FIELD_HELP = {
     "model": "model to train: " + ", ".join(MODELS),
-    "dataset": "data set: digits (bundled, no download), mnist, fashionmnist, cifar10 (from data_dir), fake",
+    "dataset": "data set: digits (bundled, no download), mnist, fashionmnist, cifar10 (from data_dir), fake; "
+               "text for gpt: pydoc (Python's documentation topics, bundled) or text (text_file)",
     "micro_batch_size": "samples per forward/backward pass (b)",
     "accum_steps": "micro-batches accumulated per optimizer step (k); effective batch = b*k",
-    "reduction": "loss reduction: mean (weighted by each micro-batch's share of the window) or sum",
+    "reduction": "loss reduction: mean (exact: each micro-batch's summed loss over the window's samples, or "
+                 "target tokens for text), sum, or mean_per_micro_batch (the textbook loop: each micro-batch's "
+                 "mean loss divided by k; NOT exact when micro-batches hold different sample or token counts)",
     "amp": "mixed precision: off, fp16 (autocast + GradScaler) or bf16 (autocast, no scaler)",
     "init_scale": "GradScaler's initial loss scale (fp16 only)",
     "growth_interval": "clean steps before the GradScaler doubles the scale (fp16 only)",
@@ -61,6 +69,9 @@ FIELD_HELP = {
     "checkpoint_every": "write checkpoint.pt every N optimizer steps, besides on Stop and at the end "
                         "(0 = only then); a killed run resumes from the last one",
     "nnodes": "machines in a data-parallel job (the command line's --node-rank and --rdzv-endpoint join them)",
+    "text_file": "the UTF-8 file the text data set reads, split on blank lines into documents",
+    "max_seq_len": "longest sequence (tokens) of the text data sets: documents are cut into chunks of this length",
+    "gpt_preset": "size of the gpt model: tiny (~0.13 M parameters, the CPU), mini, small, gpt2 (GPT-2 small's shape)",
     "sync_every_micro_batch": "all-reduce gradients after every micro-batch instead of once per window "
                               "(turns DDP's no_sync off, to see what it saves)",
 }
@@ -109,6 +120,9 @@ class RunConfig:
     nnodes: int = 1
     checkpoint_every: int = 100
     sync_every_micro_batch: bool = False
+    text_file: str = ""
+    max_seq_len: int = 128
+    gpt_preset: str = "tiny"
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -119,6 +133,11 @@ class RunConfig:
     def effective_batch_size(self) -> int:
         """Samples per optimizer step in a full window: every process's micro-batch times accum_steps."""
         return self.world_size * self.micro_batch_size * self.accum_steps
+
+    @property
+    def is_text(self) -> bool:
+        """Causal language modelling (gpt on pydoc or a text file) rather than image classification."""
+        return self.dataset in TEXT_DATASETS
 
     @property
     def world_size(self) -> int:
@@ -186,7 +205,7 @@ def _check_choices(cfg: RunConfig) -> None:
     for name, choices in (("model", MODELS), ("dataset", DATASETS), ("reduction", REDUCTIONS),
                           ("amp", AMP_MODES), ("clear_cache", CLEAR_CACHE_MODES),
                           ("compile", COMPILE_MODES), ("optimizer", OPTIMIZERS),
-                          ("lr_schedule", LR_SCHEDULES)):
+                          ("lr_schedule", LR_SCHEDULES), ("gpt_preset", GPT_PRESETS)):
         if getattr(cfg, name) not in choices:
             raise ConfigError(name, getattr(cfg, name), "one of " + ", ".join(choices))
     if not _DEVICE_RE.match(cfg.device):
@@ -229,5 +248,20 @@ def _check_ranges(cfg: RunConfig) -> None:
     _positive_float(cfg, "weight_decay", allow_zero=True)
     if cfg.momentum >= 1.0:
         raise ConfigError("momentum", cfg.momentum, "a number from 0 to below 1")
+    _check_task(cfg)
     if not cfg.data_dir.strip():
         raise ConfigError("data_dir", cfg.data_dir, "a non-empty directory path")
+
+
+def _check_task(cfg: RunConfig) -> None:
+    """A text model needs a text data set and an image model an image one; the sequence fits the preset."""
+    if cfg.model in TEXT_MODELS and not cfg.is_text:
+        raise ConfigError("dataset", cfg.dataset, f"a text data set for {cfg.model}: " + ", ".join(TEXT_DATASETS))
+    if cfg.is_text and cfg.model not in TEXT_MODELS:
+        raise ConfigError("model", cfg.model, f"a language model for the {cfg.dataset} text data set: "
+                          + ", ".join(TEXT_MODELS))
+    if cfg.dataset == "text" and not cfg.text_file.strip():
+        raise ConfigError("text_file", cfg.text_file, "the path of a UTF-8 text file (required with dataset text)")
+    if cfg.is_text:
+        most = GPT_MAX_LEN[cfg.gpt_preset]
+        _int_range(cfg, "max_seq_len", 1, most, f" (the positions gpt {cfg.gpt_preset} embeds)")

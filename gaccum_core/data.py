@@ -14,8 +14,10 @@ from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
 import torch
 import torchvision
 
-from gaccum_core.config import DATASETS, RunConfig
+from gaccum_core.config import DATASETS, TEXT_DATASETS, RunConfig
+from gaccum_core.gpt import VOCAB
 from gaccum_core.seeding import isolated_rng
+from gaccum_core.text import TextError, TokenSequences, file_documents, pydoc_documents, split
 
 DATASET_NAMES = DATASETS  # one list of names, owned by the config that validates them
 
@@ -56,7 +58,7 @@ class DataBundle:
     train: ImageSource
     test: ImageSource
     num_classes: int
-    input_shape: tuple[int, int, int]
+    input_shape: tuple[int, ...]  # (C, H, W) of images; (max_seq_len,) of text
 
 
 class _Normalizer:
@@ -148,9 +150,27 @@ def load_data(config: RunConfig) -> DataBundle:
         train, test = _fake(config.fake_samples, config.fake_classes, config.image_size or 32)
     elif name in _OFFICIAL:
         train, test = _load_official(name, _resolve(config.data_dir), config.download)
+    elif name in TEXT_DATASETS:
+        train, test = _text(config)
+        return DataBundle(name, train, test, VOCAB, (config.max_seq_len,))
     else:
         raise DataError(f"unknown dataset {name!r}: choose one of {', '.join(DATASET_NAMES)}")
     return DataBundle(name, train, test, train.num_classes, train.input_shape)
+
+
+def _text(config: RunConfig) -> tuple[TokenSequences, TokenSequences]:
+    """(train, validation) token sequences of pydoc (cached per length) or of config.text_file."""
+    if config.dataset == "pydoc":
+        return _pydoc(config.max_seq_len)
+    try:
+        return split(file_documents(config.text_file), config.max_seq_len)
+    except TextError as exc:
+        raise DataError(str(exc)) from None
+
+
+@functools.lru_cache(maxsize=4)
+def _pydoc(max_seq_len: int) -> tuple[TokenSequences, TokenSequences]:
+    return split(pydoc_documents(), max_seq_len)
 
 
 def describe_dataset(config: RunConfig) -> str:
@@ -165,6 +185,10 @@ def describe_dataset(config: RunConfig) -> str:
     elif name in _OFFICIAL:
         spec = _OFFICIAL[name]
         sizes, shape, classes = (spec.train_size, spec.test_size), spec.shape, 10
+    elif name in TEXT_DATASETS:
+        train, test = _text(config)
+        return (f"{name}: {len(train)} train / {len(test)} validation sequences of up to {config.max_seq_len} "
+                f"tokens, {int(train.targets.sum()):,} / {int(test.targets.sum()):,} target tokens, bytes")
     else:
         raise DataError(f"unknown dataset {name!r}: choose one of {', '.join(DATASET_NAMES)}")
     dims = "×".join(str(d) for d in shape)

@@ -30,9 +30,12 @@ from gaccum_core.memory import MB, ActivationMeter, MemoryProbe, clear_cache
 from gaccum_core.metrics import MetricSink, Row
 from gaccum_core.models import build_model, build_seeded_model
 from gaccum_core.states import RunState
-from gaccum_core.step import Optimization, StepResult, accumulate_step, never
+from gaccum_core.text import IGNORE
+from gaccum_core.step import Divisor, Optimization, StepResult, accumulate_step, never
 
 StopCheck = Callable[[], bool]
+SAMPLE_PROMPT = "The "  # every evaluation of a language run continues this, greedily
+SAMPLE_TOKENS = 80
 CheckpointSink = Callable[[dict], None]
 LENGTH_FIELDS = ("epochs", "max_steps")  # a resumed run may be planned longer; nothing else may change
 
@@ -91,7 +94,8 @@ def preflight(config: RunConfig) -> None:
     _check_processes(config, device)
     data = load_data(config)
     _check_micro_batch(config, len(data.train))
-    build_model(config.model, data.input_shape, data.num_classes, config.image_size)
+    if not config.is_text:  # an image model must take the images at this size; gpt takes any max_seq_len it embeds
+        build_model(config.model, data.input_shape, data.num_classes, config.image_size)
 
 
 class Engine:
@@ -247,15 +251,32 @@ class Engine:
         # A single process keeps a stopped window's gradients and losses (in_flight) for its checkpoint.
         in_flight = None if self.ranks.distributed else self.training.in_flight
         # DDP averages the ranks' gradients: each rank divides by its share of the window's divisor.
+        count, divisor = self._weighting(window, order)
         result = accumulate_step(self.opt, self._micro_batches(window, self.training.position.micro),
                                  lambda numbered: self._loss_sum(order, step, numbered),
-                                 window.divisor / self.ranks.world_size, local_stop, in_flight)
+                                 divisor, local_stop, in_flight)
         if result is None:
             return None
         self.training.in_flight = []
         if self.config.clear_cache == "step":
             self._cache_clear_s += clear_cache(self.device)
-        return self._row(window, epoch, counters, start, lr, result, should_stop)
+        return self._row(window, count, epoch, counters, start, lr, result, should_stop)
+
+    def _count(self, order: torch.Tensor, micro: MicroBatch) -> int:
+        """What a mean divides by in this micro-batch: its samples, or its target tokens for text."""
+        if not self.config.is_text:
+            return micro.size
+        return self.data.train.target_tokens(order[micro.start:micro.stop])
+
+    def _weighting(self, window: Window, order: torch.Tensor) -> tuple[int, Divisor]:
+        """The window's count (samples, or target tokens) and what each micro-batch's summed loss is
+        divided by: the count (mean, exact), 1 (sum) or its own count times k (the textbook's
+        mean_per_micro_batch). DDP averages the ranks' gradients: each rank divides by 1/N of it."""
+        counts = [self._count(order, micro) for micro in window.micro_batches]
+        world, k = self.ranks.world_size, len(counts)
+        if self.config.reduction == "mean_per_micro_batch":
+            return sum(counts), lambda numbered: counts[numbered[0]] * k / world
+        return sum(counts), (sum(counts) if self.config.reduction == "mean" else 1) / world
 
     def _measured(self, result: StepResult, should_stop: StopCheck) -> dict[str, float | None]:
         """The step's loss sum, gradient norm and memory over the whole job: one host sync per step, and
@@ -274,18 +295,22 @@ class Engine:
         largest = [None if torch.isnan(c).all() else c.nan_to_num(-1.0).max().item() for c in rows[:, 3:].T]
         return {"loss_sum": rows[:, 0].sum().item(), "grad_norm": rows[0, 1].item(), **dict(zip(names, largest))}
 
-    def _row(self, window: Window, epoch: int, counters: Counters, start: float, lr: float,
+    def _row(self, window: Window, count: int, epoch: int, counters: Counters, start: float, lr: float,
              result: StepResult, should_stop: StopCheck) -> Row:
         measured = self._measured(result, should_stop)
         step_time = time.perf_counter() - start
         counters.step += 1
         counters.samples_seen += window.samples
         counters.skipped_total += int(result.skipped)
+        text = self.config.is_text
+        counters.tokens_seen += count if text else 0
         loss_sum = measured.pop("loss_sum")
         return {
             "step": counters.step, "epoch": epoch, "micro_batches": len(window.micro_batches),
             "samples": window.samples, "samples_seen": counters.samples_seen,
-            "loss": loss_sum / window.samples, "lr": lr,
+            "tokens": count if text else None, "tokens_seen": counters.tokens_seen if text else None,
+            "tokens_per_s": count / step_time if text and step_time > 0 else None,
+            "loss": loss_sum / count, "lr": lr,
             "scale": result.scale, "skipped": int(result.skipped), "skipped_total": counters.skipped_total,
             **measured, "cache_clear_s": self._cache_clear_s, "step_time_s": step_time,
             "samples_per_s": window.samples / step_time if step_time > 0 else None,
@@ -296,26 +321,46 @@ class Engine:
 
     @torch.no_grad()
     def evaluate(self) -> tuple[float, float]:
-        """Mean test loss and accuracy over the whole test split."""
+        """Mean test loss and accuracy over the whole test split: per image, or per target token of text."""
         self.model.eval()
         test, size = self.data.test, self.config.micro_batch_size
         loss_sum = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
+        count = torch.zeros((), device=self.device, dtype=torch.long)
         for begin in range(0, len(test), size):
             x, y = test.batch(torch.arange(begin, min(begin + size, len(test))))
-            x, y = x.to(self.device), y.to(self.device)
+            x, y = x.to(self.device), y.to(self.device).flatten()
             with self.precision.autocast():
                 # Eager, not compiled: switching a compiled model to eval mode would recompile it.
-                logits = self.model(x).float()
-            loss_sum += F.cross_entropy(logits, y, reduction="sum")
-            correct += (logits.argmax(dim=1) == y).sum()
+                logits = self.model(x).float().flatten(0, -2)  # text: (N*T, vocab)
+            loss_sum += F.cross_entropy(logits, y, ignore_index=IGNORE, reduction="sum")
+            scored = y != IGNORE
+            correct += ((logits.argmax(dim=1) == y) & scored).sum()
+            count += scored.sum()
         self.model.train()
-        return loss_sum.item() / len(test), correct.item() / len(test)
+        total = max(count.item(), 1)
+        return loss_sum.item() / total, correct.item() / total
+
+    def sample_text(self) -> str | None:
+        """A greedy continuation of SAMPLE_PROMPT by the language model (None for images): the
+        Train page shows one per evaluation, so a user sees that the model learns."""
+        if not self.config.is_text:
+            return None
+        self.model.eval()
+        prompt = torch.tensor(list(SAMPLE_PROMPT.encode("utf-8")), device=self.device)
+        with self.precision.autocast():
+            ids = self.model.generate(prompt, SAMPLE_TOKENS)
+        self.model.train()
+        return SAMPLE_PROMPT + bytes(ids.tolist()).decode("utf-8", errors="replace")
 
     def _log_eval(self, sink: MetricSink, epoch: int, counters: Counters) -> None:
         counters.last_eval_step = counters.step
         if not self.ranks.is_main:
             return  # the model is the same on every rank: rank 0 evaluates and writes
         test_loss, accuracy = self.evaluate()
-        sink.log_eval({"epoch": epoch, "step": counters.step, "test_loss": test_loss,
-                       "test_accuracy": accuracy, "wall_time_s": time.perf_counter() - self._start})
+        row = {"epoch": epoch, "step": counters.step, "test_loss": test_loss, "test_accuracy": accuracy,
+               "perplexity": math.exp(min(test_loss, 700.0)) if self.config.is_text else None}
+        sample = self.sample_text()
+        if sample is not None:
+            row["sample"] = sample  # the run store writes it to samples.jsonl, not to eval.csv
+        sink.log_eval({**row, "wall_time_s": time.perf_counter() - self._start})

@@ -1,4 +1,4 @@
-"""The classification loss every loop uses: autocast forward, cross-entropy summed in fp32."""
+"""The loss every loop uses: autocast forward, cross-entropy summed in fp32 (per image, or per target token)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from gaccum_core.precision import Precision
+from gaccum_core.text import IGNORE
 
 
 def summed_cross_entropy(forward: Callable[[torch.Tensor], torch.Tensor], precision: Precision,
@@ -16,4 +17,5 @@ def summed_cross_entropy(forward: Callable[[torch.Tensor], torch.Tensor], precis
     with precision.autocast():
         logits = forward(x)
     # The loss in fp32 whatever the autocast dtype: a sum over many samples would lose digits in fp16.
-    return F.cross_entropy(logits.float(), y, reduction="sum")
+    # Text: logits (N, T, vocab) against targets (N, T), padding's targets ignored (-100).
+    return F.cross_entropy(logits.float().flatten(0, -2), y.flatten(), ignore_index=IGNORE, reduction="sum")

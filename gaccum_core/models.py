@@ -14,6 +14,7 @@ import torchvision
 from torch import nn
 
 from gaccum_core.config import MODELS, RunConfig
+from gaccum_core.gpt import build_gpt
 from gaccum_core.seeding import seeded
 
 MODEL_NAMES = MODELS  # one list of names, owned by the config that validates them
@@ -73,6 +74,8 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int,
 
 def build_seeded_model(config: RunConfig, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     """config.model with its initial weights drawn from config.seed, the process's global RNG left alone."""
+    if config.model == "gpt":
+        return seeded(config.seed, lambda: build_gpt(config.gpt_preset))
     return seeded(config.seed, lambda: build_model(config.model, input_shape, num_classes, config.image_size))
 
 

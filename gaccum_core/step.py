@@ -56,11 +56,16 @@ class StepResult:
     skipped: bool            # inf/NaN gradients: the scaler skipped optimizer.step()
 
 
+Divisor = float | Callable[[Batch], float]
+
+
 def accumulate(precision: Precision, micro_batches: Iterable[Batch], loss_sum: Callable[[Batch], torch.Tensor],
-               divisor: float, should_stop: Callable[[], bool] = never,
+               divisor: Divisor, should_stop: Callable[[], bool] = never,
                losses: list[torch.Tensor] | None = None) -> list[torch.Tensor] | None:
     """Backward every micro-batch's loss_sum / divisor into .grad; their losses, or None if stopped.
 
+    The divisor is one number for the window (exact weightings), or a function of the micro-batch (the
+    textbook's mean per micro-batch over k, which the Train page offers to show how it drifts).
     `losses` (appended in place) may hold the losses of the window's micro-batches done before, whose
     gradients .grad already holds (a resumed window); after a stop it holds those done so far."""
     losses = [] if losses is None else losses
@@ -69,12 +74,12 @@ def accumulate(precision: Precision, micro_batches: Iterable[Batch], loss_sum: C
             return None
         loss = loss_sum(batch)
         losses.append(loss.detach())  # kept on the device: no host sync per micro-batch
-        precision.backward(loss / divisor)  # scaled under fp16; adds into .grad
+        precision.backward(loss / (divisor(batch) if callable(divisor) else divisor))  # scaled under fp16
     return losses
 
 
 def accumulate_step(opt: Optimization, micro_batches: Iterable[Batch], loss_sum: Callable[[Batch], torch.Tensor],
-                    divisor: float, should_stop: Callable[[], bool] = never,
+                    divisor: Divisor, should_stop: Callable[[], bool] = never,
                     in_flight: list[torch.Tensor] | None = None) -> StepResult | None:
     """Accumulate one window, then take one optimizer step; None if stopped mid-window.
 

@@ -25,11 +25,14 @@ import pandas as pd
 import torch
 
 from gaccum_core.config import RunConfig
-from gaccum_core.metrics import ADDED_COLUMNS, EVAL_COLUMNS, STEP_COLUMNS, Row, parse_row
+from gaccum_core.metrics import ADDED_COLUMNS, ADDED_EVAL_COLUMNS, EVAL_COLUMNS, STEP_COLUMNS, Row, parse_row
 from gaccum_core.states import RunState
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SLUG_RE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+SAMPLES_FILE = "samples.jsonl"
 
 
 class StoreError(ValueError):
@@ -123,6 +126,7 @@ class RunWriter:
     """A MetricSink that appends to a run's metrics.csv and eval.csv."""
 
     def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
         self.metrics = CsvAppender(run_dir / "metrics.csv", STEP_COLUMNS)
         self.evals = CsvAppender(run_dir / "eval.csv", EVAL_COLUMNS)
 
@@ -131,8 +135,12 @@ class RunWriter:
         self.metrics.append(row)
 
     def log_eval(self, row: Row) -> None:
-        """Append an evaluation's row."""
+        """Append an evaluation's row; a language run's generated sample goes to samples.jsonl, one
+        whole line per evaluation."""
         self.evals.append(row)
+        if row.get("sample") is not None:
+            with open(self.run_dir / SAMPLES_FILE, "a", encoding="utf-8") as file:
+                file.write(json.dumps({"step": row["step"], "text": row["sample"]}) + "\n")
 
     def close(self) -> None:
         """Close both files."""
@@ -175,6 +183,14 @@ class RunStore:
             shutil.rmtree(run_dir, ignore_errors=True)
             raise
         return run_id
+
+    def samples(self, run_id: str) -> list[dict[str, Any]]:
+        """A language run's generated samples, one {"step", "text"} per evaluation, oldest first."""
+        path = self.path(run_id) / SAMPLES_FILE
+        if not path.exists():
+            return []
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line.endswith("}")]  # a line being written is skipped
 
     def read_plan(self, run_id: str) -> dict[str, Any] | None:
         """The plan that chose this run's micro-batch (plan.json), or None for a run set by hand."""
@@ -276,8 +292,9 @@ class RunStore:
         return target.read_text(encoding="utf-8") if target.exists() else ""
 
     def read_evals(self, run_id: str) -> pd.DataFrame:
-        """eval.csv as a DataFrame."""
-        return pd.read_csv(self.path(run_id) / "eval.csv")
+        """eval.csv as a DataFrame (an older run's reads with the columns added since, empty)."""
+        frame = pd.read_csv(self.path(run_id) / "eval.csv")
+        return frame.assign(**{c: v for c, v in ADDED_EVAL_COLUMNS.items() if c not in frame.columns})
 
     def save_model(self, run_id: str, state_dict: dict[str, torch.Tensor]) -> Path:
         """Write model.pt (the state_dict) atomically."""

@@ -32,6 +32,7 @@ def metrics(n, fp16=False, cuda=False, seed=0):
         "mem_allocated_mb": 100.0, "mem_reserved_mb": 200.0 if cuda else np.nan, "mem_peak_mb": 150.0,
         "activation_mb": 20.0, "cache_clear_s": 0.0, "step_time_s": 0.01, "samples_per_s": 3200.0,
         "wall_time_s": step * 0.01, "world_size": 1, "allreduce_calls": 0, "allreduce_bytes": 0,
+        "tokens": np.nan, "tokens_seen": np.nan, "tokens_per_s": np.nan,
     })
     return frame[list(STEP_COLUMNS)]
 
@@ -39,7 +40,7 @@ def metrics(n, fp16=False, cuda=False, seed=0):
 def evals(steps):
     return pd.DataFrame({"epoch": 0, "step": steps, "test_loss": 1.0,
                          "test_accuracy": np.linspace(0.5, 0.9, len(steps)),
-                         "wall_time_s": np.asarray(steps) * 0.01 + 0.5})[list(EVAL_COLUMNS)]
+                         "wall_time_s": np.asarray(steps) * 0.01 + 0.5, "perplexity": np.nan})[list(EVAL_COLUMNS)]
 
 
 def run(n, label="run", evals_at=(), **kind):

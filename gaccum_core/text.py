@@ -1,0 +1,92 @@
+"""Text as token sequences of different lengths, byte-level, offline.
+
+`pydoc`: the Python documentation topics every Python ships (`pydoc_data.topics`, 79 documents);
+`text`: any UTF-8 file, split on blank lines into documents. Each document is cut into chunks of at
+most max_seq_len + 1 bytes (a chunk of L bytes gives L - 1 next-token targets), so a document's
+last chunk is shorter: micro-batches hold different numbers of target tokens, which is where a mean
+of per-micro-batch means goes wrong. Every tenth document (by sorted title for pydoc, by position for
+a file) is held out for validation: a fixed split.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+PAD = 0          # input id of padding: byte 0 never occurs in text
+IGNORE = -100    # cross_entropy's ignore_index: padding has no target
+VALIDATION_EVERY = 10
+
+
+class TextError(ValueError):
+    """A text data set cannot be read; the message names the field and what to do."""
+
+
+class TokenSequences:
+    """Byte sequences addressed by index; batch() pads to the micro-batch's longest."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = [torch.frombuffer(bytearray(c), dtype=torch.uint8).long() for c in chunks]
+        self.targets = torch.tensor([len(c) - 1 for c in chunks], dtype=torch.long)  # per sequence
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def target_tokens(self, indices: torch.Tensor) -> int:
+        """Next-token targets the sequences at these indices hold."""
+        return int(self.targets[indices].sum())
+
+    def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs (N, T) padded with PAD and targets (N, T) with IGNORE where padded; T = longest - 1."""
+        rows = [self.chunks[int(i)] for i in indices]
+        width = max((len(r) for r in rows), default=2) - 1  # no rows: a data-parallel rank's empty share
+        inputs = torch.full((len(rows), width), PAD, dtype=torch.long)
+        targets = torch.full((len(rows), width), IGNORE, dtype=torch.long)
+        for n, row in enumerate(rows):
+            inputs[n, :len(row) - 1] = row[:-1]
+            targets[n, :len(row) - 1] = row[1:]
+        return inputs, targets
+
+
+def chunked(documents: list[bytes], max_seq_len: int) -> list[bytes]:
+    """Each document cut into pieces of max_seq_len + 1 bytes (its last piece shorter); pieces of
+    fewer than 2 bytes, which hold no target, are dropped."""
+    size = max_seq_len + 1
+    pieces = [doc[i:i + size] for doc in documents for i in range(0, len(doc), size)]
+    return [p for p in pieces if len(p) >= 2]
+
+
+def pydoc_documents() -> list[bytes]:
+    """The pydoc topics, sorted by title, as UTF-8 bytes."""
+    from pydoc_data.topics import topics
+
+    return [topics[title].encode("utf-8") for title in sorted(topics)]
+
+
+def file_documents(path: str) -> list[bytes]:
+    """A UTF-8 file's paragraphs (split on blank lines); TextError naming text_file when unusable."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise TextError(f"text_file={path!r} is not allowed: no such file") from None
+    except IsADirectoryError:
+        raise TextError(f"text_file={path!r} is not allowed: a directory, not a file") from None
+    except PermissionError:
+        raise TextError(f"text_file={path!r} is not allowed: not readable (permission denied)") from None
+    except UnicodeDecodeError as exc:
+        raise TextError(f"text_file={path!r} is not allowed: not UTF-8 text (byte {exc.start})") from None
+    documents = [p.strip().encode("utf-8") for p in re.split(r"\n\s*\n", text) if len(p.strip()) >= 2]
+    if len(documents) < 2:
+        raise TextError(f"text_file={path!r} is not allowed: it needs at least 2 paragraphs of text "
+                        f"(separated by a blank line), one for training and one for validation; it has {len(documents)}")
+    return documents
+
+
+def split(documents: list[bytes], max_seq_len: int) -> tuple[TokenSequences, TokenSequences]:
+    """(train, validation) sequences: every VALIDATION_EVERY-th document is held out (at least one)."""
+    held = set(range(0, len(documents), VALIDATION_EVERY)) if len(documents) >= VALIDATION_EVERY else {0}
+    train = [d for i, d in enumerate(documents) if i not in held]
+    validation = [d for i, d in enumerate(documents) if i in held]
+    return TokenSequences(chunked(train, max_seq_len)), TokenSequences(chunked(validation, max_seq_len))
