@@ -124,7 +124,8 @@ def test_ctrl_c_stops_a_data_parallel_run_on_every_rank_and_exits_130(tmp_path):
     import pandas as pd
     import psutil
 
-    env = {**os.environ, "GACCUM_FAULTS": "slow@3:1*1"}  # a slower step 3, so the stop lands mid-run
+    # Steps 3 to 14 each half a second slower, so Ctrl-C lands mid-run however fast the machine is.
+    env = {**os.environ, "GACCUM_FAULTS": ",".join(f"slow@{step}:1*0.5" for step in range(3, 15))}
     cli = subprocess.Popen([sys.executable, "-m", "gaccum_core", "run", "--model", "mlp", "--nproc", "2",
                             "--micro-batch-size", "8", "--accum-steps", "2", "--max-steps", "40", "--device", "cpu",
                             "--runs-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -34,7 +34,7 @@ def tiny_official_sets(monkeypatch: pytest.MonkeyPatch) -> None:
                             lambda root, train, download, rgb=rgb: _TinyTorchvisionSet(root, train, download, rgb))
 
 
-@pytest.mark.parametrize("name", config.DATASETS)
+@pytest.mark.parametrize("name", config.IMAGE_DATASETS)
 def test_every_configured_dataset_loads_and_matches_its_description(name: str, tiny_official_sets: None,
                                                                     tmp_path: Path) -> None:
     """Every name the config accepts must be one load_data can load and describe_dataset can describe,
@@ -194,3 +194,23 @@ def test_describe_dataset() -> None:
     assert describe_dataset(RunConfig(dataset="cifar10")).startswith("cifar10: 50000 train / 10000 test, 3×32×32")
     bundle = load_data(fake)
     assert f"{len(bundle.train)} train / {len(bundle.test)} test" in describe_dataset(fake)
+
+
+@pytest.mark.parametrize("name", config.TEXT_DATASETS)
+def test_every_text_dataset_loads_and_matches_its_description(name: str, tmp_path: Path) -> None:
+    """Text: sequences of different lengths padded per batch, padding without targets; the description
+    counts the same sequences and target tokens that load_data gives."""
+    text_file = tmp_path / "notes.txt"
+    text_file.write_text("\n\n".join("word " * (5 + 9 * i) for i in range(15)), encoding="utf-8")
+    cfg = RunConfig(model="gpt", dataset=name, text_file=str(text_file), max_seq_len=16)
+    bundle = load_data(cfg)
+    assert bundle.name == name and len(bundle.train) > 0 and len(bundle.test) > 0
+    lengths = bundle.train.targets
+    assert lengths.max() == 16 and lengths.min() < 16  # a document's last chunk is shorter
+    short, full = int(lengths.argmin()), int(lengths.argmax())
+    x, y = bundle.train.batch(torch.tensor([short, full]))
+    assert x.shape == y.shape == (2, 16) and x.dtype == y.dtype == torch.int64
+    assert (y[0] != -100).sum() == lengths[short] and (y[1] != -100).sum() == 16
+    description = describe_dataset(cfg)
+    assert description.startswith(f"{name}: {len(bundle.train)} train / {len(bundle.test)} validation sequences")
+    assert f"{int(lengths.sum()):,} / {int(bundle.test.targets.sum()):,} target tokens" in description

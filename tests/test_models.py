@@ -17,7 +17,7 @@ def _batch(shape: tuple[int, int, int] = DIGITS, n: int = 2) -> torch.Tensor:
     return torch.randn(n, *shape, generator=torch.Generator().manual_seed(0))
 
 
-@pytest.mark.parametrize("name", config.MODELS)
+@pytest.mark.parametrize("name", [m for m in config.MODELS if m not in config.TEXT_MODELS])
 def test_every_configured_model_builds_and_gives_logits(name: str) -> None:
     """Every name the config accepts must build, untrained, and map a digits batch to logits
     (torchvision models at 32×32, the smallest size they all take; ~2 s for all on one core)."""
@@ -137,3 +137,26 @@ def test_unknown_model_and_odd_channels_are_refused() -> None:
         build_model("nope", DIGITS, 10)
     with pytest.raises(ModelInputError, match="1- or 3-channel"):
         build_model("resnet18", (2, 8, 8), 10)
+
+
+@pytest.mark.parametrize("preset,millions", [("tiny", 0.133), ("mini", 0.892), ("small", 11.14), ("gpt2", 86.04)])
+def test_gpt_presets_build_with_their_sizes(preset: str, millions: float) -> None:
+    from gaccum_core.gpt import build_gpt
+
+    torch.manual_seed(0)
+    model = build_gpt(preset)
+    assert sum(p.numel() for p in model.parameters()) / 1e6 == pytest.approx(millions, rel=0.02)
+    if preset == "tiny":
+        ids = torch.randint(1, 256, (2, 12))
+        assert model(ids).shape == (2, 12, 256)
+
+
+def test_gpt_is_causal_so_right_padding_never_reaches_a_real_token() -> None:
+    from gaccum_core.gpt import build_gpt
+
+    torch.manual_seed(0)
+    model = build_gpt("tiny").eval()
+    ids = torch.randint(1, 256, (1, 10))
+    padded = torch.cat([ids[:, :6], torch.zeros(1, 4, dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids)[:, :6], model(padded)[:, :6], rtol=0, atol=0)
