@@ -372,3 +372,32 @@ def test_a_two_process_model_loads_into_a_plain_single_process_model(jobs):
     x, _ = data.test.batch(torch.arange(len(data.test)))
     with torch.no_grad():
         torch.testing.assert_close(model(x), reference(x), atol=ATOL, rtol=RTOL)
+
+
+# --- language models: token-weighted across ranks ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def text_config(tmp_path_factory):
+    """gpt (tiny) on a small text file: sequences of different lengths, so ranks' shares hold different
+    token counts; 2 processes with b=2, k=2 and a partial last window."""
+    path = tmp_path_factory.mktemp("text") / "notes.txt"
+    path.write_text("\n\n".join(f"Note {i}. " + "the quick brown fox jumps " * (1 + (7 * i) % 11) for i in range(20)),
+                    encoding="utf-8")
+    config = RunConfig(model="gpt", dataset="text", text_file=str(path), max_seq_len=24, micro_batch_size=2,
+                       accum_steps=2, nproc=WORLD, epochs=1, device="cpu", optimizer="sgd", lr=0.05)
+    assert len(load_data(config).train) % config.effective_batch_size  # the last window is partial
+    return config
+
+
+def test_two_processes_weight_tokens_as_one_process_does(jobs, text_config):
+    """Each rank divides its summed token loss by 1/N of the global window's target tokens: the job trains
+    the parameters of 1 process (b=4, k=2) and (b=8, k=1), and counts the same tokens per step."""
+    job = jobs(text_config)
+    lengths = load_data(text_config).train.targets
+    assert lengths.min() < lengths.max()  # micro-batches really hold different token counts
+    _assert_matches_references(job)
+    for config in _one_process_references(text_config).values():
+        _, rows = _reference(config)
+        assert job.metrics["tokens"].tolist() == [r["tokens"] for r in rows]
+    assert job.metrics["tokens_seen"].iloc[-1] == lengths.sum().item()
