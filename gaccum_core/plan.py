@@ -179,5 +179,6 @@ def config_from_plan(base: RunConfig, plan: Plan) -> RunConfig:
 TABLE_COLUMNS: Sequence[tuple[str, str]] = (
     ("options", "options"), ("micro_batch_size", "b"), ("accum_steps", "k"), ("status", "status"),
     ("peak_mb", "peak MB"), ("activations_mb", "activations MB"), ("samples_per_s", "samples/s"),
+    ("tokens_per_s", "tokens/s"),
     ("step_time_s", "s/step"),
 )

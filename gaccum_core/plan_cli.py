@@ -61,7 +61,7 @@ def format_table(plan: Plan) -> str:
     frame = pd.DataFrame(plan.rows())
     names = [name for name, _ in TABLE_COLUMNS if name in frame]
     frame = frame[names].rename(columns=dict(TABLE_COLUMNS))
-    formats = {"peak MB": "{:.3g}", "activations MB": "{:.3g}", "samples/s": "{:.0f}", "s/step": "{:.3f}"}
+    formats = {"peak MB": "{:.3g}", "activations MB": "{:.3g}", "samples/s": "{:.0f}", "tokens/s": "{:.0f}", "s/step": "{:.3f}"}
     return frame.to_string(index=False, na_rep="-",
                            formatters={c: f.format for c, f in formats.items() if c in frame})
 

@@ -100,6 +100,8 @@ def measure(base: RunConfig, options: Options, micro_batch_size: int, effective_
         timed = rows.steps[before:]
         step_time = statistics.median(r["step_time_s"] for r in timed)
         speed = statistics.median(r["samples"] / r["step_time_s"] for r in timed)
+        if config.is_text:  # sequences differ in length: tokens/s is the language run's throughput
+            memory["tokens_per_s"] = statistics.median(r["tokens"] / r["step_time_s"] for r in timed)
         return Candidate(options, micro_batch_size, k, FITS, peak, speed, step_time, memory)
     except Exception as exc:  # noqa: BLE001 - every failure of a candidate is a row of the plan
         return _failure(options, micro_batch_size, k, exc)
