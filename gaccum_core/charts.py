@@ -15,12 +15,16 @@ from plotly.colors import qualitative
 
 from gaccum_core.metrics import smooth_ema
 
-X_AXES: dict[str, str] = {"step": "optimizer step", "samples_seen": "samples seen", "wall_time_s": "wall time (s)"}
+X_AXES: dict[str, str] = {"step": "optimizer step", "samples_seen": "samples seen", "tokens_seen": "tokens seen",
+                          "wall_time_s": "wall time (s)"}
+TOKEN_AXES = frozenset({"tokens_seen"})  # x axes only language runs have: image runs count no tokens
 MAX_POINTS = 2000
 PALETTE = tuple(qualitative.Plotly)
 WAITING = "waiting for the first optimizer step"
 NO_SCALER = "no GradScaler in these runs (amp off or bf16)"
 NO_EVALS = "waiting for the first evaluation"
+NO_LANGUAGE = "no language run here: perplexity is for gpt on text"
+LEFT_OUT = "image runs not drawn: they count no tokens"
 # column -> (legend suffix, line dash): colour tells the run apart, dash the metric.
 MEMORY_LINES = {
     "mem_allocated_mb": ("allocated", "solid"),
@@ -117,6 +121,54 @@ def _check_x(x: str) -> None:
         raise ValueError(f"x={x!r} is not allowed: one of {', '.join(X_AXES)}")
 
 
+def is_language(run: RunSeries) -> bool:
+    """A causal language modelling run: its steps count target tokens (an image run's, or a run
+    written before token columns existed, hold none)."""
+    tokens = run.metrics.get("tokens_seen")
+    return tokens is not None and bool(pd.to_numeric(tokens, errors="coerce").notna().any())
+
+
+@dataclass(frozen=True)
+class _Axis:
+    """What a chart draws against x: the axis used, the runs drawn (with their index, for colour) and
+    whether runs with rows were left out because they lack that axis."""
+
+    x: str
+    requested: str
+    drawn: list[tuple[int, RunSeries]]
+    left_out: bool
+
+    @property
+    def fallback(self) -> bool:
+        """The requested axis was replaced (no run shown has it)."""
+        return self.x != self.requested
+
+
+def _axis(runs: list[RunSeries], x: str) -> _Axis:
+    """Resolve x for these runs: against tokens seen only language runs are drawn; when no run with
+    rows counts tokens, the charts fall back to optimizer steps rather than draw nothing."""
+    _check_x(x)
+    rows = _with_rows(runs)
+    if x not in TOKEN_AXES:
+        return _Axis(x, x, rows, False)
+    language = [(i, run) for i, run in rows if is_language(run)]
+    if rows and not language:
+        return _Axis("step", x, rows, False)
+    return _Axis(x, x, language, len(language) < len(rows))
+
+
+def tokens_axis_note(image_runs: list[str], language_runs: int) -> str | None:
+    """What the page says under the charts when tokens seen is the x axis: which shown runs (image
+    runs, by label) it leaves out, or that it fell back to optimizer steps; None when all is drawn."""
+    if not image_runs:
+        return None
+    if not language_runs:
+        return ("No run shown counts tokens (they are image runs), so the charts use optimizer steps; "
+                "tokens seen is for gpt runs.")
+    return (f"Not drawn against tokens seen: {', '.join(image_runs)} (image runs count no tokens). "
+            "Pick optimizer step, samples seen or wall time to see every run.")
+
+
 def uirevision(name: str, x: str, log_y: bool = False) -> str:
     """The chart's plotly uirevision: while it stays the same, a redraw with new points keeps the
     user's zoom, pan and hidden legend entries. It names the chart, the x axis and the y scale only:
@@ -124,17 +176,28 @@ def uirevision(name: str, x: str, log_y: bool = False) -> str:
     return f"{name}:{x}" + (":log" if log_y else "")
 
 
-def _figure(name: str, title: str, x: str, y_title: str, traces: list[dict[str, Any]],
-            note: str | None = None, log_y: bool = False, y_range: tuple[float, float] | None = None) -> go.Figure:
-    """A figure with the layout every chart shares, and a centred note when there is nothing to draw."""
+def _y_axis(y_title: str, log_y: bool, y_range: tuple[float, float] | None = None) -> dict[str, Any]:
     yaxis: dict[str, Any] = {"title": {"text": y_title}, "type": "log" if log_y else "linear"}
     if log_y:
         yaxis["exponentformat"] = "power"  # 2¹⁶, not 65.536k
     if y_range is not None:
         yaxis["range"] = list(y_range)
-    xaxis: dict[str, Any] = {"title": {"text": X_AXES[x]}}
+    return yaxis
+
+
+def _figure(name: str, title: str, x: str | _Axis, y_title: str, traces: list[dict[str, Any]],
+            note: str | None = None, log_y: bool = False, y_range: tuple[float, float] | None = None,
+            y2_title: str | None = None) -> go.Figure:
+    """A figure with the layout every chart shares, and a centred note when there is nothing to draw.
+    Given an _Axis, its x title says when it replaced tokens seen and a small note when it left
+    image runs out; y2_title adds a right-hand y axis (traces with yaxis="y2")."""
+    axis = x if isinstance(x, _Axis) else _Axis(x, x, [], False)
+    x = axis.x
+    yaxis = _y_axis(y_title, log_y, y_range)
+    x_title = X_AXES[x] + (f" ({X_AXES[axis.requested]}: no run here counts tokens)" if axis.fallback else "")
+    xaxis: dict[str, Any] = {"title": {"text": x_title}}
     if x != "wall_time_s":
-        xaxis["tickformat"] = ",d"  # steps and samples are whole numbers
+        xaxis["tickformat"] = ",d"  # steps, samples and tokens are whole numbers
     layout = {
         "title": {"text": title}, "template": _template(), "height": 340, "showlegend": True,
         "margin": {"l": 55, "r": 10, "t": 40, "b": 40}, "uirevision": uirevision(name, x, log_y),
@@ -143,60 +206,67 @@ def _figure(name: str, title: str, x: str, y_title: str, traces: list[dict[str, 
         "legend": {"orientation": "h", "yanchor": "top", "y": -0.18, "xanchor": "left", "x": 0,
                    "font": {"size": 10}},
     }
+    if y2_title is not None:
+        layout["yaxis2"] = {**_y_axis(y2_title, log_y), "overlaying": "y", "side": "right", "showgrid": False}
+        layout["margin"] = {**layout["margin"], "r": 55}
+    annotations = []
     if note:
-        layout["annotations"] = [{"text": note, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
-                                  "showarrow": False}]
+        annotations.append({"text": note, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "showarrow": False})
+    if axis.left_out and traces:
+        annotations.append({"text": LEFT_OUT, "xref": "paper", "yref": "paper", "x": 1, "y": 1, "xanchor": "right",
+                            "yanchor": "bottom", "showarrow": False, "font": {"size": 10, "color": "#888"}})
+    if annotations:
+        layout["annotations"] = annotations
     return go.Figure(data=traces, layout=layout, _validate=False)
 
 
 def loss_figure(runs: list[RunSeries], x: str, smoothing: float, log_y: bool = False) -> go.Figure:
     """Raw (faint) and EMA-smoothed training loss per run; two traces per run. A run that coincides
     with an earlier one is drawn dashed, so the earlier one shows through it."""
-    _check_x(x)
+    axis = _axis(runs, x)
     if not 0 <= smoothing < 1:
         raise ValueError(f"smoothing={smoothing!r} is not allowed: a weight in [0, 1)")
     dashed = {later for group in coinciding(runs) for later in group.run_ids[1:]}
     traces = []
-    for i, run in _with_rows(runs):
+    for i, run in axis.drawn:
         # Smoothed on the full series: an EMA of the decimated points would drift from TensorBoard's.
         frame = run.metrics.assign(smoothed=smooth_ema(run.metrics["loss"].astype(float).tolist(), smoothing))
         colour = _colour(i)
-        traces.append(_line(frame, x, "loss", name=f"{run.label} raw", showlegend=False, opacity=0.3,
+        traces.append(_line(frame, axis.x, "loss", name=f"{run.label} raw", showlegend=False, opacity=0.3,
                             legendgroup=run.run_id, line={"color": colour, "width": 1}, uid=_uid(run, "loss raw"),
                             hoverinfo="skip"))
-        traces.append(_line(frame, x, "smoothed", name=run.label, legendgroup=run.run_id, uid=_uid(run, "loss"),
+        traces.append(_line(frame, axis.x, "smoothed", name=run.label, legendgroup=run.run_id, uid=_uid(run, "loss"),
                             line={"color": colour, "width": 2,
                                   "dash": "dash" if run.run_id in dashed else "solid"}))
-    return _figure("loss", "training loss", x, "loss", traces, None if traces else WAITING, log_y)
+    return _figure("loss", "training loss", axis, "loss", traces, None if traces else WAITING, log_y)
 
 
 def scale_figure(runs: list[RunSeries], x: str, log_y: bool = True, **_other_options: Any) -> go.Figure:
     """GradScaler scale per fp16 run on a log axis, skipped steps marked with a red x."""
-    _check_x(x)
-    rows = _with_rows(runs)
+    axis = _axis(runs, x)
     traces = []
-    for i, run in rows:
+    for i, run in axis.drawn:
         if not np.isfinite(run.metrics["scale"].to_numpy(dtype=float)).any():
             continue
-        traces.append(_line(run.metrics, x, "scale", name=run.label, legendgroup=run.run_id,
+        traces.append(_line(run.metrics, axis.x, "scale", name=run.label, legendgroup=run.run_id,
                             line={"color": _colour(i), "shape": "hv"}, uid=_uid(run, "scale")))
         skipped = run.metrics[run.metrics["skipped"] == 1]
-        traces.append(_scatter(skipped[x].to_numpy(), skipped["scale"].to_numpy(), mode="markers",
+        traces.append(_scatter(skipped[axis.x].to_numpy(), skipped["scale"].to_numpy(), mode="markers",
                                name=f"{run.label} skipped", legendgroup=run.run_id,
                                marker={"symbol": "x", "color": "red", "size": 8}, uid=_uid(run, "scale skipped")))
-    note = WAITING if not rows else None if traces else NO_SCALER
-    return _figure("scale", "GradScaler loss scale", x, "scale", traces, note, log_y)
+    note = WAITING if not axis.drawn else None if traces else NO_SCALER
+    return _figure("scale", "GradScaler loss scale", axis, "scale", traces, note, log_y)
 
 
 def _per_run_line(name: str, title: str, column: str, y_title: str, shape: str = "linear",
                   y_range: tuple[float, float] | None = None) -> Callable[..., go.Figure]:
     """A chart builder drawing one line of `column` per run."""
     def build(runs: list[RunSeries], x: str, log_y: bool = False, **_other_options: Any) -> go.Figure:
-        _check_x(x)
-        traces = [_line(run.metrics, x, column, name=run.label, legendgroup=run.run_id, uid=_uid(run, column),
+        axis = _axis(runs, x)
+        traces = [_line(run.metrics, axis.x, column, name=run.label, legendgroup=run.run_id, uid=_uid(run, column),
                         line={"color": _colour(i), "shape": shape})
-                  for i, run in _with_rows(runs)]
-        return _figure(name, title, x, y_title, traces, None if traces else WAITING, log_y, y_range)
+                  for i, run in axis.drawn]
+        return _figure(name, title, axis, y_title, traces, None if traces else WAITING, log_y, y_range)
 
     build.__name__ = f"{name}_figure"
     build.__doc__ = f"{title} per run."
@@ -205,52 +275,99 @@ def _per_run_line(name: str, title: str, column: str, y_title: str, shape: str =
 
 skipped_figure = _per_run_line("skipped", "skipped optimizer steps (cumulative)", "skipped_total",
                                "skipped steps", shape="hv")
-throughput_figure = _per_run_line("throughput", "throughput", "samples_per_s", "samples/s")
 grad_norm_figure = _per_run_line("grad_norm", "gradient norm (before clipping)", "grad_norm", "L2 norm")
 lr_figure = _per_run_line("lr", "learning rate", "lr", "lr", shape="hv")
 cache_figure = _per_run_line("cache", "cache-clearing time per step", "cache_clear_s", "seconds")
 
 
+def throughput_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_other_options: Any) -> go.Figure:
+    """Samples/s per image run, tokens/s per language run (what a language model's speed is quoted
+    in); with both kinds shown, tokens/s go on a right-hand axis and the legend names the unit."""
+    axis = _axis(runs, x)
+    language = {run.run_id for _, run in axis.drawn if is_language(run)}
+    mixed = 0 < len(language) < len(axis.drawn)
+    traces = []
+    for i, run in axis.drawn:
+        text = run.run_id in language
+        column, unit = ("tokens_per_s", "tokens/s") if text else ("samples_per_s", "samples/s")
+        extra = {"yaxis": "y2"} if mixed and text else {}
+        traces.append(_line(run.metrics, axis.x, column, name=f"{run.label} {unit}" if mixed else run.label,
+                            legendgroup=run.run_id, uid=_uid(run, column), line={"color": _colour(i)}, **extra))
+    if mixed:
+        return _figure("throughput", "throughput", axis, "samples/s (image runs)", traces, None, log_y,
+                       y2_title="tokens/s (language runs)")
+    y_title = "tokens/s" if language else "samples/s"
+    return _figure("throughput", "throughput", axis, y_title, traces, None if traces else WAITING, log_y)
+
+
 def memory_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_other_options: Any) -> go.Figure:
     """Allocated, reserved (CUDA only), peak and activation memory: colour per run, dash per metric."""
-    _check_x(x)
+    axis = _axis(runs, x)
     traces = []
-    for i, run in _with_rows(runs):
+    for i, run in axis.drawn:
         for column, (suffix, dash) in MEMORY_LINES.items():
             if not run.metrics[column].notna().any():
                 continue  # the CPU has no reserved memory
-            traces.append(_line(run.metrics, x, column, name=f"{run.label} {suffix}", legendgroup=run.run_id,
+            traces.append(_line(run.metrics, axis.x, column, name=f"{run.label} {suffix}", legendgroup=run.run_id,
                                 line={"color": _colour(i), "dash": dash}, uid=_uid(run, column)))
-    return _figure("memory", "memory", x, "MB", traces, None if traces else WAITING, log_y)
+    return _figure("memory", "memory", axis, "MB", traces, None if traces else WAITING, log_y)
 
 
 def _eval_points(run: RunSeries, x: str) -> pd.DataFrame:
-    """The run's evals with an x column; samples_seen comes from the metrics row of the same step."""
+    """The run's evals with an x column; samples or tokens seen come from the metrics row of the same step."""
     evals = run.evals
-    if x != "samples_seen" or evals.empty:
+    if x not in ("samples_seen", "tokens_seen") or evals.empty:
         return evals
-    seen = run.metrics[["step", "samples_seen"]].astype(float)
+    seen = run.metrics[["step", x]].astype(float)
     return evals.assign(step=evals["step"].astype(float)).merge(seen, on="step", how="inner")
 
 
-def accuracy_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_other_options: Any) -> go.Figure:
-    """Test accuracy at each evaluation per run, on a 0 to 1 axis."""
-    _check_x(x)
-    rows = _with_rows(runs)
+def _eval_traces(drawn: list[tuple[int, RunSeries]], x: str, column: str, suffix: Callable[[RunSeries], str]
+                 ) -> list[dict[str, Any]]:
+    """One lines+markers trace of an evals column per run that has evaluations with a value there."""
     traces = []
-    for i, run in rows:
+    for i, run in drawn:
         points = _eval_points(run, x)
-        if points.empty:
+        if points.empty or column not in points:
             continue
-        traces.append(_scatter(points[x].to_numpy(), points["test_accuracy"].to_numpy(), mode="lines+markers",
-                               name=run.label, legendgroup=run.run_id, line={"color": _colour(i)},
-                               uid=_uid(run, "accuracy")))
-    note = WAITING if not rows else None if traces else NO_EVALS
-    return _figure("accuracy", "test accuracy", x, "accuracy", traces, note, log_y,
-                   None if log_y else (0.0, 1.0))
+        ys = pd.to_numeric(points[column], errors="coerce").to_numpy(dtype=float)
+        if not np.isfinite(ys).any():
+            continue
+        traces.append(_scatter(points[x].to_numpy(dtype=float), ys, mode="lines+markers",
+                               name=run.label + suffix(run), legendgroup=run.run_id, line={"color": _colour(i)},
+                               uid=_uid(run, column)))
+    return traces
 
 
-CHARTS: dict[str, Callable[..., go.Figure]] = {
+def accuracy_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_other_options: Any) -> go.Figure:
+    """Test accuracy at each evaluation per run, on a 0 to 1 axis: per image, or for a language run
+    per validation target token (the next byte predicted right)."""
+    axis = _axis(runs, x)
+    language = {run.run_id for _, run in axis.drawn if is_language(run)}
+    mixed = 0 < len(language) < len(axis.drawn)
+    traces = _eval_traces(axis.drawn, axis.x, "test_accuracy",
+                          lambda run: " (tokens)" if mixed and run.run_id in language else "")
+    if mixed:
+        title, y_title = "test accuracy · validation token accuracy (language runs)", "accuracy"
+    elif language:
+        title, y_title = "validation token accuracy", "token accuracy"
+    else:
+        title, y_title = "test accuracy", "accuracy"
+    note = WAITING if not axis.drawn else None if traces else NO_EVALS
+    return _figure("accuracy", title, axis, y_title, traces, note, log_y, None if log_y else (0.0, 1.0))
+
+
+def perplexity_figure(runs: list[RunSeries], x: str, log_y: bool = True, **_other_options: Any) -> go.Figure:
+    """Validation perplexity (exp of the mean validation loss per target token) at each evaluation of
+    each language run; on a log axis by default, since it falls from about the vocabulary size (256)."""
+    axis = _axis(runs, x)
+    language = [(i, run) for i, run in axis.drawn if is_language(run)]
+    traces = _eval_traces(language, axis.x, "perplexity", lambda run: "")
+    note = WAITING if not axis.drawn else NO_LANGUAGE if not language else None if traces else NO_EVALS
+    return _figure("perplexity", "validation perplexity", axis, "perplexity", traces, note, log_y)
+
+
+CHARTS: dict[str, Callable[..., go.Figure]] = {  # every set of runs gets these, in this order
     "loss": loss_figure,
     "accuracy": accuracy_figure,
     "scale": scale_figure,
@@ -261,14 +378,28 @@ CHARTS: dict[str, Callable[..., go.Figure]] = {
     "throughput": throughput_figure,
     "cache": cache_figure,
 }
-LOG_BY_DEFAULT = frozenset({"scale"})
+# Charts drawn only when a language run is shown, each placed after the chart named.
+LANGUAGE_CHARTS: dict[str, tuple[str, Callable[..., go.Figure]]] = {"perplexity": ("accuracy", perplexity_figure)}
+ALL_CHARTS = (*CHARTS, *LANGUAGE_CHARTS)
+LOG_BY_DEFAULT = frozenset({"scale", "perplexity"})
+
+
+def chart_builders(runs: list[RunSeries]) -> dict[str, Callable[..., go.Figure]]:
+    """The charts these runs get, in display order: CHARTS, and the LANGUAGE_CHARTS when a language run is among them."""
+    language = any(is_language(run) for _, run in _with_rows(runs))
+    builders: dict[str, Callable[..., go.Figure]] = {}
+    for name, builder in CHARTS.items():
+        builders[name] = builder
+        builders.update({extra: b for extra, (after, b) in LANGUAGE_CHARTS.items() if after == name and language})
+    return builders
 
 
 def build_figures(runs: list[RunSeries], x: str, smoothing: float,
                   log_y: frozenset[str] | None = None) -> dict[str, go.Figure]:
-    """Every chart of CHARTS for these runs, in display order; log_y names the charts with a log y axis."""
+    """Every chart these runs get (chart_builders), in display order; log_y names the charts with a log y axis."""
     log_y = LOG_BY_DEFAULT if log_y is None else log_y
-    return {name: builder(runs, x, smoothing=smoothing, log_y=name in log_y) for name, builder in CHARTS.items()}
+    return {name: builder(runs, x, smoothing=smoothing, log_y=name in log_y)
+            for name, builder in chart_builders(runs).items()}
 
 
 @dataclass(frozen=True)

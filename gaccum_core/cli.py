@@ -267,6 +267,8 @@ def _draw(bar: tqdm, snap: RunSnapshot) -> None:
         postfix = {"loss": f"{last['loss']:.4f}", "skipped": last["skipped_total"]}
         if last["scale"] is not None:
             postfix["scale"] = f"{last['scale']:g}"
+        if last.get("tokens_per_s") is not None:  # a language run
+            postfix["tokens/s"] = f"{last['tokens_per_s']:.0f}"
         bar.set_postfix(postfix, refresh=False)
     bar.set_description(f"{snap.run_id} [{snap.state}]", refresh=False)
     bar.refresh()

@@ -17,7 +17,7 @@ import torchvision
 from gaccum_core.config import DATASETS, TEXT_DATASETS, RunConfig
 from gaccum_core.gpt import VOCAB
 from gaccum_core.seeding import isolated_rng
-from gaccum_core.text import TextError, TokenSequences, file_documents, pydoc_documents, split
+from gaccum_core.text import TokenSequences, file_documents, pydoc_documents, split
 
 DATASET_NAMES = DATASETS  # one list of names, owned by the config that validates them
 
@@ -162,10 +162,7 @@ def _text(config: RunConfig) -> tuple[TokenSequences, TokenSequences]:
     """(train, validation) token sequences of pydoc (cached per length) or of config.text_file."""
     if config.dataset == "pydoc":
         return _pydoc(config.max_seq_len)
-    try:
-        return split(file_documents(config.text_file), config.max_seq_len)
-    except TextError as exc:
-        raise DataError(str(exc)) from None
+    return split(file_documents(config.text_file), config.max_seq_len)  # ConfigError naming text_file
 
 
 @functools.lru_cache(maxsize=4)

@@ -2,6 +2,9 @@
 
 The dashboard shows it under "The loop you are running": the loop the engine runs, written the way
 a person would write it, with only the lines this config needs (no branches for disabled features).
+Images: logits (B, classes) against labels. Text (gpt): token ids in, logits (B, T, vocab) flattened
+against next-token targets, padding's targets -100 (ignored); a mean divides by the window's target
+tokens, counted before its backward passes.
 """
 
 from __future__ import annotations
@@ -13,6 +16,12 @@ _GET_BATCH_DOC = (
     "# get_batch(indices) returns (x, y) for a 1-D tensor of sample indices; for a torch Dataset `ds`:",
     "#     get_batch = lambda idx: torch.utils.data.default_collate([ds[i] for i in idx.tolist()])",
 )
+_GET_TEXT_BATCH_DOC = (
+    "# get_batch(indices) returns (x, y) for a 1-D tensor of sequence indices, both (B, T) int64 and padded",
+    "# to the longest sequence: x the token ids (padding 0), y the next token at every position (-100",
+    "# where padded: no target). A sequence of L tokens holds L - 1 targets.",
+)
+IGNORE_INDEX = -100  # cross_entropy's ignore_index, the targets of padding (gaccum_core.text.IGNORE)
 
 
 def render_loop(config: RunConfig) -> str:
@@ -31,12 +40,15 @@ def render_loop(config: RunConfig) -> str:
 
 def _data_parallel_note(cfg: RunConfig) -> list[str]:
     n, b = cfg.world_size, cfg.micro_batch_size
+    unit = "target tokens" if cfg.is_text else "samples"
+    divisor = {"mean": f"(window {unit} / N)", "sum": "1/N",
+               "mean_per_micro_batch": f"(micro-batch {unit} * k / N)"}[cfg.reduction]
     sync = (["# Every micro-batch all-reduces its gradients (no_sync off)."] if cfg.sync_every_micro_batch else
             ["# Every micro-batch but a window's last runs inside model.no_sync(): gradients are all-reduced",
              "# once per optimizer step."])
     return [f"# Run as N={n} data-parallel processes (DistributedDataParallel under torchrun): each process",
-            f"# takes its b={b} of every micro-batch of N*b={n * b} samples below and divides its loss sum by",
-            "# (window samples / N), since DDP averages the processes' gradients.", *sync,
+            f"# takes its b={b} of every micro-batch of N*b={n * b} {_unit(cfg)} below and divides its loss sum",
+            f"# by {divisor}, since DDP averages the processes' gradients.", *sync,
             "# The update is exactly that of this one-process loop:", ""]
 
 
@@ -48,19 +60,27 @@ def _uses_scheduler(cfg: RunConfig) -> bool:
     return cfg.lr_schedule != "constant" or cfg.warmup_steps > 0
 
 
+def _unit(cfg: RunConfig) -> str:
+    """What a micro-batch holds: samples (images) or sequences (text)."""
+    return "sequences" if cfg.is_text else "samples"
+
+
 def _header(cfg: RunConfig) -> list[str]:
     amp = {"off": "fp32", "fp16": "fp16 autocast + GradScaler", "bf16": "bf16 autocast"}[cfg.amp]
-    lines = [f"# The loop gaccum runs for {cfg.model} on {cfg.dataset}, {amp}: b={cfg.micro_batch_size} x "
+    model = f"gpt ({cfg.gpt_preset})" if cfg.is_text else cfg.model
+    unit = _unit(cfg)
+    held = f"{unit} (of up to {cfg.max_seq_len} tokens)" if cfg.is_text else unit
+    lines = [f"# The loop gaccum runs for {model} on {cfg.dataset}, {amp}: b={cfg.micro_batch_size} x "
              f"k={cfg.accum_steps} = {cfg.effective_batch_size}",
-             "# samples per optimizer step, the same samples one batch of b*k would hold.",
-             *_GET_BATCH_DOC, ""]
+             f"# {held} per optimizer step, the same {unit} one batch of b*k would hold.",
+             *(_GET_TEXT_BATCH_DOC if cfg.is_text else _GET_BATCH_DOC), ""]
     stdlib = ["import gc"] if cfg.clear_cache != "off" else []
     stdlib += ["import math"] if cfg.lr_schedule == "cosine" else []
     return lines + stdlib + ([""] if stdlib else []) + ["import torch", "import torch.nn.functional as F"]
 
 
 def _constants(cfg: RunConfig) -> list[str]:
-    lines = [f"micro_batch_size = {cfg.micro_batch_size}  # b: samples per forward/backward pass",
+    lines = [f"micro_batch_size = {cfg.micro_batch_size}  # b: {_unit(cfg)} per forward/backward pass",
              f"accum_steps = {cfg.accum_steps}  # k: micro-batches whose gradients add up before one step",
              "window_size = micro_batch_size * accum_steps  # the effective batch size",
              f"epochs = {cfg.epochs}",
@@ -122,35 +142,81 @@ def _loop(cfg: RunConfig) -> list[str]:
               "    order = torch.randperm(num_samples, generator=generator)",
               "    for start in range(0, num_samples, window_size):",
               "        window = order[start:start + window_size]  # the epoch's last window may be shorter",
-              "        for micro_start in range(0, len(window), micro_batch_size):",
+              *_indent(_window_start(cfg), 2),
               *_indent(_micro_batch(cfg), 3),
               *_indent(_optimizer_step(cfg), 2)]
     return lines
 
 
+def _counts_window_tokens(cfg: RunConfig) -> bool:
+    """Text with an exact mean: the window's target tokens are counted before its first backward."""
+    return cfg.is_text and cfg.reduction == "mean"
+
+
+def _window_start(cfg: RunConfig) -> list[str]:
+    """What a window needs before its first micro-batch, and the micro-batch loop's header."""
+    lines = []
+    if cfg.reduction == "mean_per_micro_batch":
+        lines.append("k = -(-len(window) // micro_batch_size)  # micro-batches in this window: "
+                     "accum_steps, or fewer")
+    if _counts_window_tokens(cfg):
+        return lines + [
+            "# Every micro-batch's loss is divided by the window's target tokens: count them first.",
+            "starts = range(0, len(window), micro_batch_size)",
+            "batches = [get_batch(window[s:s + micro_batch_size]) for s in starts]",
+            f"window_tokens = sum(int((y != {IGNORE_INDEX}).sum()) for _, y in batches)  # padding has no target",
+            "for x, y in batches:"]
+    return lines + ["for micro_start in range(0, len(window), micro_batch_size):",
+                    "    x, y = get_batch(window[micro_start:micro_start + micro_batch_size])"]
+
+
 def _micro_batch(cfg: RunConfig) -> list[str]:
-    lines = ["x, y = get_batch(window[micro_start:micro_start + micro_batch_size])",
-             "x, y = x.to(device), y.to(device)"]
+    text = cfg.is_text
+    shape = "(B, T, vocab): next-token logits" if text else "(B, classes)"
+    lines = ["x, y = x.to(device), y.to(device)"]
     if cfg.amp == "off":
-        lines.append("logits = model(x)  # (B, classes)")
+        lines.append(f"logits = model(x)  # {shape}")
     else:
         dtype = "float16" if cfg.amp == "fp16" else "bfloat16"
         lines += [f"with torch.autocast(device_type=device.type, dtype=torch.{dtype}):",
-                  "    logits = model(x)  # (B, classes), computed in reduced precision"]
-    if cfg.reduction == "mean":
-        lines += ["# Summed, then divided by the window's sample count: the accumulated gradient is the",
-                  "# window mean, exact even for a short last micro-batch or a partial last window",
-                  "# (loss / accum_steps would give a short micro-batch's samples too much weight).",
-                  'loss = F.cross_entropy(logits.float(), y, reduction="sum") / len(window)']
+                  f"    logits = model(x)  # {shape}, computed in reduced precision"]
+    if text:
+        lines += ["logits, y = logits.float().flatten(0, 1), y.flatten()  # (B*T, vocab) and (B*T,) targets"]
+        args = f"logits, y, ignore_index={IGNORE_INDEX}"  # padding's targets add nothing
     else:
-        lines += ["# reduction=sum: every sample adds its full gradient, so it grows with the window.",
-                  'loss = F.cross_entropy(logits.float(), y, reduction="sum")']
+        args = "logits.float(), y"
+    lines += _loss(cfg, args)
     backward = "scaler.scale(loss).backward()" if cfg.amp == "fp16" else "loss.backward()"
     lines.append(f"{backward}  # gradients add up in .grad across the window")
     if cfg.clear_cache == "micro":
         lines += ["# clear_cache=micro: free garbage and cached CUDA memory after every backward.",
                   *_clear_cache()]
     return lines
+
+
+def _loss(cfg: RunConfig, args: str) -> list[str]:
+    """The micro-batch's weighted loss, whose backward adds its share of the window's gradient."""
+    text = cfg.is_text
+    unit = "token" if text else "sample"
+    if cfg.reduction == "mean" and text:
+        return ["# Summed over the micro-batch's target tokens (padding ignored), then divided by the",
+                "# window's: the accumulated gradient is the per-token mean over the whole window, exact",
+                "# although micro-batches hold different token counts (a mean per micro-batch / k is not).",
+                f'loss = F.cross_entropy({args}, reduction="sum") / window_tokens']
+    if cfg.reduction == "mean":
+        return ["# Summed, then divided by the window's sample count: the accumulated gradient is the",
+                "# window mean, exact even for a short last micro-batch or a partial last window",
+                "# (loss / accum_steps would give a short micro-batch's samples too much weight).",
+                f'loss = F.cross_entropy({args}, reduction="sum") / len(window)']
+    if cfg.reduction == "sum":
+        return [f"# reduction=sum: every {unit} adds its full gradient, so it grows with the window.",
+                f'loss = F.cross_entropy({args}, reduction="sum")']
+    own = "its own target tokens" if text else "its own samples"
+    return [f"# reduction=mean_per_micro_batch, the textbook loop: each micro-batch's mean loss (over",
+            f"# {own}) divided by k. NOT exact when micro-batches hold different {unit}",
+            f"# counts: a {unit} of a short micro-batch then weighs more than one of a full micro-batch,",
+            f"# where the one-big-batch mean weighs every {unit} alike.",
+            f"loss = F.cross_entropy({args}) / k"]
 
 
 def _optimizer_step(cfg: RunConfig) -> list[str]:

@@ -15,13 +15,11 @@ from pathlib import Path
 
 import torch
 
+from gaccum_core.config import ConfigError
+
 PAD = 0          # input id of padding: byte 0 never occurs in text
 IGNORE = -100    # cross_entropy's ignore_index: padding has no target
 VALIDATION_EVERY = 10
-
-
-class TextError(ValueError):
-    """A text data set cannot be read; the message names the field and what to do."""
 
 
 class TokenSequences:
@@ -66,21 +64,21 @@ def pydoc_documents() -> list[bytes]:
 
 
 def file_documents(path: str) -> list[bytes]:
-    """A UTF-8 file's paragraphs (split on blank lines); TextError naming text_file when unusable."""
+    """A UTF-8 file's paragraphs (split on blank lines); ConfigError naming text_file when unusable."""
     try:
         text = Path(path).read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise TextError(f"text_file={path!r} is not allowed: no such file") from None
+        raise ConfigError("text_file", path, "an existing file: there is no such file") from None
     except IsADirectoryError:
-        raise TextError(f"text_file={path!r} is not allowed: a directory, not a file") from None
+        raise ConfigError("text_file", path, "a file: this is a directory") from None
     except PermissionError:
-        raise TextError(f"text_file={path!r} is not allowed: not readable (permission denied)") from None
+        raise ConfigError("text_file", path, "a readable file: permission denied") from None
     except UnicodeDecodeError as exc:
-        raise TextError(f"text_file={path!r} is not allowed: not UTF-8 text (byte {exc.start})") from None
+        raise ConfigError("text_file", path, f"UTF-8 text: byte {exc.start} is not UTF-8") from None
     documents = [p.strip().encode("utf-8") for p in re.split(r"\n\s*\n", text) if len(p.strip()) >= 2]
     if len(documents) < 2:
-        raise TextError(f"text_file={path!r} is not allowed: it needs at least 2 paragraphs of text "
-                        f"(separated by a blank line), one for training and one for validation; it has {len(documents)}")
+        raise ConfigError("text_file", path, "a file with at least 2 paragraphs separated by a blank line, one for "
+                          f"training and one for validation: it has {len(documents)}")
     return documents
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data import DataError, load_data
+from gaccum_core.data import load_data
 from gaccum_core.engine import Engine
 from gaccum_core.store import RunStore, RunWriter
 
@@ -113,9 +113,9 @@ def test_text_files_that_cannot_be_used_say_so(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00abc\n\nxyz")
     for path, words in ((tmp_path / "missing.txt", "no such file"), (empty, "at least 2 paragraphs"),
                         (binary, "not UTF-8"), (tmp_path, "a directory")):
-        with pytest.raises(DataError, match=words) as caught:
+        with pytest.raises(ConfigError, match=words) as caught:
             load_data(lm(dataset="text", text_file=str(path)))
-        assert str(caught.value).startswith("text_file=") and "\n" not in str(caught.value)
+        assert caught.value.field == "text_file" and "\n" not in str(caught.value)
 
 
 def test_a_text_file_trains(tmp_path):
