@@ -20,7 +20,8 @@ SETTINGS = ("model", "dataset", "micro_batch_size", "accum_steps", "reduction", 
 
 def run_label(config: RunConfig) -> str:
     """A short legend text naming what usually differs between compared runs."""
-    parts = [config.model, f"b={config.micro_batch_size}", f"k={config.accum_steps}"]
+    model = f"gpt-{config.gpt_preset}" if config.is_text else config.model
+    parts = [model, f"b={config.micro_batch_size}", f"k={config.accum_steps}"]
     if config.amp != "off":
         parts.append(config.amp)
     if config.reduction != "mean":
@@ -63,6 +64,9 @@ def _summary(metrics: pd.DataFrame, evals: pd.DataFrame) -> dict[str, object]:
         "test_accuracy": evals["test_accuracy"].iloc[-1] if len(evals) else None,
         "peak_mem_mb": metrics["mem_peak_mb"].max() if len(metrics) else None,
         "samples_per_s": metrics["samples_per_s"].median() if len(metrics) else None,
+        # Language runs: tokens/s and the last validation perplexity (empty for image runs).
+        "tokens_per_s": metrics["tokens_per_s"].median() if len(metrics) else None,
+        "perplexity": evals["perplexity"].iloc[-1] if len(evals) else None,
         "skipped": int(last["skipped_total"]) if last is not None else 0,
     }
 

@@ -24,13 +24,18 @@ if table.empty:
     st.stop()
 
 columns = ["run_id", "name", "state", "label", "dataset", "world_size", "effective_batch", "steps", "final_loss",
-           "test_accuracy", "peak_mem_mb", "samples_per_s", "skipped", "lr", "optimizer", "created", "message"]
-shown = table[[c for c in columns if c in table.columns]]
+           "test_accuracy", "perplexity", "peak_mem_mb", "samples_per_s", "tokens_per_s", "skipped", "lr", "optimizer",
+           "created", "message"]
+# Language-run columns only when a language run is listed: empty columns for image-only tables say nothing.
+text_only = [c for c in ("perplexity", "tokens_per_s") if c in table.columns and table[c].isna().all()]
+shown = table[[c for c in columns if c in table.columns and c not in text_only]]
 st.dataframe(shown, hide_index=True, width="stretch",
              column_config={"final_loss": st.column_config.NumberColumn(format="%.4f"),
                             "test_accuracy": st.column_config.NumberColumn(format="%.3f"),
                             "peak_mem_mb": st.column_config.NumberColumn(format="%.0f"),
                             "samples_per_s": st.column_config.NumberColumn(format="%.0f"),
+                            "tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.0f"),
+                            "perplexity": st.column_config.NumberColumn(format="%.2f"),
                             "world_size": st.column_config.NumberColumn(
                                 "processes", help="data-parallel processes (DDP world size)")})
 linked = st.query_params.get("run")

@@ -82,6 +82,12 @@ def test_rows_count_tokens_and_evaluations_give_perplexity_and_a_sample(tmp_path
     assert evals["perplexity"].iloc[-1] == pytest.approx(torch.tensor(evals["test_loss"].iloc[-1]).exp().item())
     samples = store.samples(run_id)
     assert [s["step"] for s in samples] == [3] and samples[0]["text"].startswith("The ")
+    from gaccum_core.catalog import describe_run
+
+    listed = describe_run(store, run_id)  # the Runs page's row
+    assert listed["state"] != "damaged" and listed["label"].startswith("gpt-tiny b=4 k=2")
+    assert listed["perplexity"] == pytest.approx(evals["perplexity"].iloc[-1])
+    assert listed["tokens_per_s"] == pytest.approx(metrics["tokens_per_s"].median())
     assert json.loads((store.path(run_id) / "samples.jsonl").read_text().splitlines()[0])["step"] == 3
 
 
