@@ -43,6 +43,21 @@ class Window:
         return self.micro_batches[0].weight_divisor
 
 
+def micro_batch_divisors(reduction: str, counts: list[int], world_size: int = 1) -> list[float]:
+    """What each micro-batch's summed loss is divided by, given every micro-batch's count of samples (or
+    target tokens) in the window: the window's count (mean, exact), 1 (sum), or its own count times k
+    (mean_per_micro_batch: the textbook's mean loss / k, not exact when counts differ). Data-parallel
+    ranks each divide by 1/world_size of it, since DDP averages their gradients."""
+    k = len(counts)
+    if reduction == "mean":
+        divisors = [sum(counts)] * k
+    elif reduction == "sum":
+        divisors = [1] * k
+    else:
+        divisors = [count * k for count in counts]
+    return [d / world_size for d in divisors]
+
+
 def epoch_order(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
     """The sample order of one epoch: a permutation fixed by (seed, epoch), never by batch size."""
     generator = torch.Generator().manual_seed((seed * 1_000_003 + epoch) % (2**63))

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from gaccum_core import faults
-from gaccum_core.accumulation import MicroBatch, Window, epoch_order, plan_epoch, planned_steps
+from gaccum_core.accumulation import (MicroBatch, Window, epoch_order, micro_batch_divisors, plan_epoch,
+                                      planned_steps)
 from gaccum_core.checkpoint import Counters, Position, TrainingState, capture, check_compatible, restore
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import load_data
@@ -269,14 +270,10 @@ class Engine:
         return self.data.train.target_tokens(order[micro.start:micro.stop])
 
     def _weighting(self, window: Window, order: torch.Tensor) -> tuple[int, Divisor]:
-        """The window's count (samples, or target tokens) and what each micro-batch's summed loss is
-        divided by: the count (mean, exact), 1 (sum) or its own count times k (the textbook's
-        mean_per_micro_batch). DDP averages the ranks' gradients: each rank divides by 1/N of it."""
+        """The window's count (samples, or target tokens) and each micro-batch's divisor."""
         counts = [self._count(order, micro) for micro in window.micro_batches]
-        world, k = self.ranks.world_size, len(counts)
-        if self.config.reduction == "mean_per_micro_batch":
-            return sum(counts), lambda numbered: counts[numbered[0]] * k / world
-        return sum(counts), (sum(counts) if self.config.reduction == "mean" else 1) / world
+        divisors = micro_batch_divisors(self.config.reduction, counts, self.ranks.world_size)
+        return sum(counts), lambda numbered: divisors[numbered[0]]
 
     def _measured(self, result: StepResult, should_stop: StopCheck) -> dict[str, float | None]:
         """The step's loss sum, gradient norm and memory over the whole job: one host sync per step, and

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torchvision.ops import StochasticDepth
 
-from gaccum_core.accumulation import epoch_order, plan_epoch, planned_steps
+from gaccum_core.accumulation import epoch_order, micro_batch_divisors, plan_epoch, planned_steps
 from gaccum_core.config import RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.device import resolve_device
@@ -27,6 +27,7 @@ from gaccum_core.memory import clear_cache, is_out_of_memory
 from gaccum_core.models import build_seeded_model
 from gaccum_core.precision import Precision
 from gaccum_core.step import Optimization, accumulate, accumulate_step
+from gaccum_core.text import IGNORE
 
 COLUMNS = ["name", "shape", "numel", "max_abs_diff", "rel_l2", "cosine"]
 SIDE_BY_SIDE_COLUMNS = ["step", "loss_big", "loss_accum", "weight_distance"]
@@ -121,6 +122,13 @@ def _micro_batches(x: torch.Tensor, y: torch.Tensor, micro_batch_size: int) -> l
     return list(zip(x.split(micro_batch_size), y.split(micro_batch_size)))
 
 
+def _weighted(reduction: str, micro: list[tuple[torch.Tensor, torch.Tensor]]):
+    """The micro-batches numbered, and each one's divisor by the engine's rule (counts: samples, or target
+    tokens when padding is marked -100)."""
+    divisors = micro_batch_divisors(reduction, [int((y != IGNORE).sum()) for _, y in micro])
+    return list(enumerate(micro)), lambda numbered: divisors[numbered[0]]
+
+
 def _fits(bench: _Bench, x: torch.Tensor, y: torch.Tensor) -> bool:
     """Whether one forward+backward of this batch fits in memory; frees what it took either way."""
     try:
@@ -136,12 +144,12 @@ def _fits(bench: _Bench, x: torch.Tensor, y: torch.Tensor) -> bool:
 
 
 def _window_gradients(bench: _Bench, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,
-                      divisor: int, scale: float) -> list[torch.Tensor]:
+                      scale: float) -> list[torch.Tensor]:
     """Unscaled gradients of the window x, accumulated over micro-batches by the shared step's first half."""
     # Under fp16 a scaler at this scale multiplies each loss, as the run's GradScaler would; else scale is 1.
     precision = Precision(bench.config.amp, bench.device, init_scale=scale)
-    accumulate(precision, _micro_batches(x, y, micro_batch_size),
-               lambda xy: summed_cross_entropy(bench.model, precision, *xy), divisor)
+    numbered, divisor = _weighted(bench.config.reduction, _micro_batches(x, y, micro_batch_size))
+    accumulate(precision, numbered, lambda n: summed_cross_entropy(bench.model, precision, *n[1]), divisor)
     grads = [p.grad / scale if p.grad is not None else torch.zeros_like(p)
              for p in bench.model.parameters() if p.requires_grad]
     bench.model.zero_grad(set_to_none=True)
@@ -151,12 +159,11 @@ def _window_gradients(bench: _Bench, x: torch.Tensor, y: torch.Tensor, micro_bat
 def _gradients_both_ways(bench: _Bench, x: torch.Tensor, y: torch.Tensor) -> tuple[list, list, str]:
     """(big batch, accumulated) gradients, and a note when some were not finite."""
     config, uses_scaler = bench.config, bench.precision.uses_scaler
-    divisor = len(x) if config.reduction == "mean" else 1
     # fp16 scales the loss as the GradScaler does, and backs off the same way when it overflows.
     scale, note = (config.init_scale if uses_scaler else 1.0), ""
     while True:
-        big = _window_gradients(bench, x, y, len(x), divisor, scale)
-        accumulated = _window_gradients(bench, x, y, config.micro_batch_size, divisor, scale)
+        big = _window_gradients(bench, x, y, len(x), scale)
+        accumulated = _window_gradients(bench, x, y, config.micro_batch_size, scale)
         broken = " and the ".join(side for side, grads in (("big-batch", big), ("accumulated", accumulated))
                                   if not all(bool(torch.isfinite(g).all()) for g in grads))
         if not broken or not uses_scaler or scale <= 1.0:
@@ -216,6 +223,9 @@ def _likely_reason(config: RunConfig, model: nn.Module, samples: int) -> str:
     if drops:
         reasons.append(f"dropout layers {_quoted(drops)} are active in train mode and draw different "
                        "random masks for the big batch and for the micro-batches")
+    if config.reduction == "mean_per_micro_batch":
+        reasons.append("the textbook weighting (reduction mean_per_micro_batch) gives each micro-batch 1/k of the "
+                       "step whatever its sample or token count, where one big batch weights every one equally")
     if reasons:
         return "; ".join(reasons)
     if config.amp != "off":
@@ -229,10 +239,10 @@ def _quoted(names: list[str], limit: int = 8) -> str:
 
 
 def _train_one_step(opt: Optimization, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-                    micro_batch_size: int, divisor: int) -> float:
+                    micro_batch_size: int, reduction: str) -> float:
     """The shared accumulation step on the window (x, y) in micro-batches; the window's summed loss."""
-    result = accumulate_step(opt, _micro_batches(x, y, micro_batch_size),
-                             lambda xy: summed_cross_entropy(model, opt.precision, *xy), divisor)
+    numbered, divisor = _weighted(reduction, _micro_batches(x, y, micro_batch_size))
+    result = accumulate_step(opt, numbered, lambda n: summed_cross_entropy(model, opt.precision, *n[1]), divisor)
     return result.loss_sum.item()
 
 
@@ -247,10 +257,10 @@ def _side_by_side(config: RunConfig, steps: int) -> pd.DataFrame:
     rows = []
     for step, (epoch, micro) in enumerate(itertools.islice(windows, steps), 1):
         x, y = bench.samples(epoch, micro[0].start, micro[-1].stop)
-        divisor = micro[0].weight_divisor
-        loss_big = _train_one_step(opts["big"], models["big"], x, y, len(x), divisor)
-        loss_accum = _train_one_step(opts["accumulating"], models["accumulating"], x, y, b, divisor)
+        loss_big = _train_one_step(opts["big"], models["big"], x, y, len(x), config.reduction)
+        loss_accum = _train_one_step(opts["accumulating"], models["accumulating"], x, y, b, config.reduction)
+        count = int((y != IGNORE).sum())  # samples, or target tokens
         distance = math.sqrt(sum(torch.sum((p.double() - q.double()) ** 2).item()
                                  for p, q in zip(opts["big"].params, opts["accumulating"].params)))
-        rows.append(dict(zip(SIDE_BY_SIDE_COLUMNS, (step, loss_big / len(x), loss_accum / len(x), distance))))
+        rows.append(dict(zip(SIDE_BY_SIDE_COLUMNS, (step, loss_big / count, loss_accum / count, distance))))
     return pd.DataFrame(rows, columns=SIDE_BY_SIDE_COLUMNS)

@@ -148,3 +148,17 @@ def test_the_step_is_the_per_token_mean_of_the_whole_window():
     torch.optim.SGD(model.parameters(), lr=config.lr).step()
     torch.testing.assert_close(accumulated, torch.cat([p.detach().flatten() for p in model.parameters()]),
                                rtol=0, atol=1e-6)
+
+
+def test_the_equivalence_lab_takes_a_language_model(tmp_path):
+    """The lab's gradient check on gpt: equal with the exact weighting; the textbook one differs and says why
+    (on short paragraphs of different lengths, so the first window's micro-batches hold different token counts)."""
+    from gaccum_core.equivalence import compare_gradients
+
+    path = tmp_path / "notes.txt"
+    path.write_text("\n\n".join("word " * (2 + (5 * i) % 13) for i in range(30)), encoding="utf-8")
+    text = dict(dataset="text", text_file=str(path), micro_batch_size=2, accum_steps=4, max_seq_len=64)
+    exact = compare_gradients(lm(**text))
+    assert exact.equal, exact.verdict
+    textbook = compare_gradients(lm(**text, reduction="mean_per_micro_batch"))
+    assert not textbook.equal and "textbook weighting" in textbook.verdict

@@ -16,14 +16,12 @@ from torch import nn
 import gaccum_core.engine
 import gaccum_core.equivalence
 import gaccum_core.pitfalls
-import gaccum_core.sequence
 import gaccum_core.step
 from gaccum_core.accumulation import plan_epoch
 from gaccum_core.config import RunConfig
 from gaccum_core.equivalence import compare_gradients, train_side_by_side
 from gaccum_core.loss import summed_cross_entropy
 from gaccum_core.pitfalls import run_pitfall
-from gaccum_core.sequence import SequenceConfig, train_sequences
 from gaccum_core.step import Optimization, accumulate_step
 
 SAMPLES = 70  # windows of b*k = 16: four full, then a partial one of 6 (micro-batches 4 and 2)
@@ -143,7 +141,7 @@ def test_stop_mid_window_takes_no_step_and_leaves_no_gradient():
 def counted(monkeypatch):
     """Counts accumulate_step calls made through each module that must use the shared step."""
     counts: dict[str, int] = {}
-    for module in (gaccum_core.engine, gaccum_core.equivalence, gaccum_core.pitfalls, gaccum_core.sequence):
+    for module in (gaccum_core.engine, gaccum_core.equivalence, gaccum_core.pitfalls):
         name = module.__name__.rpartition(".")[2]
 
         def counting(*args, _name=name, **kwargs):
@@ -159,10 +157,10 @@ def test_every_loop_but_the_deliberate_bugs_takes_the_shared_step(counted):
     assert counted.pop("engine") == 2
     train_side_by_side(RunConfig(model="mlp", device="cpu"), steps=3)
     assert counted.pop("equivalence") == 6  # big batch and accumulated, 3 steps each
-    train_sequences(SequenceConfig(steps=3))
-    assert counted.pop("sequence") == 3
-    train_sequences(SequenceConfig(steps=3, weighting="per_micro_batch"))  # the deliberate bug: written apart
-    assert "sequence" not in counted
+    # #6 is the engine three times (big batch, mean, the textbook mean_per_micro_batch), 3 steps each, every
+    # run stopped on entering a 4th window (its evaluation skipped): the textbook bug is a divisor, not a loop.
+    run_pitfall("mean_of_means_sequences", steps=3)
+    assert counted.pop("engine") == 3 * 4 and "pitfalls" not in counted
     run_pitfall("partial_window_divided_by_k", steps=3)
     assert counted.pop("pitfalls") == 6  # the reference and the correct loop; the pitfall is written apart
 
@@ -172,9 +170,10 @@ def test_the_gradient_check_accumulates_with_the_shared_weighting(monkeypatch):
     real = gaccum_core.step.accumulate
 
     def counting(*args, **kwargs):
-        calls.append(args[3])  # the divisor
-        return real(*args, **kwargs)
+        numbered, divisor = list(args[1]), args[3]
+        calls.append([divisor(n) for n in numbered])  # each micro-batch's divisor
+        return real(args[0], numbered, *args[2:], **kwargs)
 
     monkeypatch.setattr(gaccum_core.equivalence, "accumulate", counting)
     assert compare_gradients(RunConfig(model="mlp", device="cpu", micro_batch_size=8, accum_steps=4)).equal
-    assert calls == [32, 32]  # the big batch and the accumulated side, both over the window's 32 samples
+    assert calls == [[32], [32] * 4]  # the big batch and the accumulated side, both over the window's 32 samples
