@@ -4,12 +4,15 @@ Every loop here starts from one copy of the same initial weights and reads the s
 (epoch_order, windows of b*k, micro-batches of b). The reference is the one-big-batch run: one
 batch of the window's samples per optimizer step, per-sample mean loss. The exact accumulated loop
 equals it to rounding; each pitfall is the loop as users write it, with one classic mistake.
+
+#6 (a mean of per-micro-batch means on sequences) is a setting of the engine itself: gpt on text,
+reduction "mean_per_micro_batch" (the textbook loop) against "mean" (exact) and one big batch, each
+an Engine run whose weights a metric sink copies after every optimizer step.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 import statistics
 import warnings
@@ -19,15 +22,14 @@ from typing import Any, Callable, Iterator
 import pandas as pd
 import torch
 
-from gaccum_core import sequence
 from gaccum_core.accumulation import epoch_order, plan_epoch
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import ImageSource, load_data
+from gaccum_core.engine import Engine
 from gaccum_core.loss import summed_cross_entropy
 from gaccum_core.models import build_seeded_model
 from gaccum_core.optim import make_optimizer, make_scheduler
 from gaccum_core.precision import Precision
-from gaccum_core.seeding import seeded
 from gaccum_core.step import Optimization, accumulate_step
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -44,7 +46,7 @@ class Pitfall:
     title: str
     explanation: str  # two lines: what goes wrong, and why
     fix: str
-    default: dict[str, Any]  # RunConfig fields (+ train_samples; #6: SequenceConfig fields)
+    default: dict[str, Any]  # RunConfig fields over BASE_CONFIG (+ train_samples, except #6)
 
 
 @dataclass(frozen=True)
@@ -238,9 +240,10 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
             "loss / k is the window mean only for full windows (here digits' first 304 samples: 9 x 32, then 16).",
             "loss = criterion(logits, y, reduction='sum') / samples_in_window", {"train_samples": 304}),
     Pitfall("mean_of_means_sequences", "Mean of per-micro-batch means on sequences",
-            "Each micro-batch's token mean counts the same, so tokens of short micro-batches outweigh long ones'.\n"
-            "The big batch averages over all the window's tokens; a mean of means does only if token counts match.",
-            "loss = token_loss_sum / tokens_in_window", {}),
+            "Each micro-batch's token mean counts 1/k, so the tokens of a short micro-batch outweigh a long one's.\n"
+            "The big batch averages over the window's tokens; here gpt on pydoc, whose documents end in short chunks.",
+            "loss = token_loss_sum / tokens_in_window  # the engine's reduction='mean'",
+            {"model": "gpt", "dataset": "pydoc", "max_seq_len": 256, "micro_batch_size": 1}),
     Pitfall("batchnorm_small_micro_batches", "BatchNorm with small micro-batches",
             "BatchNorm normalises each micro-batch by its own statistics: k batches of 2 are not one batch of 2k.\n"
             "No loss weighting fixes that; GroupNorm (cnn_gn, the correct column) normalises each sample alone.",
@@ -331,21 +334,51 @@ def _result(key: str, pitfall: list[_Step], reference: list[_Step], correct: lis
                          float(frame["distance_correct"].iloc[-1]), float(statistics.median(ratios)))
 
 
+# #6 runs the engine: these are the comparison's to set, not the caller's.
+_SEQUENCE_FIXED = {"reduction": "mean (correct) and mean_per_micro_batch (the pitfall)", "max_steps": "steps",
+                   "epochs": "as many as steps need", "eval_every": "never", "checkpoint_every": "never",
+                   "nproc": "1", "nnodes": "1", "train_samples": "the whole training set"}
+
+
+class _Snapshots:
+    """A metric sink keeping each optimizer step's weights, gradient norm, loss and sample count.
+
+    log_step comes right after the optimizer step, so the model's parameters are that step's."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.params = list(model.parameters())
+        self.steps: list[_Step] = []
+
+    def log_step(self, row: dict[str, Any]) -> None:
+        """Copy the weights the step left and take its row's grad_norm, loss and samples."""
+        self.steps.append(_Step(_flat(self.params), row["grad_norm"], row["loss"], row["samples"]))
+
+    def log_eval(self, row: dict[str, Any]) -> None:
+        """Nothing: the gallery does not evaluate."""
+
+
+def _engine_steps(config: RunConfig, steps: int) -> list[_Step]:
+    """`steps` optimizer steps of an Engine run, from the weights config.seed gives every run."""
+    # One more step is planned and the run stops before it: a stopped run skips the final evaluation.
+    engine = Engine(config.replace(max_steps=steps + 1))
+    sink = _Snapshots(engine.model)
+    engine.run(sink, should_stop=lambda: len(sink.steps) >= steps)
+    return sink.steps
+
+
 def _run_sequences(steps: int, settings: dict[str, Any]) -> PitfallResult:
-    """#6 on the sequence task: per-micro-batch means vs per-token weighting, same initial TinyLM."""
-    allowed = {f.name for f in dataclasses.fields(sequence.SequenceConfig)} - {"steps", "weighting"}
-    for name in set(settings) - allowed:
-        raise ConfigError(name, settings[name], f"a SequenceConfig field ({', '.join(sorted(allowed))})")
-    config = sequence.SequenceConfig(**settings, steps=steps)
-    model = seeded(config.seed, sequence.TinyLM)
-    plan = plan_epoch(config.num_sequences, config.micro_batch_size, config.accum_steps, "mean")
-    sequences = list(itertools.islice(itertools.cycle([w.samples for w in plan]), steps))
-
-    def steps_of(run: sequence.SequenceRun) -> list[_Step]:
-        return [_Step(_flat(w), norm, loss, n)
-                for w, norm, loss, n in zip(run.weights, run.grad_norms, run.losses, sequences)]
-
-    pitfall = steps_of(sequence.train_sequences(dataclasses.replace(config, weighting="per_micro_batch"), model))
-    correct = steps_of(sequence.train_sequences(dataclasses.replace(config, weighting="per_token"), model))
-    reference = steps_of(sequence.big_batch_reference(config, model))
+    """#6 on the engine: reduction mean_per_micro_batch and mean, each against one big batch of b*k
+    sequences per step; the three runs start from the same seeded gpt and read the same windows."""
+    for name, value in _SEQUENCE_FIXED.items():
+        if name in settings:
+            raise ConfigError(name, settings[name], f"left to the gallery for this pitfall: {value}")
+    config = RunConfig.from_dict({**BASE_CONFIG.to_dict(), **settings, "reduction": "mean", "epochs": 10**6,
+                                  "eval_every": 10**9, "checkpoint_every": 0})
+    b, k, num_train = config.micro_batch_size, config.accum_steps, len(load_data(config).train)
+    if b * k > num_train:  # the reference's one micro-batch would not fit: say so of b, not of b*k
+        raise ConfigError("micro_batch_size", b, f"at most {num_train // k} with accum_steps={k}: the big batch "
+                          f"of b*k sequences must fit in the {config.dataset} training set ({num_train})")
+    reference = _engine_steps(config.replace(micro_batch_size=b * k, accum_steps=1), steps)
+    correct = _engine_steps(config, steps)
+    pitfall = _engine_steps(config.replace(reduction="mean_per_micro_batch"), steps)
     return _result("mean_of_means_sequences", pitfall, reference, correct, reference)

@@ -1,10 +1,10 @@
 """The accumulation step, written once: k weighted backward passes, then one optimizer step.
 
-Each micro-batch's summed loss is divided by one number for the whole window: its sample (or token)
-count for a mean, 1 for a sum. After the window, .grad holds the one-big-batch gradient of the same
-samples. The engine, the equivalence lab, the pitfall gallery's reference and correct loops and the
-sequence task all call accumulate_step (the lab's gradient check calls its first half, accumulate);
-only the gallery's deliberate bugs are written apart.
+Each micro-batch's summed loss is divided by the window's sample (or target-token) count for a mean,
+by 1 for a sum (accumulation.micro_batch_divisors). After the window, .grad holds the one-big-batch
+gradient of the same samples. The engine (images and language models), the equivalence lab and the
+pitfall gallery's reference and correct loops all call accumulate_step (the lab's gradient check calls
+its first half, accumulate); only the gallery's deliberate bugs are written apart.
 """
 
 from __future__ import annotations
