@@ -43,16 +43,18 @@ class Window:
         return self.micro_batches[0].weight_divisor
 
 
-def micro_batch_divisors(reduction: str, counts: list[int], world_size: int = 1) -> list[float]:
+def micro_batch_divisors(reduction: str, counts: list[int], world_size: int = 1,
+                         accum_steps: int | None = None) -> list[float]:
     """What each micro-batch's summed loss is divided by, given every micro-batch's count of samples (or
     target tokens) in the window: the window's count (mean, exact), 1 (sum), or its own count times k
-    (mean_per_micro_batch: the textbook's mean loss / k, not exact when counts differ). Data-parallel
-    ranks each divide by 1/world_size of it, since DDP averages their gradients."""
-    k = len(counts)
+    (mean_per_micro_batch: the textbook's mean loss / k with k = accum_steps even in a partial last
+    window, as the tutorials write it; not exact when counts differ). Data-parallel ranks each divide
+    by 1/world_size of it, since DDP averages their gradients."""
+    k = accum_steps or len(counts)
     if reduction == "mean":
-        divisors = [sum(counts)] * k
+        divisors = [sum(counts)] * len(counts)
     elif reduction == "sum":
-        divisors = [1] * k
+        divisors = [1] * len(counts)
     else:
         divisors = [count * k for count in counts]
     return [d / world_size for d in divisors]

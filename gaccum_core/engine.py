@@ -272,7 +272,7 @@ class Engine:
     def _weighting(self, window: Window, order: torch.Tensor) -> tuple[int, Divisor]:
         """The window's count (samples, or target tokens) and each micro-batch's divisor."""
         counts = [self._count(order, micro) for micro in window.micro_batches]
-        divisors = micro_batch_divisors(self.config.reduction, counts, self.ranks.world_size)
+        divisors = micro_batch_divisors(self.config.reduction, counts, self.ranks.world_size, self.config.accum_steps)
         return sum(counts), lambda numbered: divisors[numbered[0]]
 
     def _measured(self, result: StepResult, should_stop: StopCheck) -> dict[str, float | None]:

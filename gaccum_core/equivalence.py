@@ -122,10 +122,10 @@ def _micro_batches(x: torch.Tensor, y: torch.Tensor, micro_batch_size: int) -> l
     return list(zip(x.split(micro_batch_size), y.split(micro_batch_size)))
 
 
-def _weighted(reduction: str, micro: list[tuple[torch.Tensor, torch.Tensor]]):
+def _weighted(reduction: str, micro: list[tuple[torch.Tensor, torch.Tensor]], accum_steps: int | None = None):
     """The micro-batches numbered, and each one's divisor by the engine's rule (counts: samples, or target
-    tokens when padding is marked -100)."""
-    divisors = micro_batch_divisors(reduction, [int((y != IGNORE).sum()) for _, y in micro])
+    tokens when padding is marked -100); the big batch (one micro-batch, accum_steps None) is the mean."""
+    divisors = micro_batch_divisors(reduction, [int((y != IGNORE).sum()) for _, y in micro], 1, accum_steps)
     return list(enumerate(micro)), lambda numbered: divisors[numbered[0]]
 
 
@@ -148,7 +148,9 @@ def _window_gradients(bench: _Bench, x: torch.Tensor, y: torch.Tensor, micro_bat
     """Unscaled gradients of the window x, accumulated over micro-batches by the shared step's first half."""
     # Under fp16 a scaler at this scale multiplies each loss, as the run's GradScaler would; else scale is 1.
     precision = Precision(bench.config.amp, bench.device, init_scale=scale)
-    numbered, divisor = _weighted(bench.config.reduction, _micro_batches(x, y, micro_batch_size))
+    big = micro_batch_size >= len(x)
+    numbered, divisor = _weighted(bench.config.reduction, _micro_batches(x, y, micro_batch_size),
+                                  None if big else bench.config.accum_steps)
     accumulate(precision, numbered, lambda n: summed_cross_entropy(bench.model, precision, *n[1]), divisor)
     grads = [p.grad / scale if p.grad is not None else torch.zeros_like(p)
              for p in bench.model.parameters() if p.requires_grad]
@@ -239,9 +241,10 @@ def _quoted(names: list[str], limit: int = 8) -> str:
 
 
 def _train_one_step(opt: Optimization, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-                    micro_batch_size: int, reduction: str) -> float:
+                    micro_batch_size: int, reduction: str, accum_steps: int) -> float:
     """The shared accumulation step on the window (x, y) in micro-batches; the window's summed loss."""
-    numbered, divisor = _weighted(reduction, _micro_batches(x, y, micro_batch_size))
+    big = micro_batch_size >= len(x)
+    numbered, divisor = _weighted(reduction, _micro_batches(x, y, micro_batch_size), None if big else accum_steps)
     result = accumulate_step(opt, numbered, lambda n: summed_cross_entropy(model, opt.precision, *n[1]), divisor)
     return result.loss_sum.item()
 
@@ -257,8 +260,8 @@ def _side_by_side(config: RunConfig, steps: int) -> pd.DataFrame:
     rows = []
     for step, (epoch, micro) in enumerate(itertools.islice(windows, steps), 1):
         x, y = bench.samples(epoch, micro[0].start, micro[-1].stop)
-        loss_big = _train_one_step(opts["big"], models["big"], x, y, len(x), config.reduction)
-        loss_accum = _train_one_step(opts["accumulating"], models["accumulating"], x, y, b, config.reduction)
+        loss_big = _train_one_step(opts["big"], models["big"], x, y, len(x), config.reduction, k)
+        loss_accum = _train_one_step(opts["accumulating"], models["accumulating"], x, y, b, config.reduction, k)
         count = int((y != IGNORE).sum())  # samples, or target tokens
         distance = math.sqrt(sum(torch.sum((p.double() - q.double()) ** 2).item()
                                  for p, q in zip(opts["big"].params, opts["accumulating"].params)))

@@ -47,3 +47,35 @@ def test_planned_steps_caps_at_max_steps():
     assert planned_steps(110, 8, 4, epochs=3, max_steps=0) == 12
     assert planned_steps(110, 8, 4, epochs=3, max_steps=5) == 5
     assert planned_steps(110, 8, 4, epochs=1, max_steps=50) == 4
+
+
+def test_micro_batch_divisors_for_each_reduction():
+    from gaccum_core.accumulation import micro_batch_divisors
+
+    counts = [8, 8, 5]  # a partial window of k=4: three micro-batches, the last short
+    assert micro_batch_divisors("mean", counts) == [21, 21, 21]
+    assert micro_batch_divisors("sum", counts) == [1, 1, 1]
+    # The textbook: each micro-batch's mean over its own count, divided by k (accum_steps, not 3).
+    assert micro_batch_divisors("mean_per_micro_batch", counts, accum_steps=4) == [32, 32, 20]
+    assert micro_batch_divisors("mean_per_micro_batch", [8, 8]) == [16, 16]  # k defaults to the micro-batches
+    assert micro_batch_divisors("mean", counts, world_size=2) == [10.5, 10.5, 10.5]  # DDP averages the ranks
+
+
+def test_the_textbook_weighting_on_images_is_exact_until_a_partial_window():
+    """mean_per_micro_batch on images: equal micro-batches make it the mean, until the epoch's partial last
+    window (118 samples, windows of 32: the last holds 22), which it divides by k as the tutorials do."""
+    import torch
+
+    from gaccum_core.config import RunConfig
+    from gaccum_core.engine import Engine
+    from gaccum_core.metrics import NullSink
+
+    def weights(reduction, max_steps):
+        config = RunConfig(model="mlp", dataset="fake", image_size=8, fake_samples=118, micro_batch_size=8,
+                           accum_steps=4, reduction=reduction, max_steps=max_steps, device="cpu", eval_every=10**9)
+        engine = Engine(config)
+        engine.run(NullSink())
+        return torch.cat([p.detach().flatten() for p in engine.model.parameters()])
+
+    torch.testing.assert_close(weights("mean_per_micro_batch", 3), weights("mean", 3), rtol=0, atol=1e-7)
+    assert (weights("mean_per_micro_batch", 4) - weights("mean", 4)).abs().max() > 1e-4

@@ -189,7 +189,10 @@ def test_the_mean_of_means_is_exact_exactly_when_every_micro_batch_holds_the_sam
                          max_seq_len=64, micro_batch_size=2, accum_steps=4)
     assert result.frame["distance_correct"].max() < 1e-5
     if equal:
-        assert result.frame["distance_pitfall"].max() < 1e-5
+        # Exact over the four full windows; the partial fifth (2 micro-batches) is divided by k=4 as the
+        # tutorials do, so it counts half: the textbook weighting departs there even with equal tokens.
+        assert result.frame["distance_pitfall"].iloc[:4].max() < 1e-5
+        assert result.frame["distance_pitfall"].iloc[4] > 1e-3
     else:
         assert result.final_distance_pitfall > 1e-3
 
