@@ -155,19 +155,15 @@ def _counts_window_tokens(cfg: RunConfig) -> bool:
 
 def _window_start(cfg: RunConfig) -> list[str]:
     """What a window needs before its first micro-batch, and the micro-batch loop's header."""
-    lines = []
-    if cfg.reduction == "mean_per_micro_batch":
-        lines.append("k = -(-len(window) // micro_batch_size)  # micro-batches in this window: "
-                     "accum_steps, or fewer")
     if _counts_window_tokens(cfg):
-        return lines + [
+        return [
             "# Every micro-batch's loss is divided by the window's target tokens: count them first.",
             "starts = range(0, len(window), micro_batch_size)",
             "batches = [get_batch(window[s:s + micro_batch_size]) for s in starts]",
             f"window_tokens = sum(int((y != {IGNORE_INDEX}).sum()) for _, y in batches)  # padding has no target",
             "for x, y in batches:"]
-    return lines + ["for micro_start in range(0, len(window), micro_batch_size):",
-                    "    x, y = get_batch(window[micro_start:micro_start + micro_batch_size])"]
+    return ["for micro_start in range(0, len(window), micro_batch_size):",
+            "    x, y = get_batch(window[micro_start:micro_start + micro_batch_size])"]
 
 
 def _micro_batch(cfg: RunConfig) -> list[str]:
@@ -212,11 +208,12 @@ def _loss(cfg: RunConfig, args: str) -> list[str]:
         return [f"# reduction=sum: every {unit} adds its full gradient, so it grows with the window.",
                 f'loss = F.cross_entropy({args}, reduction="sum")']
     own = "its own target tokens" if text else "its own samples"
-    return [f"# reduction=mean_per_micro_batch, the textbook loop: each micro-batch's mean loss (over",
-            f"# {own}) divided by k. NOT exact when micro-batches hold different {unit}",
-            f"# counts: a {unit} of a short micro-batch then weighs more than one of a full micro-batch,",
-            f"# where the one-big-batch mean weighs every {unit} alike.",
-            f"loss = F.cross_entropy({args}) / k"]
+    return ["# reduction=mean_per_micro_batch, the textbook loop: each micro-batch's mean loss",
+            f"# (over {own}) divided by k = accum_steps, in a partial last window too.",
+            f"# NOT exact when micro-batches hold different {unit} counts: a {unit} of a short micro-batch",
+            "# then weighs more than one of a full micro-batch, where the one-big-batch mean weighs every",
+            f"# {unit} alike.",
+            f"loss = F.cross_entropy({args}) / accum_steps"]
 
 
 def _optimizer_step(cfg: RunConfig) -> list[str]:

@@ -49,6 +49,25 @@ CASES = [
      ["warmup", "mode=", "get_scale"]),
     (dict(compile="max-autotune", seed=2**62),
      ['torch.compile(model, mode="max-autotune")', "% 2**63"], ["empty_cache"]),
+    # Images, the textbook weighting: each micro-batch's mean over k, flagged as not exact.
+    (dict(reduction="mean_per_micro_batch"),
+     ["loss = F.cross_entropy(logits.float(), y) / accum_steps", "NOT exact", "different sample",
+      "k = accum_steps, in a partial last window too"],
+     ["/ len(window)", 'reduction="sum"', "window_tokens", "ignore_index"]),
+    # Text, exact mean: token logits flattened, padding ignored, the window's target tokens counted first.
+    (dict(model="gpt", dataset="pydoc", amp="bf16", grad_clip=1.0),
+     ["(B, T, vocab)", "logits.float().flatten(0, 1), y.flatten()", "window_tokens = sum(int((y != -100).sum())",
+      'F.cross_entropy(logits, y, ignore_index=-100, reduction="sum") / window_tokens', "for x, y in batches:",
+      "sequence indices", "sequences (of up to 128 tokens) per optimizer step", "gpt (tiny) on pydoc"],
+     ["/ len(window)", ") / accum_steps", "NOT exact", "(B, classes)", "default_collate"]),
+    # Text, the textbook weighting: each micro-batch's mean over its own tokens, divided by k; not exact.
+    (dict(model="gpt", dataset="pydoc", reduction="mean_per_micro_batch", amp="fp16"),
+     ["F.cross_entropy(logits, y, ignore_index=-100) / accum_steps", "NOT exact", "different token",
+      "scaler.scale(loss).backward()"],
+     ["window_tokens", 'reduction="sum"', "/ len(window)"]),
+    (dict(model="gpt", dataset="pydoc", reduction="sum", max_seq_len=64),
+     ['F.cross_entropy(logits, y, ignore_index=-100, reduction="sum")', "every token adds", "up to 64 tokens"],
+     ["window_tokens", ") / accum_steps", "/ len(window)"]),
 ]
 
 
@@ -65,6 +84,9 @@ def test_loop_compiles_and_holds_only_the_lines_its_config_needs(fields, present
         assert src.index("empty_cache") > src.index("zero_grad")
     if fields.get("clear_cache") == "micro":
         assert src.index("empty_cache") < src.index("# Window done")
+    # A text mean's divisor is known before the window's first backward pass.
+    if "window_tokens" in src:
+        assert src.index("window_tokens = ") < src.index("for x, y in batches:") < src.index(".backward()")
 
 
 @pytest.mark.parametrize("fields,present,absent", CASES)
@@ -78,8 +100,9 @@ def test_loop_is_tidy_python(fields, present, absent):
 
 
 def run_both(**fields):
-    """Train one digits epoch with the engine and with the rendered loop from the same weights."""
-    config = RunConfig(device="cpu", model="mlp", dataset="digits", **fields)
+    """Train one digits epoch (or the given model and data) with the engine and with the rendered loop
+    from the same weights."""
+    config = RunConfig(**{"device": "cpu", "model": "mlp", "dataset": "digits", **fields})
     engine = Engine(config)
     model = copy.deepcopy(engine.model)
     start = copy.deepcopy(model)
@@ -127,6 +150,41 @@ def test_rendered_fp16_loop_matches_including_skipped_steps_and_the_schedule():
     assert sink.skipped >= 2
 
 
+def test_rendered_textbook_loop_matches_the_engine_with_a_partial_last_window():
+    # digits with b=50, k=3: 9 windows of 150, then 87 samples in 2 micro-batches (50, 37), each of whose
+    # mean losses is still divided by 3, as the tutorials do (and the engine).
+    run_both(micro_batch_size=50, accum_steps=3, reduction="mean_per_micro_batch", lr=0.1)
+
+
+# The textbook weighting renders as mean / k where the engine divides the sum by (count * k): equal up to
+# rounding, which Adam's division by tiny second moments would blow past 1e-5, so that case takes SGD.
+@pytest.mark.parametrize("reduction,optimizer,lr", [("mean", "adamw", 3e-3), ("sum", "adamw", 1e-5),
+                                                    ("mean_per_micro_batch", "sgd", 0.1)])
+def test_rendered_text_loop_trains_exactly_like_the_engine(reduction, optimizer, lr, tmp_path):
+    # Paragraphs of 4 to 69 bytes cut into sequences of up to 32 tokens: nearly every micro-batch holds a
+    # different token count and padding. One epoch of 84 sequences: 4 windows of 20, then a partial one of 4.
+    text = tmp_path / "paragraphs.txt"
+    text.write_text("\n\n".join("word " * (1 + i * 7 % 14) for i in range(60)), encoding="utf-8")
+    run_both(model="gpt", dataset="text", text_file=str(text), max_seq_len=32, micro_batch_size=4, accum_steps=5,
+             reduction=reduction, optimizer=optimizer, lr=lr, grad_clip=1.0, seed=1)
+
+
+def test_rendered_text_loop_trains_exactly_like_the_engine_on_pydoc():
+    run_both(model="gpt", dataset="pydoc", max_seq_len=64, micro_batch_size=4, accum_steps=2, max_steps=3)
+
+
+def test_the_text_loop_counts_the_window_tokens_the_engine_divides_by():
+    """The rendered count, (y != -100).sum() over the window's batches, is the engine's target_tokens."""
+    config = RunConfig(model="gpt", dataset="pydoc", max_seq_len=32, micro_batch_size=4, accum_steps=3)
+    engine = Engine(config)
+    short = torch.nonzero(engine.data.train.targets < 31).flatten()[:2]  # documents' last, shorter chunks
+    window = torch.cat([short, torch.arange(7, 17)])
+    batches = [engine.data.train.batch(window[s:s + 4]) for s in range(0, len(window), 4)]
+    counted = sum(int((y != -100).sum()) for _, y in batches)
+    assert counted == engine.data.train.target_tokens(window)
+    assert counted < sum(y.numel() for _, y in batches)  # padding present: counting y.numel() would be wrong
+
+
 def test_a_data_parallel_config_shows_the_one_process_loop_it_equals():
     """N=2, b=8: the loop shown is the one-process loop with micro-batch 16, under a note on DDP and no_sync."""
     from gaccum_core.config import RunConfig
@@ -138,3 +196,15 @@ def test_a_data_parallel_config_shows_the_one_process_loop_it_equals():
     assert code.split("# The update is exactly that of this one-process loop:\n\n")[1] == render_loop(
         RunConfig(micro_batch_size=16, accum_steps=4))
     assert "no_sync off" in render_loop(RunConfig(nproc=2, sync_every_micro_batch=True))
+
+
+@pytest.mark.parametrize("fields,divisor", [
+    (dict(), "(window samples / N)"), (dict(reduction="sum"), "by 1/N"),
+    (dict(reduction="mean_per_micro_batch"), "(micro-batch samples * k / N)"),
+    (dict(model="gpt", dataset="pydoc"), "(window target tokens / N)"),
+    (dict(model="gpt", dataset="pydoc", reduction="mean_per_micro_batch"), "(micro-batch target tokens * k / N)"),
+])
+def test_the_data_parallel_note_names_each_reductions_divisor(fields, divisor):
+    code = render_loop(RunConfig(nproc=2, **fields))
+    compile(code, "<loop>", "exec")
+    assert divisor in " ".join(line.lstrip("# ") for line in code.splitlines()[:4])

@@ -1,0 +1,260 @@
+"""Throughput of the engine on a language model (every metric recorded to CSV) against a textbook nanoGPT-style loop.
+
+The language-model counterpart of bench_engine_vs_textbook.py: gpt (tiny by default) on the bundled
+pydoc text, on the CPU. The textbook loop is plain PyTorch written the way nanoGPT writes it: for each
+window of k micro-batches, count the window's target tokens, then for each micro-batch a forward under
+the autocast context, the token cross-entropy summed over the micro-batch (padding ignored) and divided
+by the window's target tokens (the exact weighting the engine's reduction=mean uses, so both compute
+the same update), backward; then clip, step, zero_grad. After the last step it evaluates on the
+validation split and continues a prompt greedily, as the engine does at the end of a run. Both see the
+same model, initial weights, windows, sample order, padding, b, k and optimizer; the engine runs
+through Engine.run with the run store's CSV writer as its sink (what a run does, less the checkpoint).
+
+The figure is the median over the repeats of tokens/s (engine) / tokens/s (textbook), the two
+alternating which goes first, in several fresh processes with one torch thread on one pinned core.
+Each repeat also checks that both ended with the same weights (so the comparison is of the same work).
+On a shared machine other processes preempt the pinned thread: a run whose wall time exceeds its CPU
+time by more than 3% was disturbed (its involuntary context switches are printed), so the CPU-time
+ratio and the median over undisturbed repeats are printed beside the plain wall-clock one.
+
+    python bench/bench_lm_vs_textbook.py [--micro-batch-size 8] [--accum-steps 4] [--max-seq-len 128]
+        [--steps 40] [--repeats 4] [--processes 3] [--preset tiny] [--amp off]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gaccum_core.accumulation import epoch_order  # noqa: E402
+from gaccum_core.config import RunConfig  # noqa: E402
+from gaccum_core.engine import SAMPLE_PROMPT, SAMPLE_TOKENS, Engine  # noqa: E402
+from gaccum_core.store import RunStore  # noqa: E402
+
+IGNORE = -100  # cross_entropy's ignore_index: the targets of padding
+WEIGHT_TOLERANCE = 1e-5
+UNDISTURBED = 0.97  # CPU time / wall time of a run no other process preempted for long
+_RUSAGE = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+
+
+def _preemptions() -> int:
+    """Involuntary context switches of this thread so far: other processes taking its core."""
+    return resource.getrusage(_RUSAGE).ru_nivcsw
+
+
+def textbook_run(config: RunConfig) -> tuple[dict, torch.nn.Module]:
+    """The nanoGPT-style loop for config.max_steps optimizer steps (whole epochs when 0), then one
+    validation pass and a greedy sample; returns its timing and the trained model."""
+    engine = Engine(config)  # only for its identical initial model and data (sequences, padding)
+    model, train, val = engine.model, engine.data.train, engine.data.test
+    if config.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
+                                    weight_decay=config.weight_decay)
+    else:
+        optimizer = (torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam)(
+            model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(config.amp)
+    ctx = nullcontext() if dtype is None else torch.autocast(device_type="cpu", dtype=dtype)
+    b, k, n = config.micro_batch_size, config.accum_steps, len(train)
+    lengths = train.targets  # target tokens of each sequence: its length - 1
+    steps, tokens = 0, 0
+    model.train()
+    start, cpu, preempted = time.perf_counter(), time.thread_time(), _preemptions()
+    for epoch in range(config.epochs):
+        order = epoch_order(n, config.seed, epoch)
+        for w in range(0, n, b * k):
+            window = order[w:w + b * k]
+            window_tokens = int(lengths[window].sum())  # counted before the window's backward passes
+            for m in range(0, len(window), b):
+                x, y = train.batch(window[m:m + b])
+                with ctx:
+                    logits = model(x)
+                loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1),
+                                       ignore_index=IGNORE, reduction="sum") / window_tokens
+                loss.backward()
+            if config.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            tokens += window_tokens
+            steps += 1
+            if steps == config.max_steps:
+                break
+        if steps == config.max_steps:
+            break
+    train_seconds = time.perf_counter() - start
+    _validate(model, val, b, ctx)
+    prompt = torch.tensor(list(SAMPLE_PROMPT.encode("utf-8")))
+    model.eval()
+    with ctx:
+        model.generate(prompt, SAMPLE_TOKENS)
+    model.train()
+    return {"tokens": tokens, "wall": time.perf_counter() - start, "cpu": time.thread_time() - cpu,
+            "train_wall": train_seconds, "preempted": _preemptions() - preempted}, model
+
+
+@torch.no_grad()
+def _validate(model: torch.nn.Module, val, batch_size: int, ctx) -> float:
+    """nanoGPT's estimate_loss over the whole validation split: mean loss per target token."""
+    model.eval()
+    loss, count = 0.0, 0
+    for begin in range(0, len(val), batch_size):
+        x, y = val.batch(torch.arange(begin, min(begin + batch_size, len(val))))
+        with ctx:
+            logits = model(x)
+        loss += F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1),
+                                ignore_index=IGNORE, reduction="sum").item()
+        count += int((y != IGNORE).sum())
+    model.train()
+    return loss / max(count, 1)
+
+
+def engine_run(config: RunConfig, runs_dir: Path) -> tuple[dict, torch.nn.Module]:
+    """Engine.run with every metric written to a run's CSV files (and the sample to samples.jsonl)."""
+    store = RunStore(runs_dir)
+    run_id = store.create(config)
+    engine = Engine(config)
+    writer = store.writer(run_id)
+    start, cpu, preempted = time.perf_counter(), time.thread_time(), _preemptions()
+    engine.run(writer)
+    seconds, cpu_seconds = time.perf_counter() - start, time.thread_time() - cpu
+    preempted = _preemptions() - preempted
+    writer.close()
+    rows = store.read_metrics(run_id)
+    # The last step row's wall_time_s counts from Engine.run's start to that step's end: training only.
+    return {"tokens": int(rows["tokens"].sum()), "wall": seconds, "cpu": cpu_seconds,
+            "train_wall": float(rows["wall_time_s"].iloc[-1]), "preempted": preempted}, engine.model
+
+
+def _max_weight_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def _moved(model: torch.nn.Module, config: RunConfig) -> float:
+    """How far training moved the weights from their seed (the weight check must not pass on untrained models)."""
+    start = Engine(config).model
+    return _max_weight_difference(model, start)
+
+
+def _pairs(config: RunConfig, repeats: int) -> list[dict]:
+    """Alternate both loops `repeats` times in this process (after a warm-up pair)."""
+    out = []
+    with tempfile.TemporaryDirectory() as runs_dir:
+        textbook_run(config), engine_run(config, Path(runs_dir))  # warm-up: lazy init, first touch
+        for repeat in range(repeats):
+            if repeat % 2:
+                (e, e_model), (t, t_model) = engine_run(config, Path(runs_dir)), textbook_run(config)
+            else:
+                (t, t_model), (e, e_model) = textbook_run(config), engine_run(config, Path(runs_dir))
+            if e["tokens"] != t["tokens"]:
+                raise AssertionError(f"engine trained on {e['tokens']} tokens, textbook on {t['tokens']}")
+            out.append({"textbook": t, "engine": e, "engine_first": bool(repeat % 2),
+                        "weight_diff": _max_weight_difference(e_model, t_model), "moved": _moved(e_model, config),
+                        "load": os.getloadavg()[0]})
+    return out
+
+
+def main() -> None:
+    """Alternate both loops in several fresh processes; print tokens/s and the engine/textbook ratio."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="tiny", help="gpt preset")
+    parser.add_argument("--micro-batch-size", type=int, default=8)
+    parser.add_argument("--accum-steps", type=int, default=4)
+    parser.add_argument("--max-seq-len", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=40, help="optimizer steps per repeat (0 = one whole epoch)")
+    parser.add_argument("--optimizer", default="adamw", choices=("sgd", "adam", "adamw"))
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--grad-clip", type=float, default=1.0)
+    parser.add_argument("--amp", default="off", choices=("off", "bf16"), help="autocast on the CPU")
+    parser.add_argument("--repeats", type=int, default=4, help="alternations per process")
+    parser.add_argument("--processes", type=int, default=3,
+                        help="fresh processes: memory layout differs per process and shifts kernel speed")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads; 1 keeps a shared 2-core box quiet")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    config = RunConfig(model="gpt", dataset="pydoc", gpt_preset=args.preset, max_seq_len=args.max_seq_len,
+                       micro_batch_size=args.micro_batch_size, accum_steps=args.accum_steps, reduction="mean",
+                       optimizer=args.optimizer, lr=args.lr, grad_clip=args.grad_clip, amp=args.amp,
+                       max_steps=args.steps, device="cpu")
+    if args.worker:
+        torch.set_num_threads(args.threads)
+        if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > args.threads:
+            os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[-args.threads:])
+        print(json.dumps(_pairs(config, args.repeats)))
+        return
+    print(f"model=gpt {config.gpt_preset} dataset=pydoc max_seq_len={config.max_seq_len} b={config.micro_batch_size} "
+          f"k={config.accum_steps} steps/repeat={config.max_steps or 'one epoch'} optimizer={config.optimizer} "
+          f"grad_clip={config.grad_clip} amp={config.amp} threads={args.threads} processes={args.processes} "
+          f"repeats/process={args.repeats} torch={torch.__version__}")
+    print("load average (1, 5, 15 min) before: %.2f %.2f %.2f" % os.getloadavg())
+    ratios: dict[str, list[float]] = {"wall": [], "cpu": [], "train": [], "undisturbed": []}
+    rates: dict[str, list[float]] = {"textbook": [], "engine": []}
+    weight_diffs, moved, loads = [], [], []
+    for process in range(args.processes):
+        done = subprocess.run([sys.executable, __file__, "--worker", *sys.argv[1:]],
+                              capture_output=True, text=True, check=True)
+        for pair in json.loads(done.stdout.strip().splitlines()[-1]):
+            t, e = pair["textbook"], pair["engine"]
+            t_rate, e_rate = t["tokens"] / t["wall"], e["tokens"] / e["wall"]
+            rates["textbook"].append(t_rate)
+            rates["engine"].append(e_rate)
+            ratios["wall"].append(e_rate / t_rate)
+            ratios["cpu"].append(t["cpu"] / e["cpu"])
+            ratios["train"].append(t["train_wall"] / e["train_wall"])
+            quiet = min(t["cpu"] / t["wall"], e["cpu"] / e["wall"]) >= UNDISTURBED
+            if quiet:
+                ratios["undisturbed"].append(ratios["wall"][-1])
+            weight_diffs.append(pair["weight_diff"])
+            moved.append(pair["moved"])
+            loads.append(pair["load"])
+            first = "engine" if pair["engine_first"] else "textbook"
+            print(f"process {process + 1} repeat ({first:8} first): textbook {t_rate:7.0f} tokens/s   "
+                  f"engine {e_rate:7.0f} tokens/s   ratio {ratios['wall'][-1]:.3f}   (CPU time {ratios['cpu'][-1]:.3f}, "
+                  f"training only {ratios['train'][-1]:.3f})   max |weight diff| {pair['weight_diff']:.1e}   "
+                  f"load {pair['load']:.2f}   preempted {t['preempted']}/{e['preempted']} times, CPU/wall "
+                  f"{t['cpu'] / t['wall']:.2f}/{e['cpu'] / e['wall']:.2f}{'' if quiet else '  (disturbed)'}")
+    print("load average (1, 5, 15 min) after:  %.2f %.2f %.2f" % os.getloadavg())
+    print(f"tokens/s, median (quartiles): textbook {statistics.median(rates['textbook']):.0f} "
+          f"({_quartiles(rates['textbook'], '.0f')})   engine {statistics.median(rates['engine']):.0f} "
+          f"({_quartiles(rates['engine'], '.0f')})")
+    print(f"median ratio engine/textbook, wall clock, over {len(ratios['wall'])} repeats: "
+          f"{statistics.median(ratios['wall']):.3f} (quartiles {_quartiles(ratios['wall'])}; target >= 0.97)")
+    print(f"median ratio engine/textbook, CPU time:                  {statistics.median(ratios['cpu']):.3f} "
+          f"(quartiles {_quartiles(ratios['cpu'])})")
+    print(f"median ratio engine/textbook, training only (wall):      {statistics.median(ratios['train']):.3f} "
+          f"(quartiles {_quartiles(ratios['train'])})")
+    quiet = ratios["undisturbed"]
+    print(f"median ratio engine/textbook, wall clock, undisturbed repeats only ({len(quiet)} of {len(ratios['wall'])}, "
+          f"both runs' CPU/wall >= {UNDISTURBED}): "
+          + (f"{statistics.median(quiet):.3f} (quartiles {_quartiles(quiet)})" if quiet else "none"))
+    same = max(weight_diffs) <= WEIGHT_TOLERANCE
+    print(f"same weights after the measured steps: {'yes' if same else 'NO'} (largest |engine - textbook| "
+          f"{max(weight_diffs):.1e}, tolerance {WEIGHT_TOLERANCE:g}; training moved the weights by up to "
+          f"{min(moved):.1e})")
+    if not same:
+        sys.exit(1)
+
+
+def _quartiles(values: list[float], spec: str = ".3f") -> str:
+    if len(values) < 2:
+        return "n/a"
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return f"{q1:{spec}}-{q3:{spec}}"
+
+
+if __name__ == "__main__":
+    main()
