@@ -7,6 +7,7 @@ and a refused value disables Start with a message naming the control.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -17,17 +18,23 @@ from gaccum_core import config as cfg
 from gaccum_core.data import describe_dataset
 from gaccum_core.device import resolve_device
 from gaccum_core.engine import max_processes
+from gaccum_core.gpt import PRESETS, VOCAB, GPTShape
 from ui import widget
 
 _CLI_OR_UI = re.compile(r"pass --[a-z-]+ \(CLI\) or tick '([a-z_]+)' \(UI\)")
 _SET_FIELD = re.compile(r"\bset ([a-z_]+) to\b")
 CLEAR_LABELS = {"off": "off", "step": "per optimizer step", "micro": "per micro-batch"}
+REDUCTION_LABELS = {"mean": "mean (exact)", "sum": "sum",
+                    "mean_per_micro_batch": "mean per micro-batch (textbook, not exact)"}
 SCALES = [2.0**p for p in range(0, 33, 2)]
 DEFAULTS = cfg.RunConfig(model="cnn")
 # Each control's label: the page names a field by it in every message.
 LABELS = {
     "model": "Model",
     "dataset": "Dataset",
+    "text_file": "Text file",
+    "gpt_preset": "GPT size",
+    "max_seq_len": "Sequence length (tokens)",
     "fake_samples": "Fake samples",
     "fake_classes": "Fake classes",
     "data_dir": "Data directory",
@@ -72,9 +79,57 @@ def _device_of() -> torch.device:
         return torch.device("cpu")
 
 
+def gpt_parameters(shape: GPTShape) -> int:
+    """Parameters of a gpt of this shape (the head is tied to the token embedding): per block
+    attention 4w² + 4w, MLP 8w² + 5w, two LayerNorms 4w; embeddings (256 + positions)·w; final LayerNorm 2w."""
+    w = shape.width
+    return shape.layers * (12 * w * w + 13 * w) + (VOCAB + shape.max_len) * w + 2 * w
+
+
+def millions(count: int) -> str:
+    """0.13 M, 0.89 M, 11.1 M, 86 M."""
+    value = count / 1e6
+    return f"{value:.2g} M" if value < 1 else f"{value:.3g} M"
+
+
+def _preset_label(preset: str) -> str:
+    return f"{preset} · {millions(gpt_parameters(PRESETS[preset]))} parameters"
+
+
+def _preset_caption(preset: str) -> str:
+    shape = PRESETS[preset]
+    return (f"gpt {preset}: {millions(gpt_parameters(shape))} parameters, {shape.layers} layers × {shape.width} wide, "
+            f"{shape.heads} heads, sequences of up to {shape.max_len} tokens (bytes)")
+
+
+def file_stamp(path: str) -> tuple[int, int] | None:
+    """(modification time, size) of a file, so a cached description follows its edits; None if unreadable."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_mtime_ns, info.st_size
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _description(config_json: str, stamp: tuple[int, int] | None) -> str:
+    """describe_dataset, remembered per settings (and text file version): a text set is read and cut to describe it."""
+    return describe_dataset(cfg.RunConfig.from_json(config_json))
+
+
 def _devices() -> list[str]:
     gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
     return ["auto", "cpu", *gpus]
+
+
+# What to do, after a ConfigError's own words, for settings that only make sense together:
+# (field, words of the error's allowed text, hint).
+_HINTS = (
+    ("dataset", "text data set", ". Pick pydoc (bundled) or text (your own file) under Dataset, "
+                                 "or an image model under Model"),
+    ("model", "language model", ". Pick gpt under Model, or an image data set under Dataset"),
+    ("max_seq_len", "positions", ". Shorten the sequences, or pick a larger GPT size"),
+)
 
 
 class Controls:
@@ -102,7 +157,8 @@ class Controls:
         label = LABELS.get(exc.field)
         if label is None:
             return str(exc)
-        return f"{label} = {exc.value!r} is not allowed: {exc.allowed}"
+        hint = next((h for field, words, h in _HINTS if field == exc.field and words in exc.allowed), "")
+        return f"{label} = {exc.value!r} is not allowed: {exc.allowed}{hint}"
 
     def error(self, field: str, message: str) -> None:
         """Show a message under the control of `field` (or at the top of the sidebar)."""
@@ -124,18 +180,39 @@ class Controls:
 
     def _model_and_data(self) -> None:
         st.header("Model and data")
-        self.add("model", st.selectbox, options=cfg.MODELS)
+        model = self.add("model", st.selectbox, options=cfg.MODELS)
         dataset = self.add("dataset", st.selectbox, options=cfg.DATASETS)
-        if dataset == "fake":
-            self.add("fake_samples", st.number_input, step=256)
-            self.add("fake_classes", st.number_input, step=1)
-        if dataset in ("mnist", "fashionmnist", "cifar10"):
-            self.add("data_dir", st.text_input)
-            self.add("download", st.checkbox)
-        self.add("image_size", st.number_input, step=8)
+        text = dataset in cfg.TEXT_DATASETS
+        if text or model in cfg.TEXT_MODELS:
+            if dataset == "text":
+                self.add("text_file", st.text_input, placeholder="path/to/notes.txt (UTF-8, paragraphs split by blank lines)")
+            preset = self.add("gpt_preset", st.selectbox, options=cfg.GPT_PRESETS, format_func=_preset_label)
+            if preset in PRESETS:
+                st.caption(_preset_caption(preset))
+            self.add("max_seq_len", st.number_input, step=16)
+        if not text:  # image settings: a text data set has none
+            if dataset == "fake":
+                self.add("fake_samples", st.number_input, step=256)
+                self.add("fake_classes", st.number_input, step=1)
+            if dataset in ("mnist", "fashionmnist", "cifar10"):
+                self.add("data_dir", st.text_input)
+                self.add("download", st.checkbox)
+            self.add("image_size", st.number_input, step=8)
+        self._describe_dataset(text)
+
+    def _describe_dataset(self, text: bool) -> None:
+        """A line on the data set chosen; described even while the model does not suit it (the
+        message under Dataset or Model says so), left out while a data setting is refused."""
+        values = dict(self.values)
+        if text:
+            values["model"] = cfg.TEXT_MODELS[0]
+        elif values["model"] in cfg.TEXT_MODELS:
+            values["model"] = DEFAULTS.model
         try:
-            st.caption(describe_dataset(cfg.RunConfig(**{k: v for k, v in self.values.items()})))
-        except ValueError:
+            config = cfg.RunConfig(**values)
+            stamp = file_stamp(config.text_file) if config.dataset == "text" else None
+            st.caption(_description(config.to_json(), stamp))
+        except ValueError:  # the message under the refused control says why
             pass
 
     def _batch(self) -> None:
@@ -150,7 +227,11 @@ class Controls:
                    f"{'GPU' if torch.cuda.is_available() else 'CPU core (for trying it out)'}, "
                    "DDP through torchrun")
         st.metric("Effective batch N·b·k" if n != 1 else "Effective batch b·k", n * b * k)
-        self.add("reduction", st.radio, options=cfg.REDUCTIONS, horizontal=True)
+        reduction = self.add("reduction", st.radio, options=cfg.REDUCTIONS, format_func=REDUCTION_LABELS.get)
+        if reduction == "mean_per_micro_batch":
+            st.caption("The textbook loop: loss.mean() / k per micro-batch. Not exact: a micro-batch with fewer "
+                       "samples (an epoch's last) or fewer target tokens (text: nearly always) weighs as much as a full "
+                       "one, so the step differs from one big batch's. mean divides by the window's count instead.")
 
     def _precision(self) -> None:
         st.header("Precision and memory")

@@ -20,8 +20,8 @@ from gaccum_core.runner import Runner, RunSnapshot
 from gaccum_core.states import FAILURE_STATES, RunState
 
 REFRESH_S = float(os.environ.get("GACCUM_REFRESH_S", "1.0"))
-CHART_TITLES = {"loss": "loss", "accuracy": "accuracy", "scale": "loss scale", "skipped": "skipped steps",
-                "grad_norm": "gradient norm", "lr": "learning rate", "memory": "memory",
+CHART_TITLES = {"loss": "loss", "accuracy": "accuracy", "perplexity": "perplexity", "scale": "loss scale",
+                "skipped": "skipped steps", "grad_norm": "gradient norm", "lr": "learning rate", "memory": "memory",
                 "throughput": "throughput", "cache": "cache clearing"}
 
 
@@ -87,11 +87,14 @@ def chart_cache() -> ChartCache:
     return ChartCache()
 
 
+def chart_labels(snapshots: list[RunSnapshot]) -> list[str]:
+    """Each run's legend text in the live charts: what differs between these runs, and its name."""
+    return [f"{label} · {short_name(s)}" for s, label in zip(snapshots, run_labels([s.config for s in snapshots]))]
+
+
 def live_charts(snapshots: list[RunSnapshot], x: str, smoothing: float, log_y: frozenset[str]) -> ChartSet:
     """The charts of these runs, labelled by what differs between them; built once for all sessions."""
-    labels = run_labels([s.config for s in snapshots])
-    runs = [ChartInput(s.run_id, f"{label} · {short_name(s)}", s.metrics, s.evals)
-            for s, label in zip(snapshots, labels)]
+    runs = [ChartInput(s.run_id, label, s.metrics, s.evals) for s, label in zip(snapshots, chart_labels(snapshots))]
     return chart_cache().charts(runs, x, smoothing, log_y)
 
 

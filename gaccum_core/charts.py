@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, Callable
 
@@ -364,7 +364,9 @@ def perplexity_figure(runs: list[RunSeries], x: str, log_y: bool = True, **_othe
     language = [(i, run) for i, run in axis.drawn if is_language(run)]
     traces = _eval_traces(language, axis.x, "perplexity", lambda run: "")
     note = WAITING if not axis.drawn else NO_LANGUAGE if not language else None if traces else NO_EVALS
-    return _figure("perplexity", "validation perplexity", axis, "perplexity", traces, note, log_y)
+    # Image runs are never drawn here, whatever the x axis: no note about leaving them out.
+    return _figure("perplexity", "validation perplexity", replace(axis, left_out=False), "perplexity", traces,
+                   note, log_y)
 
 
 CHARTS: dict[str, Callable[..., go.Figure]] = {  # every set of runs gets these, in this order
@@ -380,7 +382,9 @@ CHARTS: dict[str, Callable[..., go.Figure]] = {  # every set of runs gets these,
 }
 # Charts drawn only when a language run is shown, each placed after the chart named.
 LANGUAGE_CHARTS: dict[str, tuple[str, Callable[..., go.Figure]]] = {"perplexity": ("accuracy", perplexity_figure)}
-ALL_CHARTS = (*CHARTS, *LANGUAGE_CHARTS)
+# Every chart name, in display order (a language run shown): what a per-chart option offers.
+ALL_CHARTS = tuple(name for chart in CHARTS
+                   for name in (chart, *(extra for extra, (after, _) in LANGUAGE_CHARTS.items() if after == chart)))
 LOG_BY_DEFAULT = frozenset({"scale", "perplexity"})
 
 

@@ -189,8 +189,13 @@ class RunStore:
         path = self.path(run_id) / SAMPLES_FILE
         if not path.exists():
             return []
-        lines = path.read_text(encoding="utf-8").splitlines()
-        return [json.loads(line) for line in lines if line.endswith("}")]  # a line being written is skipped
+        samples = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                samples.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line still being written (or cut by a kill): the next read has it whole
+        return samples
 
     def read_plan(self, run_id: str) -> dict[str, Any] | None:
         """The plan that chose this run's micro-batch (plan.json), or None for a run set by hand."""

@@ -1,11 +1,13 @@
 """Train: set up a run, start it, watch it live, change a setting, run again, compare."""
 
+import re
+
 import streamlit as st
 
 import live_chart
-from controls import Controls
+from controls import Controls, file_stamp
 from gaccum_core.catalog import run_labels
-from gaccum_core.charts import CHARTS, LOG_BY_DEFAULT, X_AXES
+from gaccum_core.charts import ALL_CHARTS, CHARTS, LOG_BY_DEFAULT, TOKEN_AXES, X_AXES, tokens_axis_note
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import DataError
 from gaccum_core.costs import warnings_for
@@ -16,8 +18,8 @@ from gaccum_core.checkpoint import CheckpointError
 from gaccum_core.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.store import StoreError
-from ui import (CHART_TITLES, REFRESH_S, adopt_settings, await_first_step, config_from, get_runner, live_charts,
-                progress, session_runs, short_name, widget)
+from ui import (CHART_TITLES, REFRESH_S, adopt_settings, await_first_step, chart_labels, config_from, get_runner,
+                live_charts, progress, session_runs, short_name, widget)
 
 st.set_page_config(page_title="gaccum · Train", layout="wide")
 st.title("Train")
@@ -35,20 +37,21 @@ if st.session_state.get("adopted_from"):
 
 
 @st.cache_data(show_spinner="Checking the settings…", max_entries=64)
-def _preflight(config_json: str) -> None:
+def _preflight(config_json: str, text_file_stamp: tuple[int, int] | None) -> None:
     """preflight, remembered for settings that pass; a failure is not cached, so data placed in the
-    data directory after the error shows is seen on the next rerun."""
+    data directory after the error shows is seen on the next rerun. A text file is checked again
+    whenever it changes (its stamp is part of the key)."""
     preflight(RunConfig.from_json(config_json))
 
 
 def check(config: RunConfig) -> tuple[str, str] | None:
     """(field, message) for settings that cannot run here, or None: model, data, device, batch."""
     try:
-        _preflight(config.to_json())
-    except ConfigError as exc:
+        _preflight(config.to_json(), file_stamp(config.text_file) if config.dataset == "text" else None)
+    except ConfigError as exc:  # a text file that cannot be used names text_file
         return exc.field, controls.explain(exc)
     except DataError as exc:  # data set missing or unreadable: shown under the data directory
-        return "data_dir", controls.in_page_words(str(exc))
+        return ("text_file" if config.is_text else "data_dir"), controls.in_page_words(str(exc))
     except ValueError as exc:  # the model cannot take the images
         return "image_size", controls.in_page_words(str(exc))
     return None
@@ -99,10 +102,12 @@ if latest is not None and latest.state in (RunState.STOPPED, RunState.FAILED) an
         else:
             st.rerun()
 
+# Tokens seen is offered while a language run is set up or among this session's runs: image runs count none.
+language = (config is not None and config.is_text) or any(runner.config(r).is_text for r in mine)
 x_col, smooth_col = st.columns([2, 2])
 with x_col:
-    x_axis = widget(st.radio, "x axis", "chart_x", "step", options=list(X_AXES), format_func=X_AXES.get,
-                    horizontal=True)
+    x_axis = widget(st.radio, "x axis", "chart_x", "step", options=[x for x in X_AXES if language or x not in TOKEN_AXES],
+                    format_func=X_AXES.get, horizontal=True)
 with smooth_col:
     smoothing = widget(st.slider, "Loss smoothing", "chart_smoothing", 0.6, min_value=0.0, max_value=0.99)
 earlier = mine[:-1]
@@ -113,8 +118,9 @@ with overlay_col:
     overlaid = widget(st.multiselect, "Earlier runs to overlay", "chart_overlay", [], options=earlier,
                       format_func=lambda r: f"{r[-6:]} · {labels_of.get(r, '')}") if earlier else []
 with log_col:
-    log_y = widget(st.pills, "Log y axis", "chart_log", sorted(LOG_BY_DEFAULT), options=list(CHARTS),
-                   selection_mode="multi", format_func=lambda name: CHART_TITLES.get(name, name))
+    log_y = widget(st.pills, "Log y axis", "chart_log", sorted(LOG_BY_DEFAULT),
+                   options=list(ALL_CHARTS if language else CHARTS), selection_mode="multi",
+                   format_func=lambda name: CHART_TITLES.get(name, name))
 
 
 def shown_runs():
@@ -131,16 +137,58 @@ def shown_runs():
     return snapshots
 
 
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
+
+
+def tokens_note(snapshots) -> None:
+    """Against tokens seen, say which shown runs are left out (image runs) or that steps are used instead."""
+    if x_axis not in TOKEN_AXES:
+        return
+    drawn = [(s, label) for s, label in zip(snapshots, chart_labels(snapshots)) if s.metrics]
+    note = tokens_axis_note([label for s, label in drawn if not s.config.is_text],
+                            sum(s.config.is_text for s, _ in drawn))
+    if note:
+        st.caption(note)
+
+
+def generated_text(snapshots) -> None:
+    """Under the charts, for each language run shown: its latest generated sample and every sample by
+    step (one per evaluation: a greedy continuation of the same prompt, so the steps compare)."""
+    for snapshot, label in zip(snapshots, chart_labels(snapshots)):
+        if not snapshot.config.is_text:
+            continue
+        try:
+            samples = runner.store.samples(snapshot.run_id)
+        except (OSError, StoreError, ValueError):  # deleted meanwhile, or a line being written
+            samples = []
+        st.markdown("**Generated text** · " + _MARKDOWN.sub(r"\\\1", label))  # a run's name is shown as typed
+        if not samples:
+            when = (f"every {snapshot.config.eval_every} steps" if snapshot.config.eval_every
+                    else "at the end of each epoch")
+            st.caption(f"No sample yet: the model continues a prompt at each evaluation ({when}).")
+            continue
+        latest = samples[-1]
+        st.caption(f"Latest sample, step {latest['step']}: the model's greedy continuation of the prompt")
+        st.code(f"step {latest['step']}: {latest['text']}", language=None, wrap_lines=True)
+        with st.expander("Every sample of this run, by step"):
+            width = len(str(samples[-1]["step"]))
+            # One line per evaluation (line breaks in the text shown as ↵), so the steps read as a column.
+            st.code("\n".join(f"step {s['step']:>{width}}: " + s["text"].replace("\n", "↵") for s in samples),
+                    language=None)
+
+
 def latest_download(run_id: str) -> None:
     """The latest run's metrics.csv and eval.csv as downloads, unless it was deleted meanwhile."""
     try:
         metrics, evals = runner.store.metrics_csv(run_id), runner.store.evals_csv(run_id)
-    except (OSError, StoreError):
+        text = runner.config(run_id).is_text
+    except (OSError, StoreError, KeyError):
         return
     left, right = st.columns(2)
     left.download_button("Download the latest run's metrics.csv", metrics, file_name=f"{run_id}-metrics.csv",
                          mime="text/csv")
-    right.download_button("Download the latest run's eval.csv (test accuracy)", evals,
+    what = "validation loss, token accuracy, perplexity" if text else "test accuracy"
+    right.download_button(f"Download the latest run's eval.csv ({what})", evals,
                           file_name=f"{run_id}-eval.csv", mime="text/csv")
 
 
@@ -159,9 +207,11 @@ def live() -> None:
     for group in charts.coincidences:
         st.caption(f"{' and '.join(group.labels)} coincide: their losses differ by at most "
                    f"{group.max_diff:.1e} (relative) over {group.steps} steps; the later ones are drawn dashed.")
+    tokens_note(snapshots)
     left, right = st.columns(2)
     for i, (name, spec) in enumerate(charts.specs.items()):
         live_chart.plotly_chart(left if i % 2 == 0 else right, spec, key=f"chart_{name}")
+    generated_text(snapshots)
     if mine and runner.knows(mine[-1]) and runner.snapshot(mine[-1]).done:
         latest_download(mine[-1])
 
