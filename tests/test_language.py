@@ -62,9 +62,13 @@ def test_the_textbook_mean_per_micro_batch_drifts_clearly(sgd_epoch):
     assert drift > 1000 * max(exact, 1e-8), f"textbook drift {drift:.2e} vs exact {exact:.2e}"
 
 
-def test_adamw_accumulated_equals_one_big_batch():
-    accumulated, _ = trained(lm(micro_batch_size=2, accum_steps=4, optimizer="adamw", lr=1e-4, max_steps=40))
-    big, _ = trained(lm(micro_batch_size=8, accum_steps=1, optimizer="adamw", lr=1e-4, max_steps=40))
+def test_adamw_accumulated_equals_one_big_batch_over_an_epoch():
+    """AdamW over the same whole epoch, partial last window included. Its update m/(sqrt(v)+eps) turns the
+    float rounding of gradients near zero into changes near lr: at lr 1e-4 the two differ by 1.2e-6
+    (measured), at 3e-4 by 7e-6, so the test keeps the smaller lr under the 1e-5 tolerance."""
+    accumulated, rows = trained(lm(micro_batch_size=2, accum_steps=4, optimizer="adamw", lr=1e-4))
+    big, _ = trained(lm(micro_batch_size=8, accum_steps=1, optimizer="adamw", lr=1e-4))
+    assert rows.steps[-1]["samples"] == 4  # the partial last window
     torch.testing.assert_close(accumulated, big, rtol=0, atol=1e-5)
 
 
