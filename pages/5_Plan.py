@@ -20,8 +20,11 @@ from gaccum_core.plan_search import mb
 from ui import widget
 
 LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)"}
-TRAIN_FIELDS = ("model", "dataset", "image_size", "fake_samples", "optimizer", "device", "micro_batch_size",
-                "accum_steps", "amp", "clear_cache", "compile")  # what "Use these settings" sets on Train
+TRAIN_FIELDS = ("model", "dataset", "image_size", "fake_samples", "text_file", "max_seq_len", "gpt_preset",
+                "optimizer", "device", "micro_batch_size", "accum_steps", "amp", "clear_cache",
+                "compile")  # what "Use these settings" sets on Train
+BASE_FIELDS = ("model", "dataset", "image_size", "fake_samples", "text_file", "max_seq_len", "gpt_preset",
+               "optimizer", "device")
 DEFAULT = default_request()
 
 st.set_page_config(page_title="gaccum · Plan", layout="wide")
@@ -56,9 +59,16 @@ def _preflight(config_json: str) -> None:
 with st.sidebar:
     st.header("Run")
     control("model", st.selectbox, DEFAULT.base.model, options=cfg.MODELS)
-    if control("dataset", st.selectbox, DEFAULT.base.dataset, options=cfg.DATASETS) == "fake":
-        control("fake_samples", st.number_input, DEFAULT.base.fake_samples, step=256)
-    control("image_size", st.number_input, DEFAULT.base.image_size, step=8)
+    dataset = control("dataset", st.selectbox, DEFAULT.base.dataset, options=cfg.DATASETS)
+    if dataset in cfg.TEXT_DATASETS or values["model"] in cfg.TEXT_MODELS:  # a language model's settings
+        if dataset == "text":
+            control("text_file", st.text_input, DEFAULT.base.text_file)
+        control("gpt_preset", st.selectbox, DEFAULT.base.gpt_preset, options=cfg.GPT_PRESETS)
+        control("max_seq_len", st.number_input, DEFAULT.base.max_seq_len, step=32)
+    else:
+        if dataset == "fake":
+            control("fake_samples", st.number_input, DEFAULT.base.fake_samples, step=256)
+        control("image_size", st.number_input, DEFAULT.base.image_size, step=8)
     control("optimizer", st.selectbox, DEFAULT.base.optimizer, options=cfg.OPTIMIZERS,
             help="sgd, adam or adamw: its state (momentum, Adam's moments) counts in the memory")
     gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
@@ -80,8 +90,7 @@ with st.sidebar:
 
 request, problem = None, None
 try:
-    base = RunConfig(**{f: values[f] for f in ("model", "dataset", "image_size", "fake_samples", "optimizer",
-                                                  "device") if f in values}, micro_batch_size=1, accum_steps=1)
+    base = RunConfig(**{f: values[f] for f in BASE_FIELDS if f in values}, micro_batch_size=1, accum_steps=1)
     request = PlanRequest(base, values["effective_batch"], values["memory_budget_mb"], tuple(values["amp"]),
                           tuple(values["clear_cache"]), tuple(values["compile"]))
     _preflight(base.to_json())

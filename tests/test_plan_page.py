@@ -139,6 +139,32 @@ def test_use_these_settings_opens_the_train_page_with_them(runs_dir):
     assert not at.button(key="start").disabled
 
 
+def test_a_language_model_plan_carries_its_text_settings_to_the_train_page(runs_dir):
+    """gpt on pydoc: the page offers GPT size and sequence length instead of the image controls, plans, and
+    Use these settings gives the Train page the same language model, sequence length and planned b·k."""
+    at = plan_page()
+    at.selectbox(key="plan_device").select("cpu")
+    at.selectbox(key="plan_model").select("gpt")
+    at.selectbox(key="plan_dataset").select("pydoc").run()
+    assert not at.number_input(key="plan_max_seq_len").disabled
+    assert not any(n.key == "plan_image_size" for n in at.number_input)  # an image setting, hidden for text
+    at.number_input(key="plan_max_seq_len").set_value(32)
+    at.number_input(key="plan_effective_batch").set_value(8)
+    at.multiselect(key="plan_amp").set_value(["off"])
+    at.multiselect(key="plan_clear_cache").set_value(["off"]).run()
+    at.button(key="plan_run").click().run()
+    assert not at.exception
+    plan = at.session_state["plan_result"]
+    choice = plan.recommended
+    assert choice is not None and plan.request.base.max_seq_len == 32
+    assert all("tokens_per_s" in c.detail for c in plan.candidates if c.status == FITS)
+    at.button(key="plan_use").click().run()
+    assert at.title[0].value == "Train"
+    assert at.selectbox(key="cfg_model").value == "gpt" and at.selectbox(key="cfg_dataset").value == "pydoc"
+    assert at.number_input(key="cfg_max_seq_len").value == 32
+    assert at.number_input(key="cfg_micro_batch_size").value * at.number_input(key="cfg_accum_steps").value == 8
+
+
 @pytest.mark.parametrize("setup,field,words", [
     ([("number_input", "plan_effective_batch", 0)], "Effective batch E",
      "Effective batch E = 0 is not allowed: an integer from 1"),
