@@ -327,8 +327,8 @@ class RunStore:
         return torch.load(target, map_location="cpu", weights_only=True)
 
     def truncate_rows(self, run_id: str, last_step: int) -> None:
-        """Drop the metrics.csv and eval.csv rows after last_step (rewritten atomically): a run resumed from
-        a checkpoint at last_step then reads as one run with each step once."""
+        """Drop the metrics.csv, eval.csv and samples.jsonl rows after last_step (rewritten atomically): a run
+        resumed from a checkpoint at last_step then reads as one run with each step once."""
         for name in ("metrics.csv", "eval.csv"):
             path = self.path(run_id) / name
             lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -337,6 +337,10 @@ class RunStore:
                                 if line.endswith("\n") and int(next(csv.reader([line]))[step_at]) <= last_step]
             if len(kept) != len(lines):
                 _write_atomic(path, "".join(kept))
+        samples = self.path(run_id) / SAMPLES_FILE
+        if samples.exists():  # a language run's generated text, also one line per evaluation step
+            kept_samples = [s for s in self.samples(run_id) if s["step"] <= last_step]
+            _write_atomic(samples, "".join(json.dumps(s) + "\n" for s in kept_samples))
 
     def load_model(self, run_id: str) -> dict[str, torch.Tensor]:
         """model.pt, loaded with weights_only=True (never arbitrary pickles)."""

@@ -26,7 +26,10 @@ BASE = dict(model="mlp", dataset="digits", micro_batch_size=8, accum_steps=4, ma
 SGD = RunConfig(**BASE, optimizer="sgd", momentum=0.9, lr=0.05, lr_schedule="cosine", warmup_steps=5,
                 grad_clip=0.5)
 FP16 = RunConfig(**BASE, optimizer="adamw", lr=3e-3, amp="fp16", init_scale=2.0**20, growth_interval=3)
-CONFIGS = {"sgd_fp32": SGD, "adamw_fp16": FP16}
+# A language model: token-weighted windows, tokens_seen in the counters, a generated sample per evaluation.
+GPT = RunConfig(model="gpt", dataset="pydoc", max_seq_len=32, micro_batch_size=4, accum_steps=4, max_steps=40,
+                device="cpu", eval_every=10, optimizer="adamw", lr=1e-3)
+CONFIGS = {"sgd_fp32": SGD, "adamw_fp16": FP16, "gpt_adamw": GPT}
 WAIT_S = 300  # only so a broken run fails instead of hanging
 
 
@@ -56,9 +59,10 @@ def _assert_same_run(store, reference: str, resumed: str) -> None:
     assert ca["scaler"] == cb["scaler"] and ca["scheduler"] == cb["scheduler"]
     ma, mb = store.read_metrics(reference), resumed_store(resumed).read_metrics(resumed)
     assert mb["step"].tolist() == list(range(1, 41))  # each step once, no gaps
-    for column in ("loss", "grad_norm", "scale", "skipped", "lr", "samples_seen"):
+    for column in ("loss", "grad_norm", "scale", "skipped", "lr", "samples_seen", "tokens", "tokens_seen"):
         assert ma[column].equals(mb[column]), column
     assert store.read_evals(reference)["test_loss"].equals(resumed_store(resumed).read_evals(resumed)["test_loss"])
+    assert store.samples(reference) == resumed_store(resumed).samples(resumed)  # each evaluation's text once
 
 
 _STORES: dict = {}

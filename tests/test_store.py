@@ -94,3 +94,22 @@ def test_a_run_written_before_the_data_parallel_columns_reads_as_one_process(tmp
     frame = store.read_metrics(run_id)
     assert frame[["world_size", "allreduce_calls", "allreduce_bytes"]].iloc[0].tolist() == [1, 0, 0]
     assert describe_run(store, run_id)["state"] != "damaged"
+
+
+def test_truncating_a_resumed_run_drops_later_samples_too(tmp_path):
+    """A language run resumed from step 10 must not show the text generated at step 20 twice."""
+    from gaccum_core.store import RunWriter
+
+    store = RunStore(tmp_path)
+    run_id = store.create(RunConfig(model="gpt", dataset="pydoc"))
+    writer = RunWriter(store.path(run_id))
+    for step in (10, 20):
+        writer.log_step({"step": step, "loss": 1.0})
+        writer.log_eval({"step": step, "test_loss": 1.0, "sample": f"The text at {step}"})
+    writer.close()
+    with open(store.path(run_id) / "samples.jsonl", "a", encoding="utf-8") as file:
+        file.write('{"step": 30, "text": "cut by a ki')  # a line a kill cut short
+    assert [s["step"] for s in store.samples(run_id)] == [10, 20]
+    store.truncate_rows(run_id, 10)
+    assert store.samples(run_id) == [{"step": 10, "text": "The text at 10"}]
+    assert store.read_evals(run_id)["step"].tolist() == [10]
