@@ -129,7 +129,10 @@ def test_ctrl_c_stops_a_data_parallel_run_on_every_rank_and_exits_130(tmp_path):
     cli = subprocess.Popen([sys.executable, "-m", "gaccum_core", "run", "--model", "mlp", "--nproc", "2",
                             "--micro-batch-size", "8", "--accum-steps", "2", "--max-steps", "40", "--device", "cpu",
                             "--runs-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env=env)
+                           env=env,
+                           # As from a terminal: a suite started in the background (`cmd &`) passes SIGINT on
+                           # ignored, and Python then never raises KeyboardInterrupt.
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 240
     while not list(tmp_path.glob("*/metrics.csv")) or len(pd.read_csv(next(tmp_path.glob("*/metrics.csv")))) < 2:
         assert time.monotonic() < deadline and cli.poll() is None, "the job never logged two steps"
