@@ -320,10 +320,8 @@ class Engine:
     def evaluate(self) -> tuple[float, float]:
         """Mean test loss and accuracy over the whole test split: per image, or per target token of text."""
         self.model.eval()
-        # Text: four micro-batches per forward (no gradients are kept, so memory allows it): a few hundred
-        # validation sequences in batches of b would dominate a short run's time.
-        test = self.data.test
-        size = self.config.micro_batch_size * (4 if self.config.is_text else 1)
+        # Batches of b: on a one-thread CPU larger ones measured no faster (gpt tiny, pydoc, 4b: 0.20 s vs 0.19 s).
+        test, size = self.data.test, self.config.micro_batch_size
         loss_sum = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
         count = torch.zeros((), device=self.device, dtype=torch.long)
