@@ -25,8 +25,12 @@ OPTION, UNMEASURED, BUDGET, MARGIN_LINE, RECOMMENDED = "option", "no peak", "bud
 TABLE_COLUMNS = (
     ("options", "options"), ("micro_batch_size", "micro-batch b"), ("accum_steps", "accumulation k"),
     ("status", "status"), ("peak_mb", "peak MB"), ("activations_mb", "activations MB"),
-    ("samples_per_s", "samples/s"), ("step_time_s", "s per step"), ("message", "message"),
+    ("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"), ("step_time_s", "s per step"),
+    ("message", "message"),
 )
+# printf formats for the page's table: megabytes to 3 significant digits, speeds whole, seconds to the ms.
+TABLE_FORMATS = {"peak MB": "%.3g", "activations MB": "%.3g", "samples/s": "%.0f", "tokens/s": "%.0f",
+                 "s per step": "%.3f"}
 
 
 def _line(index: int, options: Options) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from gaccum_core.device import resolve_device
 from gaccum_core.engine import preflight
 from gaccum_core.plan import (MEMORY_SOURCES, PlanRequest, config_from_plan, default_budget_mb, default_request,
                               make_plan)
-from gaccum_core.plan_charts import (memory_figure, plan_csv, plan_table, progress_text,
+from gaccum_core.plan_charts import (TABLE_FORMATS, memory_figure, plan_csv, plan_table, progress_text,
                                      recommendation_words, speed_figure)
 from gaccum_core.plan_search import mb
 from ui import widget
@@ -133,7 +133,8 @@ if plan is not None:
     left, right = st.columns(2)
     left.plotly_chart(memory_figure(plan), key="plan_memory", theme=None)
     right.plotly_chart(speed_figure(plan), key="plan_speed", theme=None)
-    st.dataframe(plan_table(plan), hide_index=True, width="stretch")
+    st.dataframe(plan_table(plan), hide_index=True, width="stretch",
+                 column_config={name: st.column_config.NumberColumn(format=fmt) for name, fmt in TABLE_FORMATS.items()})
     st.download_button("Download CSV", plan_csv(plan), mime="text/csv", key="plan_download",
                        file_name=f"plan_{asked.base.model}_E{asked.effective_batch}.csv")
     st.caption(f"Peak memory: {MEMORY_SOURCES[plan.memory_source]}. {len(plan.candidates)} candidates "
