@@ -17,7 +17,6 @@ class MicroBatch:
 
     start: int
     stop: int
-    weight_divisor: int  # the loss sum is divided by this: window samples (mean) or 1 (sum)
     ends_window: bool
 
     @property
@@ -36,11 +35,6 @@ class Window:
     def samples(self) -> int:
         """Samples in the whole window."""
         return self.micro_batches[-1].stop - self.micro_batches[0].start
-
-    @property
-    def divisor(self) -> int:
-        """What every micro-batch's summed loss is divided by: window samples (mean) or 1 (sum)."""
-        return self.micro_batches[0].weight_divisor
 
 
 def micro_batch_divisors(reduction: str, counts: list[int], world_size: int = 1,
@@ -66,16 +60,16 @@ def epoch_order(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(num_samples, generator=generator)
 
 
-def plan_epoch(num_samples: int, micro_batch_size: int, accum_steps: int, reduction: str) -> list[Window]:
-    """Split an epoch into windows of accum_steps micro-batches; the last window may be partial."""
+def plan_epoch(num_samples: int, micro_batch_size: int, accum_steps: int) -> list[Window]:
+    """Split an epoch into windows of accum_steps micro-batches; the last window may be partial (how each
+    micro-batch is weighted is micro_batch_divisors', from their counts)."""
     window_size = micro_batch_size * accum_steps
     windows = []
     for w_start in range(0, num_samples, window_size):
         w_stop = min(w_start + window_size, num_samples)
-        divisor = (w_stop - w_start) if reduction == "mean" else 1
         starts = range(w_start, w_stop, micro_batch_size)
         micro = tuple(
-            MicroBatch(s, min(s + micro_batch_size, w_stop), divisor, s + micro_batch_size >= w_stop)
+            MicroBatch(s, min(s + micro_batch_size, w_stop), s + micro_batch_size >= w_stop)
             for s in starts
         )
         windows.append(Window(micro))

@@ -27,12 +27,12 @@ from gaccum_core.device import autocast_works, resolve_device
 from gaccum_core.distributed import Ranks, gather_step, share, sync_context, wrap
 from gaccum_core.doctor import compile_works_here
 from gaccum_core.loss import summed_cross_entropy
-from gaccum_core.memory import MB, ActivationMeter, MemoryProbe, clear_cache
+from gaccum_core.memory import MB, MemoryProbe, SavedBytesPeak, clear_cache
 from gaccum_core.metrics import MetricSink, Row
 from gaccum_core.models import build_model, build_seeded_model
 from gaccum_core.states import RunState
-from gaccum_core.text import IGNORE
 from gaccum_core.step import Divisor, Optimization, StepResult, accumulate_step, never
+from gaccum_core.text import IGNORE
 
 StopCheck = Callable[[], bool]
 SAMPLE_PROMPT = "The "  # every evaluation of a language run continues this, greedily
@@ -118,7 +118,7 @@ class Engine:
         self.opt = Optimization.from_config(config, self.model, self.device, self.total_steps)
         self.optimizer, self.precision = self.opt.optimizer, self.opt.precision
         self.memory = MemoryProbe(self.device)
-        self.activations = ActivationMeter(self.opt.params)
+        self.activations = SavedBytesPeak(self.opt.params)
         self._activation_size = 0
         self._cache_clear_s = 0.0  # seconds spent clearing the cache in the current window
         self._stop_agreed = False  # a data-parallel run stops when any rank asked, at the same step
@@ -147,7 +147,7 @@ class Engine:
         epoch = begin.epoch
         for epoch in range(begin.epoch, cfg.epochs):
             order = epoch_order(self.num_train, cfg.seed, epoch)
-            windows = plan_epoch(self.num_train, self.global_micro_batch, cfg.accum_steps, cfg.reduction)
+            windows = plan_epoch(self.num_train, self.global_micro_batch, cfg.accum_steps)
             for index in range(begin.window if epoch == begin.epoch else 0, len(windows)):
                 if counters.step >= self.total_steps:
                     break
@@ -278,7 +278,7 @@ class Engine:
     def _measured(self, result: StepResult, should_stop: StopCheck) -> dict[str, float | None]:
         """The step's loss sum, gradient norm and memory over the whole job: one host sync per step, and
         on several ranks one all_gather (loss summed, memory the largest rank's, a stop if any asked)."""
-        memory = {**self.memory.read(), "activation_mb": self.activations.bytes / MB}
+        memory = {**self.memory.read(), "activation_mb": self.activations.peak / MB}
         if not self.ranks.distributed:
             loss_sum, grad_norm = torch.stack([result.loss_sum, result.grad_norm.float()]).tolist()
             return {"loss_sum": loss_sum, "grad_norm": grad_norm, **memory}

@@ -256,7 +256,7 @@ def _side_by_side(config: RunConfig, steps: int) -> pd.DataFrame:
     total = planned_steps(n, b, k, config.epochs, config.max_steps)
     models = {"big": copy.deepcopy(bench.model), "accumulating": bench.model}
     opts = {side: Optimization.from_config(config, model, bench.device, total) for side, model in models.items()}
-    windows = ((epoch, w.micro_batches) for epoch in itertools.count() for w in plan_epoch(n, b, k, config.reduction))
+    windows = ((epoch, w.micro_batches) for epoch in itertools.count() for w in plan_epoch(n, b, k))
     rows = []
     for step, (epoch, micro) in enumerate(itertools.islice(windows, steps), 1):
         x, y = bench.samples(epoch, micro[0].start, micro[-1].stop)

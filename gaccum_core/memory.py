@@ -99,31 +99,6 @@ class MemoryProbe:
         return {"mem_allocated_mb": rss / MB, "mem_reserved_mb": None, "mem_peak_mb": max(peak, rss) / MB}
 
 
-class ActivationMeter:
-    """Counts the bytes autograd saves for backward during a forward pass, parameters excluded."""
-
-    def __init__(self, params: list[torch.nn.Parameter]) -> None:
-        self._param_storages = {p.untyped_storage().data_ptr() for p in params}
-        self.bytes = 0
-
-    @contextmanager
-    def measure(self) -> Iterator["ActivationMeter"]:
-        """Within this context, every tensor saved for backward is counted once per storage."""
-        seen: set[int] = set()
-        self.bytes = 0
-
-        def pack(tensor: torch.Tensor) -> torch.Tensor:
-            storage = tensor.untyped_storage()
-            key = storage.data_ptr()
-            if key not in seen and key not in self._param_storages and key != 0:
-                seen.add(key)
-                self.bytes += storage.nbytes()
-            return tensor
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            yield self
-
-
 class _Saved:
     """What the pack hook hands autograd: the tensor, and a finalizer that fires when the graph drops it."""
 
@@ -135,7 +110,8 @@ class _Saved:
 
 class SavedBytesPeak:
     """The peak of bytes autograd holds for backward at once, over any number of forward and backward
-    passes (parameters excluded): a loop that keeps a graph alive past its backward shows here."""
+    passes (parameters excluded): one micro-batch's activations, and a loop that keeps a graph alive
+    past its backward shows here as several."""
 
     def __init__(self, params: list[torch.nn.Parameter]) -> None:
         self._param_storages = {p.untyped_storage().data_ptr() for p in params}
@@ -165,7 +141,9 @@ class SavedBytesPeak:
 
     @contextmanager
     def measure(self) -> Iterator["SavedBytesPeak"]:
-        """Within this context, count every tensor saved for backward while autograd holds it."""
+        """Within this context, count every tensor saved for backward while autograd holds it; the peak
+        starts again from what is held now (the engine measures each new micro-batch size afresh)."""
+        self.peak = self.current
         unpack = lambda packed: packed.tensor if isinstance(packed, _Saved) else packed  # noqa: E731
         with torch.autograd.graph.saved_tensors_hooks(self._pack, unpack):
             yield self

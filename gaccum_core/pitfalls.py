@@ -95,7 +95,7 @@ class _Kit:
     def _epochs(self) -> Iterator[list[list[Batch]]]:
         for epoch in itertools.count():
             order = epoch_order(self._num_samples, self.config.seed, epoch)
-            plan = plan_epoch(self._num_samples, self.config.micro_batch_size, self.k, "mean")
+            plan = plan_epoch(self._num_samples, self.config.micro_batch_size, self.k)
             yield [[self._train.batch(order[m.start:m.stop]) for m in window.micro_batches] for window in plan]
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

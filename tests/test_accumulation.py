@@ -3,14 +3,14 @@
 import pytest
 import torch
 
-from gaccum_core.accumulation import epoch_order, plan_epoch, planned_steps, windows_per_epoch
+from gaccum_core.accumulation import epoch_order, micro_batch_divisors, plan_epoch, planned_steps, windows_per_epoch
 
 
 @pytest.mark.parametrize("b,k", [(32, 1), (8, 4), (1, 32), (5, 3), (7, 7)])
 def test_windows_hold_the_samples_of_one_big_batch(b, k):
     n = 110
-    windows = plan_epoch(n, b, k, "mean")
-    big = plan_epoch(n, b * k, 1, "mean")
+    windows = plan_epoch(n, b, k)
+    big = plan_epoch(n, b * k, 1)
     assert [(w.micro_batches[0].start, w.micro_batches[-1].stop) for w in windows] == \
            [(w.micro_batches[0].start, w.micro_batches[-1].stop) for w in big]
     for window in windows:
@@ -21,18 +21,19 @@ def test_windows_hold_the_samples_of_one_big_batch(b, k):
 
 
 def test_partial_last_window_has_a_short_last_micro_batch_and_is_weighted_by_its_own_size():
-    windows = plan_epoch(110, 8, 4, "mean")
+    windows = plan_epoch(110, 8, 4)
     assert len(windows) == 4 == windows_per_epoch(110, 8, 4)
     last = windows[-1]
     assert [m.size for m in last.micro_batches] == [8, 6]
     assert last.samples == 14
     # Each micro-batch's summed loss is divided by the window's samples: weights sum to one.
-    assert sum(m.size / m.weight_divisor for m in last.micro_batches) == pytest.approx(1.0)
-    assert all(m.weight_divisor == 32 for w in windows[:-1] for m in w.micro_batches)
+    sizes = [m.size for m in last.micro_batches]
+    assert sum(size / d for size, d in zip(sizes, micro_batch_divisors("mean", sizes))) == pytest.approx(1.0)
+    assert all(d == 32 for w in windows[:-1] for d in micro_batch_divisors("mean", [m.size for m in w.micro_batches]))
 
 
 def test_sum_reduction_never_divides():
-    assert {m.weight_divisor for w in plan_epoch(50, 4, 3, "sum") for m in w.micro_batches} == {1}
+    assert {d for w in plan_epoch(50, 4, 3) for d in micro_batch_divisors("sum", [m.size for m in w.micro_batches])} == {1}
 
 
 def test_epoch_order_depends_on_seed_and_epoch_only():
@@ -50,8 +51,6 @@ def test_planned_steps_caps_at_max_steps():
 
 
 def test_micro_batch_divisors_for_each_reduction():
-    from gaccum_core.accumulation import micro_batch_divisors
-
     counts = [8, 8, 5]  # a partial window of k=4: three micro-batches, the last short
     assert micro_batch_divisors("mean", counts) == [21, 21, 21]
     assert micro_batch_divisors("sum", counts) == [1, 1, 1]

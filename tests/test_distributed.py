@@ -163,8 +163,7 @@ def _assert_matches_references(job: _Job) -> dict[str, float]:
 
 def _last_windows(config: RunConfig):
     """Every epoch's last window as the job plans it (over global micro-batches of world*b)."""
-    return plan_epoch(config.fake_samples, config.world_size * config.micro_batch_size, config.accum_steps,
-                      config.reduction)[-1]
+    return plan_epoch(config.fake_samples, config.world_size * config.micro_batch_size, config.accum_steps)[-1]
 
 
 def _is_rank(proc: psutil.Process) -> bool:

@@ -144,7 +144,7 @@ def _window_tokens(steps: int = 20) -> list[list[int]]:
     config = RunConfig.from_dict({**BASE_CONFIG.to_dict(), **PITFALLS[SEQUENCES].default})
     train = load_data(config).train
     order = epoch_order(len(train), config.seed, 0)
-    windows = plan_epoch(len(train), config.micro_batch_size, config.accum_steps, "mean")[:steps]
+    windows = plan_epoch(len(train), config.micro_batch_size, config.accum_steps)[:steps]
     return [[int(train.targets[order[m.start:m.stop]].sum()) for m in w.micro_batches] for w in windows]
 
 

@@ -17,7 +17,7 @@ import gaccum_core.engine
 import gaccum_core.equivalence
 import gaccum_core.pitfalls
 import gaccum_core.step
-from gaccum_core.accumulation import plan_epoch
+from gaccum_core.accumulation import micro_batch_divisors, plan_epoch
 from gaccum_core.config import RunConfig
 from gaccum_core.equivalence import compare_gradients, train_side_by_side
 from gaccum_core.loss import summed_cross_entropy
@@ -45,15 +45,15 @@ def _model() -> nn.Module:
 def _train(config: RunConfig, model: nn.Module, micro_batch_size: int, x: torch.Tensor, y: torch.Tensor,
            epochs: int = 2) -> list[dict]:
     """Every window through accumulate_step in micro-batches of micro_batch_size; one record per step."""
-    windows = plan_epoch(SAMPLES, B, K, config.reduction) * epochs
+    windows = plan_epoch(SAMPLES, B, K) * epochs
     opt = Optimization.from_config(config, model, torch.device("cpu"), len(windows))
     records = []
     for window in windows:
         start, stop = window.micro_batches[0].start, window.micro_batches[-1].stop
         micro = list(zip(x[start:stop].split(micro_batch_size), y[start:stop].split(micro_batch_size)))
         lr = opt.optimizer.param_groups[0]["lr"]
-        result = accumulate_step(opt, micro, lambda xy: summed_cross_entropy(model, opt.precision, *xy),
-                                 window.divisor)
+        divisor = micro_batch_divisors(config.reduction, [m.size for m in window.micro_batches])[0]
+        result = accumulate_step(opt, micro, lambda xy: summed_cross_entropy(model, opt.precision, *xy), divisor)
         records.append({"lr": lr, "skipped": result.skipped, "scale": result.scale,
                         "loss": result.loss_sum.item(), "grad_norm": result.grad_norm.item(),
                         "weights": [p.detach().clone() for p in model.parameters()]})
