@@ -19,8 +19,8 @@ def _split(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def request_from_args(base: RunConfig, args: argparse.Namespace, crossed: bool) -> PlanRequest:
-    """The plan request the flags describe; ConfigError names the flag that is wrong."""
+def budget_from_args(base: RunConfig, args: argparse.Namespace) -> float:
+    """--memory-budget-mb, or on CUDA the device's free memory less the margin; ConfigError on the CPU."""
     from gaccum_core.device import resolve_device
 
     budget = args.memory_budget_mb
@@ -29,10 +29,7 @@ def request_from_args(base: RunConfig, args: argparse.Namespace, crossed: bool) 
         if budget is None:
             raise ConfigError("memory_budget_mb", None, "a number of megabytes, required on the CPU: its resident "
                                                         "memory is mostly the interpreter, not training")
-    if crossed:
-        return PlanRequest(base, args.effective_batch, budget, _split(args.amp), _split(args.clear_cache),
-                           _split(args.compile), args.timed_steps)
-    return PlanRequest(base, args.effective_batch, budget, (base.amp,), (base.clear_cache,), (base.compile,))
+    return budget
 
 
 def measure_with_progress(request: PlanRequest) -> Plan:
@@ -89,7 +86,8 @@ def plan_command(args: argparse.Namespace) -> int:
         # --amp, --clear-cache and --compile are the plan's lists to cross: the base run has them off.
         base = _config_from_args(args, micro_batch_size=1, accum_steps=1, amp="off", clear_cache="off", compile="off")
         preflight(base)
-        request = request_from_args(base, args, crossed=True)
+        request = PlanRequest(base, args.effective_batch, budget_from_args(base, args), _split(args.amp),
+                              _split(args.clear_cache), _split(args.compile), args.timed_steps)
     except ConfigError as exc:
         print(_flag_error(exc), file=sys.stderr)
         return 2
@@ -123,9 +121,9 @@ def planned_config(args: argparse.Namespace) -> tuple[RunConfig, Plan | None]:
     if args.effective_batch % base.world_size:
         raise ConfigError("effective_batch", args.effective_batch,
                           f"a multiple of the {base.world_size} processes, each planned for E / processes")
-    per_process = PlanRequest(base, args.effective_batch // base.world_size, 1.0)  # validates E first
-    request = request_from_args(base, argparse.Namespace(**{**vars(args), "effective_batch": per_process.effective_batch}),
-                                crossed=False)
+    # Only b is planned: the run keeps its own amp, cache clearing and compile.
+    request = PlanRequest(base, args.effective_batch // base.world_size, budget_from_args(base, args),
+                          (base.amp,), (base.clear_cache,), (base.compile,))
     plan = measure_with_progress(request)
     config = config_from_plan(base, plan)  # nothing fits: ConfigError with the reason, the one error line
     print(f"gaccum: planned: {plan.reason}", file=sys.stderr)
