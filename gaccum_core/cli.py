@@ -140,9 +140,11 @@ def _add_plan_flags(parser: argparse.ArgumentParser, for_run: bool) -> None:
                                            "less 10%%; required on the CPU)")
     if for_run:
         return
-    for name, allowed in (("amp", "off,fp16,bf16"), ("clear-cache", "off,step,micro"),
-                          ("compile", "off,default,reduce-overhead,max-autotune")):
-        parser.add_argument(f"--{name}", default="off", metavar="A,B", dest=name.replace("-", "_"),
+    import gaccum_core.config as config_module
+
+    for name in ("amp", "clear_cache", "compile"):
+        allowed = ",".join(_choices(config_module, name))
+        parser.add_argument("--" + name.replace("_", "-"), default="off", metavar="A,B", dest=name,
                             help=f"comma-separated values to cross, from {allowed} (default: off)")
     parser.add_argument("--timed-steps", type=_typed("int", "--timed-steps"), default=2, metavar="INT",
                         help="optimizer steps timed per candidate, after one warm-up and one memory step (default: 2)")

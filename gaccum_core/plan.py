@@ -89,8 +89,8 @@ class Plan:
 
     def largest_fitting(self) -> dict[str, int | None]:
         """Per option combination label, the largest b that fitted (None when none did)."""
-        return {o.label(): (lambda c: c.micro_batch_size if c else None)(
-            best_fit(c for c in self.candidates if c.options == o)) for o in self.request.options}
+        fits = {o: best_fit(c for c in self.candidates if c.options == o) for o in self.request.options}
+        return {o.label(): c.micro_batch_size if c else None for o, c in fits.items()}
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as one JSON-ready object (the CLI's --json, plan.json in a run directory)."""
