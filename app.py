@@ -2,9 +2,9 @@
 
 import streamlit as st
 
-from gaccum_core.catalog import run_table
-from gaccum_core.device import device_name, memory_info, resolve_device
-from ui import get_runner
+from gaccum_core.runs.catalog import run_table
+from gaccum_core.train.device import device_name, memory_info, resolve_device
+from dashboard.ui import get_runner
 
 st.set_page_config(page_title="gaccum", layout="wide")
 st.title("gaccum")

@@ -67,14 +67,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gaccum_core.accumulation import planned_steps  # noqa: E402
+from gaccum_core.train.accumulation import planned_steps  # noqa: E402
 from gaccum_core.config import RunConfig  # noqa: E402
-from gaccum_core.data import load_data  # noqa: E402
-from gaccum_core.engine import Engine  # noqa: E402
-from gaccum_core.metrics import NullSink  # noqa: E402
-from gaccum_core.runner import Runner  # noqa: E402
+from gaccum_core.data.images import load_data  # noqa: E402
+from gaccum_core.train.engine import Engine  # noqa: E402
+from gaccum_core.train.metrics import NullSink  # noqa: E402
+from gaccum_core.runs.runner import Runner  # noqa: E402
 from gaccum_core.states import RunState  # noqa: E402
-from gaccum_core.store import RunStore  # noqa: E402
+from gaccum_core.runs.store import RunStore  # noqa: E402
 
 MB = 2**20
 FEW_STEPS = 5  # optimizer steps before the checkpoint of part 2 is taken

@@ -27,7 +27,7 @@ from playwright.sync_api import expect, sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from browser import CHROMIUM, CHROMIUM_ARGS, LOSS_POINTS_JS, dashboard  # noqa: E402
+from chromium import CHROMIUM, CHROMIUM_ARGS, LOSS_POINTS_JS, dashboard  # noqa: E402
 
 
 def first_point_seconds(page, url: str, settle_s: float = 8.0) -> float:

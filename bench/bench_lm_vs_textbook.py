@@ -40,10 +40,10 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gaccum_core.accumulation import epoch_order  # noqa: E402
+from gaccum_core.train.accumulation import epoch_order  # noqa: E402
 from gaccum_core.config import RunConfig  # noqa: E402
-from gaccum_core.engine import SAMPLE_PROMPT, SAMPLE_TOKENS, Engine  # noqa: E402
-from gaccum_core.store import RunStore  # noqa: E402
+from gaccum_core.train.engine import SAMPLE_PROMPT, SAMPLE_TOKENS, Engine  # noqa: E402
+from gaccum_core.runs.store import RunStore  # noqa: E402
 
 IGNORE = -100  # cross_entropy's ignore_index: the targets of padding
 WEIGHT_TOLERANCE = 1e-5

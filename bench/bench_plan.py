@@ -1,4 +1,4 @@
-"""The default CPU plan, measured: the plan the Plan page opens with (gaccum_core.plan.default_request:
+"""The default CPU plan, measured: the plan the Plan page opens with (gaccum_core.plan.planner.default_request:
 cnn on 32×32 fake images, E=256, a 32 MB budget, fp32 against bf16, cache clearing off against per
 optimizer step), run through make_plan exactly as the page and `python -m gaccum_core plan` run it.
 
@@ -22,9 +22,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from gaccum_core.plan import PlanRequest, default_request, make_plan  # noqa: E402
-from gaccum_core.plan_cli import format_table, summary  # noqa: E402
-from gaccum_core.plan_search import divisors, most_measurements  # noqa: E402
+from gaccum_core.plan.planner import PlanRequest, default_request, make_plan  # noqa: E402
+from gaccum_core.cli.plan import format_table, summary  # noqa: E402
+from gaccum_core.plan.search import divisors, most_measurements  # noqa: E402
 
 
 def _arguments() -> argparse.Namespace:

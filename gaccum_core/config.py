@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gaccum_core.presets import GPT_PRESETS, preset_words
+
 REDUCTIONS = ("mean", "sum", "mean_per_micro_batch")
 AMP_MODES = ("off", "fp16", "bf16")
 CLEAR_CACHE_MODES = ("off", "step", "micro")
@@ -22,8 +24,7 @@ IMAGE_DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake")
 TEXT_DATASETS = ("pydoc", "text")
 DATASETS = IMAGE_DATASETS + TEXT_DATASETS
 TEXT_MODELS = ("gpt",)
-GPT_PRESETS = ("tiny", "mini", "small", "gpt2")
-GPT_MAX_LEN = {"tiny": 256, "mini": 512, "small": 1024, "gpt2": 1024}  # positions each preset embeds
+GPT_PRESET_NAMES = tuple(GPT_PRESETS)
 
 # Far beyond any real run; catches a typo like 3200000 before it allocates anything.
 MAX_BATCH = 1 << 16
@@ -71,7 +72,8 @@ FIELD_HELP = {
     "nnodes": "machines in a data-parallel job (the command line's --node-rank and --rdzv-endpoint join them)",
     "text_file": "the UTF-8 file the text data set reads, split on blank lines into documents",
     "max_seq_len": "longest sequence (tokens) of the text data sets: documents are cut into chunks of this length",
-    "gpt_preset": "size of the gpt model: tiny (~0.13 M parameters, the CPU), mini, small, gpt2 (GPT-2 small's shape)",
+    "gpt_preset": "size of the gpt model: " + ", ".join(preset_words(name) for name in GPT_PRESETS)
+                  + "; tiny suits the CPU, gpt2 is GPT-2 small's shape",
     "sync_every_micro_batch": "all-reduce gradients after every micro-batch instead of once per window "
                               "(turns DDP's no_sync off, to see what it saves)",
 }
@@ -205,7 +207,7 @@ def _check_choices(cfg: RunConfig) -> None:
     for name, choices in (("model", MODELS), ("dataset", DATASETS), ("reduction", REDUCTIONS),
                           ("amp", AMP_MODES), ("clear_cache", CLEAR_CACHE_MODES),
                           ("compile", COMPILE_MODES), ("optimizer", OPTIMIZERS),
-                          ("lr_schedule", LR_SCHEDULES), ("gpt_preset", GPT_PRESETS)):
+                          ("lr_schedule", LR_SCHEDULES), ("gpt_preset", GPT_PRESET_NAMES)):
         if getattr(cfg, name) not in choices:
             raise ConfigError(name, getattr(cfg, name), "one of " + ", ".join(choices))
     if not _DEVICE_RE.match(cfg.device):
@@ -263,5 +265,5 @@ def _check_task(cfg: RunConfig) -> None:
     if cfg.dataset == "text" and not cfg.text_file.strip():
         raise ConfigError("text_file", cfg.text_file, "the path of a UTF-8 text file (required with dataset text)")
     if cfg.is_text:
-        most = GPT_MAX_LEN[cfg.gpt_preset]
+        most = GPT_PRESETS[cfg.gpt_preset].max_len
         _int_range(cfg, "max_seq_len", 1, most, f" (the positions gpt {cfg.gpt_preset} embeds)")

@@ -26,3 +26,5 @@ class RunState(StrEnum):
 FINAL_STATES = frozenset({RunState.FINISHED, RunState.STOPPED, RunState.FAILED, RunState.DIVERGED})
 # States whose message explains a failure the user must act on.
 FAILURE_STATES = frozenset({RunState.FAILED, RunState.DIVERGED})
+
+Outcome = tuple[RunState, str]  # how a run ended: its final state and the message the user sees

@@ -4,21 +4,21 @@ import re
 
 import streamlit as st
 
-import live_chart
-from controls import Controls, file_stamp
-from gaccum_core.catalog import run_labels
-from gaccum_core.charts import ALL_CHARTS, CHARTS, LOG_BY_DEFAULT, TOKEN_AXES, X_AXES, tokens_axis_note
+from dashboard import live_chart
+from dashboard.controls import Controls, file_stamp
+from gaccum_core.runs.catalog import run_labels
+from gaccum_core.views.charts import ALL_CHARTS, CHARTS, LOG_BY_DEFAULT, TOKEN_AXES, X_AXES, tokens_axis_note
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data import DataError
-from gaccum_core.costs import warnings_for
-from gaccum_core.device import resolve_device
-from gaccum_core.engine import preflight
-from gaccum_core.loopcode import render_loop
-from gaccum_core.checkpoint import CheckpointError
-from gaccum_core.runner import RunBusyError
+from gaccum_core.data.images import DataError
+from gaccum_core.plan.costs import warnings_for
+from gaccum_core.train.device import resolve_device
+from gaccum_core.train.engine import preflight
+from gaccum_core.lab.loopcode import render_loop
+from gaccum_core.train.checkpoint import CheckpointError
+from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
-from gaccum_core.store import StoreError
-from ui import (CHART_TITLES, REFRESH_S, adopt_settings, await_first_step, chart_labels, config_from, get_runner,
+from gaccum_core.runs.store import StoreError
+from dashboard.ui import (CHART_TITLES, REFRESH_S, adopt_settings, await_first_step, chart_labels, config_from, get_runner,
                 live_charts, progress, session_runs, short_name, widget)
 
 st.set_page_config(page_title="gaccum · Train", layout="wide")

@@ -2,13 +2,13 @@
 
 import streamlit as st
 
-from gaccum_core.catalog import combined_csv, run_labels, run_table, settings_table
-from gaccum_core.checkpoint import CheckpointError
-from gaccum_core.charts import X_AXES, RunSeries, build_figures
-from gaccum_core.runner import RunBusyError
+from gaccum_core.runs.catalog import combined_csv, run_labels, run_table, settings_table
+from gaccum_core.train.checkpoint import CheckpointError
+from gaccum_core.views.charts import X_AXES, RunSeries, build_figures
+from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
-from gaccum_core.store import StoreError, validate_run_id
-from ui import chart_cache, get_runner, widget
+from gaccum_core.runs.store import StoreError, validate_run_id
+from dashboard.ui import chart_cache, get_runner, widget
 
 st.set_page_config(page_title="gaccum · Runs", layout="wide")
 st.title("Runs")

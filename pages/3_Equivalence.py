@@ -4,9 +4,9 @@ import streamlit as st
 
 from gaccum_core import config as cfg
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.equivalence import ReferenceTooLarge, compare_gradients, train_side_by_side
-from gaccum_core.lab_charts import gradient_figure, side_by_side_figures
-from ui import widget
+from gaccum_core.lab.equivalence import ReferenceTooLarge, compare_gradients, train_side_by_side
+from gaccum_core.views.lab import gradient_figure, side_by_side_figures
+from dashboard.ui import widget
 
 st.set_page_config(page_title="gaccum · Equivalence", layout="wide")
 st.title("Equivalence check")

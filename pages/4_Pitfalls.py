@@ -3,8 +3,8 @@
 import pandas as pd
 import streamlit as st
 
-from gaccum_core.lab_charts import pitfall_figure
-from gaccum_core.pitfalls import PITFALLS, run_pitfall
+from gaccum_core.views.lab import pitfall_figure
+from gaccum_core.lab.pitfalls import PITFALLS, run_pitfall
 
 st.set_page_config(page_title="gaccum · Pitfalls", layout="wide")
 st.title("Pitfall gallery")

@@ -6,18 +6,18 @@ import dataclasses
 import streamlit as st
 import torch
 
-from controls import CLEAR_LABELS, LABELS as TRAIN_LABELS
+from dashboard.controls import CLEAR_LABELS, LABELS as TRAIN_LABELS
 from gaccum_core import config as cfg
 from gaccum_core.config import FIELD_HELP, ConfigError, RunConfig
-from gaccum_core.data import DataError
-from gaccum_core.device import resolve_device
-from gaccum_core.engine import preflight
-from gaccum_core.plan import (MEMORY_SOURCES, PlanRequest, config_from_plan, default_budget_mb, default_request,
+from gaccum_core.data.images import DataError
+from gaccum_core.train.device import resolve_device
+from gaccum_core.train.engine import preflight
+from gaccum_core.plan.planner import (MEMORY_SOURCES, PlanRequest, config_from_plan, default_budget_mb, default_request,
                               make_plan)
-from gaccum_core.plan_charts import (TABLE_FORMATS, memory_figure, plan_csv, plan_table, progress_text,
+from gaccum_core.views.plan import (TABLE_FORMATS, memory_figure, plan_csv, plan_table, progress_text,
                                      recommendation_words, speed_figure)
-from gaccum_core.plan_search import mb
-from ui import widget
+from gaccum_core.plan.search import mb
+from dashboard.ui import widget
 
 LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)"}
 TRAIN_FIELDS = ("model", "dataset", "image_size", "fake_samples", "text_file", "max_seq_len", "gpt_preset",
@@ -63,7 +63,7 @@ with st.sidebar:
     if dataset in cfg.TEXT_DATASETS or values["model"] in cfg.TEXT_MODELS:  # a language model's settings
         if dataset == "text":
             control("text_file", st.text_input, DEFAULT.base.text_file)
-        control("gpt_preset", st.selectbox, DEFAULT.base.gpt_preset, options=cfg.GPT_PRESETS)
+        control("gpt_preset", st.selectbox, DEFAULT.base.gpt_preset, options=cfg.GPT_PRESET_NAMES)
         control("max_seq_len", st.number_input, DEFAULT.base.max_seq_len, step=32)
     else:
         if dataset == "fake":

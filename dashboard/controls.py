@@ -1,0 +1,253 @@
+"""The Train page's controls: one widget per RunConfig field that matters, with room for its error.
+
+Number fields carry no min/max of their own: a widget with bounds refuses a typed value, shows it
+anyway and keeps using the previous one. Here what is typed is what runs; RunConfig validates it,
+and a refused value disables Start with a message naming the control.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import streamlit as st
+import torch
+
+from gaccum_core import config as cfg
+from gaccum_core.data.images import describe_dataset
+from gaccum_core.train.device import resolve_device
+from gaccum_core.train.engine import max_processes
+from gaccum_core.presets import GPT_PRESETS, millions
+from dashboard.ui import widget
+
+_CLI_OR_UI = re.compile(r"pass --[a-z-]+ \(CLI\) or tick '([a-z_]+)' \(UI\)")
+_SET_FIELD = re.compile(r"\bset ([a-z_]+) to\b")
+CLEAR_LABELS = {"off": "off", "step": "per optimizer step", "micro": "per micro-batch"}
+REDUCTION_LABELS = {"mean": "mean (exact)", "sum": "sum",
+                    "mean_per_micro_batch": "mean per micro-batch (textbook, not exact)"}
+SCALES = [2.0**p for p in range(0, 33, 2)]
+DEFAULTS = cfg.RunConfig(model="cnn")
+# Each control's label: the page names a field by it in every message.
+LABELS = {
+    "model": "Model",
+    "dataset": "Dataset",
+    "text_file": "Text file",
+    "gpt_preset": "GPT size",
+    "max_seq_len": "Sequence length (tokens)",
+    "fake_samples": "Fake samples",
+    "fake_classes": "Fake classes",
+    "data_dir": "Data directory",
+    "download": "Download if missing",
+    "image_size": "Image size (0 = the data set's own)",
+    "micro_batch_size": "Micro-batch size b",
+    "accum_steps": "Accumulation steps k",
+    "reduction": "Loss reduction",
+    "amp": "Mixed precision",
+    "init_scale": "Initial loss scale",
+    "growth_interval": "Growth interval",
+    "grad_clip": "Gradient clipping (0 = off)",
+    "clear_cache": "Cache clearing",
+    "compile": "torch.compile",
+    "device": "Device",
+    "optimizer": "Optimizer",
+    "lr": "Learning rate",
+    "momentum": "Momentum",
+    "weight_decay": "Weight decay",
+    "lr_schedule": "Schedule",
+    "warmup_steps": "Warmup steps",
+    "epochs": "Epochs",
+    "max_steps": "Max optimizer steps (0 = no limit)",
+    "eval_every": "Evaluate every N steps (0 = each epoch)",
+    "seed": "Seed",
+    "nproc": "Processes N (data-parallel)",
+    "checkpoint_every": "Checkpoint every N steps (0 = on Stop and at the end)",
+    "sync_every_micro_batch": "All-reduce after every micro-batch (no_sync off)",
+}
+
+
+def _power_of_two(scale: float) -> str:
+    exponent = int(scale).bit_length() - 1
+    return f"2^{exponent}" if scale == 2.0**exponent else f"{scale:g}"
+
+
+def _device_of() -> torch.device:
+    """The device the Device control names (drawn further down; the CPU when it names none that exists)."""
+    try:
+        return resolve_device(st.session_state.get("_keep_cfg_device", DEFAULTS.device))
+    except cfg.ConfigError:
+        return torch.device("cpu")
+
+
+def _preset_label(preset: str) -> str:
+    return f"{preset} · {millions(GPT_PRESETS[preset].parameters)} parameters"
+
+
+def _preset_caption(preset: str) -> str:
+    shape = GPT_PRESETS[preset]
+    return (f"gpt {preset}: {millions(shape.parameters)} parameters, {shape.layers} layers × {shape.width} wide, "
+            f"{shape.heads} heads, sequences of up to {shape.max_len} tokens (bytes)")
+
+
+def file_stamp(path: str) -> tuple[int, int] | None:
+    """(modification time, size) of a file, so a cached description follows its edits; None if unreadable."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_mtime_ns, info.st_size
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _description(config_json: str, stamp: tuple[int, int] | None) -> str:
+    """describe_dataset, remembered per settings (and text file version): a text set is read and cut to describe it."""
+    return describe_dataset(cfg.RunConfig.from_json(config_json))
+
+
+def _devices() -> list[str]:
+    gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return ["auto", "cpu", *gpus]
+
+
+# What to do, after a ConfigError's own words, for settings that only make sense together:
+# (field, words of the error's allowed text, hint).
+_HINTS = (
+    ("dataset", "text data set", ". Pick pydoc (bundled) or text (your own file) under Dataset, "
+                                 "or an image model under Model"),
+    ("model", "language model", ". Pick gpt under Model, or an image data set under Dataset"),
+    ("max_seq_len", "positions", ". Shorten the sequences, or pick a larger GPT size"),
+)
+
+
+class Controls:
+    """Draws the controls in the sidebar and keeps an error slot under each."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.slots: dict[str, Any] = {}
+
+    def add(self, field: str, draw: Any, **kwargs: Any) -> Any:
+        """One control bound to a RunConfig field, followed by an (empty) error slot."""
+        self.values[field] = widget(draw, LABELS[field], f"cfg_{field}", getattr(DEFAULTS, field), **kwargs)
+        self.slots[field] = st.empty()
+        return self.values[field]
+
+    @staticmethod
+    def in_page_words(message: str) -> str:
+        """A message from gaccum_core with its field names (and CLI advice) in the page's labels."""
+        message = _CLI_OR_UI.sub(lambda m: f"tick '{LABELS.get(m[1], m[1])}'", message)
+        return _SET_FIELD.sub(lambda m: f"set '{LABELS[m[1]]}' to" if m[1] in LABELS else m[0], message)
+
+    @staticmethod
+    def explain(exc: cfg.ConfigError) -> str:
+        """A ConfigError in the words of the page: the control's label, the value, what is allowed."""
+        label = LABELS.get(exc.field)
+        if label is None:
+            return str(exc)
+        hint = next((h for field, words, h in _HINTS if field == exc.field and words in exc.allowed), "")
+        return f"{label} = {exc.value!r} is not allowed: {exc.allowed}{hint}"
+
+    def error(self, field: str, message: str) -> None:
+        """Show a message under the control of `field` (or at the top of the sidebar)."""
+        self.slots.get(field, st.sidebar).error(message)
+
+    def warn(self, field: str, message: str) -> None:
+        """Show a warning under the control of `field` (or at the top of the sidebar)."""
+        self.slots.get(field, st.sidebar).warning(message)
+
+    def draw(self) -> dict[str, Any]:
+        """Every control; returns the values by field name."""
+        with st.sidebar:
+            self._model_and_data()
+            self._batch()
+            self._precision()
+            self._optimizer()
+            self._length()
+        return self.values
+
+    def _model_and_data(self) -> None:
+        st.header("Model and data")
+        model = self.add("model", st.selectbox, options=cfg.MODELS)
+        dataset = self.add("dataset", st.selectbox, options=cfg.DATASETS)
+        text = dataset in cfg.TEXT_DATASETS
+        if text or model in cfg.TEXT_MODELS:
+            if dataset == "text":
+                self.add("text_file", st.text_input, placeholder="path/to/notes.txt (UTF-8, paragraphs split by blank lines)")
+            preset = self.add("gpt_preset", st.selectbox, options=cfg.GPT_PRESET_NAMES, format_func=_preset_label)
+            if preset in GPT_PRESETS:
+                st.caption(_preset_caption(preset))
+            self.add("max_seq_len", st.number_input, step=16)
+        if not text:  # image settings: a text data set has none
+            if dataset == "fake":
+                self.add("fake_samples", st.number_input, step=256)
+                self.add("fake_classes", st.number_input, step=1)
+            if dataset in ("mnist", "fashionmnist", "cifar10"):
+                self.add("data_dir", st.text_input)
+                self.add("download", st.checkbox)
+            self.add("image_size", st.number_input, step=8)
+        self._describe_dataset(text)
+
+    def _describe_dataset(self, text: bool) -> None:
+        """A line on the data set chosen; described even while the model does not suit it (the
+        message under Dataset or Model says so), left out while a data setting is refused."""
+        values = dict(self.values)
+        if text:
+            values["model"] = cfg.TEXT_MODELS[0]
+        elif values["model"] in cfg.TEXT_MODELS:
+            values["model"] = DEFAULTS.model
+        try:
+            config = cfg.RunConfig(**values)
+            stamp = file_stamp(config.text_file) if config.dataset == "text" else None
+            st.caption(_description(config.to_json(), stamp))
+        except ValueError:  # the message under the refused control says why
+            pass
+
+    def _batch(self) -> None:
+        st.header("Accumulation")
+        # Typed exactly (a slider jumps values per pixel); the metric is computed from the same values.
+        b = self.add("micro_batch_size", st.number_input, step=1)
+        k = self.add("accum_steps", st.number_input, step=1)
+        n = self.add("nproc", st.number_input, step=1)
+        if n != 1:
+            self.add("sync_every_micro_batch", st.checkbox)
+        st.caption(f"N: 1 to {max_processes(_device_of())}, one process per "
+                   f"{'GPU' if torch.cuda.is_available() else 'CPU core (for trying it out)'}, "
+                   "DDP through torchrun")
+        st.metric("Effective batch N·b·k" if n != 1 else "Effective batch b·k", n * b * k)
+        reduction = self.add("reduction", st.radio, options=cfg.REDUCTIONS, format_func=REDUCTION_LABELS.get)
+        if reduction == "mean_per_micro_batch":
+            st.caption("The textbook loop: loss.mean() / k per micro-batch. Not exact: a micro-batch with fewer "
+                       "samples (an epoch's last) or fewer target tokens (text: nearly always) weighs as much as a full "
+                       "one, so the step differs from one big batch's. mean divides by the window's count instead.")
+
+    def _precision(self) -> None:
+        st.header("Precision and memory")
+        amp = self.add("amp", st.radio, options=cfg.AMP_MODES, horizontal=True)
+        if amp == "fp16":
+            # A run's own scale (from the CLI or a reload) may lie between the powers of 4 offered.
+            scales = sorted({*SCALES, float(st.session_state.get("_keep_cfg_init_scale", DEFAULTS.init_scale))})
+            self.add("init_scale", st.select_slider, options=scales, format_func=_power_of_two)
+            self.add("growth_interval", st.number_input, step=1)
+        self.add("grad_clip", st.number_input, step=0.1)
+        self.add("clear_cache", st.selectbox, options=cfg.CLEAR_CACHE_MODES,
+                 format_func=CLEAR_LABELS.get)
+        self.add("compile", st.selectbox, options=cfg.COMPILE_MODES)
+        self.add("device", st.selectbox, options=_devices())
+
+    def _optimizer(self) -> None:
+        st.header("Optimizer")
+        optimizer = self.add("optimizer", st.selectbox, options=cfg.OPTIMIZERS)
+        self.add("lr", st.number_input, format="%.6g")
+        if optimizer == "sgd":
+            self.add("momentum", st.number_input, step=0.05)
+        self.add("weight_decay", st.number_input, format="%.6g")
+        self.add("lr_schedule", st.radio, options=cfg.LR_SCHEDULES, horizontal=True)
+        self.add("warmup_steps", st.number_input, step=1)
+
+    def _length(self) -> None:
+        st.header("Length")
+        self.add("epochs", st.number_input, step=1)
+        self.add("max_steps", st.number_input, step=1)
+        self.add("eval_every", st.number_input, step=1)
+        self.add("checkpoint_every", st.number_input, step=10)
+        self.add("seed", st.number_input, step=1)

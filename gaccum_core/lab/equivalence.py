@@ -1,0 +1,269 @@
+"""Does accumulation equal the big batch? Both compared on the user's own model, data and precision.
+
+compare_gradients takes one window's gradient both ways from the same weights; train_side_by_side
+trains two copies of the model for a few steps. When the big-batch reference does not fit in
+memory, both raise ReferenceTooLarge, which says how large a reference does fit.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pandas as pd
+import torch
+from torch import nn
+from torchvision.ops import StochasticDepth
+
+from gaccum_core.train.accumulation import epoch_order, micro_batch_divisors, plan_epoch, planned_steps
+from gaccum_core.config import RunConfig
+from gaccum_core.data.images import load_data
+from gaccum_core.train.device import resolve_device
+from gaccum_core.train.loss import summed_cross_entropy
+from gaccum_core.train.memory import clear_cache, is_out_of_memory
+from gaccum_core.models.vision import build_seeded_model
+from gaccum_core.train.precision import Precision
+from gaccum_core.train.step import Optimization, accumulate, accumulate_step
+from gaccum_core.data.text import IGNORE
+
+COLUMNS = ["name", "shape", "numel", "max_abs_diff", "rel_l2", "cosine"]
+SIDE_BY_SIDE_COLUMNS = ["step", "loss_big", "loss_accum", "weight_distance"]
+# fp32 rounds at 6e-8 relative; one pass over b·k samples and k passes over b add the same terms
+# in another order, which moves a gradient by ~1e-7 (mlp) to ~1e-6 (cnn), while BatchNorm or
+# dropout move it by ~1. Under autocast every matmul rounds its output to 8 (bf16) or 11 (fp16)
+# mantissa bits, 4e-3 / 5e-4 relative, and the big batch rounds one sum over b·k samples where
+# accumulation rounds k sums of b: a few such roundings (measured 2e-3 / 4e-4) stay under 2e-2.
+TOLERANCES = {"off": 1e-5, "fp16": 2e-2, "bf16": 2e-2}
+_PRECISION_NAMES = {"off": "fp32", "fp16": "fp16", "bf16": "bf16"}
+
+
+@dataclass(frozen=True)
+class GradientReport:
+    """Per-parameter differences between the big-batch and the accumulated gradient, and a verdict."""
+
+    table: pd.DataFrame  # one row per parameter tensor, columns COLUMNS
+    verdict: str
+    equal: bool
+
+
+class ReferenceTooLarge(RuntimeError):
+    """One batch of b·k samples, the reference for accumulation, does not fit in memory."""
+
+    def __init__(self, effective_batch: int, largest_fitting: int, micro_batch_size: int | None = None) -> None:
+        self.effective_batch, self.largest_fitting = effective_batch, largest_fitting
+        if largest_fitting:
+            setting = f" (accum_steps={largest_fitting // micro_batch_size})" if micro_batch_size else ""
+            advice = f"the largest that fits is {largest_fitting}{setting}: compare at that size"
+        else:
+            advice = "not even one micro-batch fits: lower micro_batch_size"
+        super().__init__(f"the big-batch reference of {effective_batch} samples does not fit in memory; {advice}")
+
+
+def compare_gradients(config: RunConfig) -> GradientReport:
+    """The gradient of the first b·k samples as one batch and accumulated over k micro-batches of b."""
+    return _unless_out_of_memory(config, lambda: _compare(config))
+
+
+def train_side_by_side(config: RunConfig, steps: int) -> pd.DataFrame:
+    """Train a big-batch copy and an accumulating copy for `steps` optimizer steps, one row per step."""
+    if steps < 1:
+        raise ValueError(f"steps={steps!r} is not allowed: an integer ≥ 1")
+    return _unless_out_of_memory(config, lambda: _side_by_side(config, steps))
+
+
+def largest_fitting_effective_batch(config: RunConfig) -> int:
+    """The largest b·k' (k' = k, k/2, k/4, …, 1) whose one-batch forward+backward fits; 0 if none does."""
+    bench = _Bench(config)
+    x, y = bench.samples(0, 0, config.effective_batch_size)
+    k = config.accum_steps
+    # Whole micro-batches only, so the answer is a b·k' the user can set.
+    for accum_steps in sorted({k >> i for i in range(k.bit_length())}, reverse=True):
+        size = min(config.micro_batch_size * accum_steps, len(x))
+        if _fits(bench, x[:size], y[:size]):
+            return size
+    return 0
+
+
+def _unless_out_of_memory(config: RunConfig, run: Callable[[], Any]) -> Any:
+    """run(), turning out-of-memory into ReferenceTooLarge with the largest size that fits."""
+    try:
+        return run()
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+    # Outside the except block: the traceback, and the tensors its frames hold, are released.
+    clear_cache(resolve_device(config.device))
+    raise ReferenceTooLarge(config.effective_batch_size, largest_fitting_effective_batch(config),
+                            config.micro_batch_size)
+
+
+class _Bench:
+    """The run's device, training data, precision and model (seeded exactly as the engine seeds it)."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config, self.device = config, resolve_device(config.device)
+        data = load_data(config)
+        self.train = data.train
+        self.precision = Precision(config.amp, self.device, config.init_scale, config.growth_interval)
+        # Eager even when config.compile is on (the question is arithmetic), in train mode as training runs it.
+        self.model = build_seeded_model(config, data.input_shape, data.num_classes).to(self.device).train()
+
+    def samples(self, epoch: int, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Samples [start, stop) of the epoch's order, on the device."""
+        x, y = self.train.batch(epoch_order(len(self.train), self.config.seed, epoch)[start:stop])
+        return x.to(self.device), y.to(self.device)
+
+
+def _micro_batches(x: torch.Tensor, y: torch.Tensor, micro_batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The window (x, y) as consecutive micro-batches of micro_batch_size (the last may be short)."""
+    return list(zip(x.split(micro_batch_size), y.split(micro_batch_size)))
+
+
+def _weighted(reduction: str, micro: list[tuple[torch.Tensor, torch.Tensor]], accum_steps: int | None = None):
+    """The micro-batches numbered, and each one's divisor by the engine's rule (counts: samples, or target
+    tokens when padding is marked -100); the big batch (one micro-batch, accum_steps None) is the mean."""
+    divisors = micro_batch_divisors(reduction, [int((y != IGNORE).sum()) for _, y in micro], 1, accum_steps)
+    return list(enumerate(micro)), lambda numbered: divisors[numbered[0]]
+
+
+def _fits(bench: _Bench, x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether one forward+backward of this batch fits in memory; frees what it took either way."""
+    try:
+        summed_cross_entropy(bench.model, bench.precision, x, y).backward()
+        fitted = True
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        fitted = False
+    bench.model.zero_grad(set_to_none=True)
+    clear_cache(bench.device)
+    return fitted
+
+
+def _window_gradients(bench: _Bench, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,
+                      scale: float) -> list[torch.Tensor]:
+    """Unscaled gradients of the window x, accumulated over micro-batches by the shared step's first half."""
+    # Under fp16 a scaler at this scale multiplies each loss, as the run's GradScaler would; else scale is 1.
+    precision = Precision(bench.config.amp, bench.device, init_scale=scale)
+    big = micro_batch_size >= len(x)
+    numbered, divisor = _weighted(bench.config.reduction, _micro_batches(x, y, micro_batch_size),
+                                  None if big else bench.config.accum_steps)
+    accumulate(precision, numbered, lambda n: summed_cross_entropy(bench.model, precision, *n[1]), divisor)
+    grads = [p.grad / scale if p.grad is not None else torch.zeros_like(p)
+             for p in bench.model.parameters() if p.requires_grad]
+    bench.model.zero_grad(set_to_none=True)
+    return grads
+
+
+def _gradients_both_ways(bench: _Bench, x: torch.Tensor, y: torch.Tensor) -> tuple[list, list, str]:
+    """(big batch, accumulated) gradients, and a note when some were not finite."""
+    config, uses_scaler = bench.config, bench.precision.uses_scaler
+    # fp16 scales the loss as the GradScaler does, and backs off the same way when it overflows.
+    scale, note = (config.init_scale if uses_scaler else 1.0), ""
+    while True:
+        big = _window_gradients(bench, x, y, len(x), scale)
+        accumulated = _window_gradients(bench, x, y, config.micro_batch_size, scale)
+        broken = " and the ".join(side for side, grads in (("big-batch", big), ("accumulated", accumulated))
+                                  if not all(bool(torch.isfinite(g).all()) for g in grads))
+        if not broken or not uses_scaler or scale <= 1.0:
+            break
+        note = note or f"in fp16 the {broken} gradients overflowed to inf/NaN at loss scale {scale:g}"
+        scale /= 2
+    if broken:
+        return big, accumulated, f"the {broken} gradients are not finite (inf/NaN)" + (
+            f" even at loss scale {scale:g}" if uses_scaler else "")
+    return big, accumulated, note and f"{note}; compared at loss scale {scale:g}, as a GradScaler backs off"
+
+
+def _difference(name: str, big: torch.Tensor, accumulated: torch.Tensor) -> dict[str, Any]:
+    """One table row: how far the accumulated gradient is from the big-batch one."""
+    a, b = big.double().flatten(), accumulated.double().flatten()
+    norm_a, norm_b, norm_diff = (torch.linalg.vector_norm(v).item() for v in (a, b, a - b))
+    rel_l2 = 0.0 if norm_diff == 0 else norm_diff / norm_a if norm_a > 0 else math.inf
+    # Two zero gradients point the same way; a zero and a non-zero one do not.
+    cosine = (a @ b).item() / (norm_a * norm_b) if norm_a * norm_b > 0 else float(norm_a == norm_b)
+    return {"name": name, "shape": "×".join(map(str, big.shape)) or "scalar", "numel": a.numel(),
+            "max_abs_diff": (a - b).abs().max().item() if a.numel() else 0.0, "rel_l2": rel_l2, "cosine": cosine}
+
+
+def _compare(config: RunConfig) -> GradientReport:
+    bench = _Bench(config)
+    x, y = bench.samples(0, 0, config.effective_batch_size)
+    big, accumulated, note = _gradients_both_ways(bench, x, y)
+    names = [name for name, p in bench.model.named_parameters() if p.requires_grad]
+    table = pd.DataFrame([_difference(*row) for row in zip(names, big, accumulated)], columns=COLUMNS)
+    # NaN compares False, so a non-finite error counts as a difference.
+    differs = ~(table["rel_l2"] < TOLERANCES[config.amp])
+    verdict = _verdict(config, bench.model, table, differs, len(x)) + (f". Note: {note}" if note else "")
+    return GradientReport(table, verdict, not differs.any())
+
+
+def _verdict(config: RunConfig, model: nn.Module, table: pd.DataFrame, differs: pd.Series, samples: int) -> str:
+    """'equal up to float rounding' with the largest error, or the layers that differ and why."""
+    bound = f"the {_PRECISION_NAMES[config.amp]} tolerance {TOLERANCES[config.amp]:g}"
+    if not differs.any():
+        return (f"equal up to float rounding: the largest relative L2 error over {len(table)} parameter "
+                f"tensors is {table['rel_l2'].max():.2g}, below {bound}")
+    layers = list(dict.fromkeys(name.rpartition(".")[0] or name for name in table.loc[differs, "name"]))
+    return (f"not equal: {int(differs.sum())} of {len(table)} parameter tensors differ beyond {bound}, "
+            f"in layers {_quoted(layers)}; likely reason: {_likely_reason(config, model, samples)}")
+
+
+def _likely_reason(config: RunConfig, model: nn.Module, samples: int) -> str:
+    """The layers that make a micro-batch's gradient depend on more than its own samples, or rounding."""
+    modules = list(model.named_modules())
+    norms = [name for name, m in modules if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    drops = [name for name, m in modules if isinstance(m, (nn.modules.dropout._DropoutNd, StochasticDepth))
+             and m.training and m.p > 0]
+    reasons = []
+    if norms:
+        reasons.append(f"BatchNorm layers {_quoted(norms)} normalise each micro-batch of "
+                       f"{config.micro_batch_size} with its own statistics, not the whole batch of {samples}")
+    if drops:
+        reasons.append(f"dropout layers {_quoted(drops)} are active in train mode and draw different "
+                       "random masks for the big batch and for the micro-batches")
+    if config.reduction == "mean_per_micro_batch":
+        reasons.append("the textbook weighting (reduction mean_per_micro_batch) gives each micro-batch 1/k of the "
+                       "step whatever its sample or token count, where one big batch weights every one equally")
+    if reasons:
+        return "; ".join(reasons)
+    if config.amp != "off":
+        return "reduced precision rounding (compare in fp32 to confirm)"
+    return "unknown (no BatchNorm or dropout found: look for layers that mix samples or draw random numbers)"
+
+
+def _quoted(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(f"'{name or '(model)'}'" for name in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _train_one_step(opt: Optimization, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                    micro_batch_size: int, reduction: str, accum_steps: int) -> float:
+    """The shared accumulation step on the window (x, y) in micro-batches; the window's summed loss."""
+    big = micro_batch_size >= len(x)
+    numbered, divisor = _weighted(reduction, _micro_batches(x, y, micro_batch_size), None if big else accum_steps)
+    result = accumulate_step(opt, numbered, lambda n: summed_cross_entropy(model, opt.precision, *n[1]), divisor)
+    return result.loss_sum.item()
+
+
+def _side_by_side(config: RunConfig, steps: int) -> pd.DataFrame:
+    bench, b, k = _Bench(config), config.micro_batch_size, config.accum_steps
+    n = len(bench.train)
+    # The engine's schedule length, so warmup and cosine match the real run's first steps.
+    total = planned_steps(n, b, k, config.epochs, config.max_steps)
+    models = {"big": copy.deepcopy(bench.model), "accumulating": bench.model}
+    opts = {side: Optimization.from_config(config, model, bench.device, total) for side, model in models.items()}
+    windows = ((epoch, w.micro_batches) for epoch in itertools.count() for w in plan_epoch(n, b, k))
+    rows = []
+    for step, (epoch, micro) in enumerate(itertools.islice(windows, steps), 1):
+        x, y = bench.samples(epoch, micro[0].start, micro[-1].stop)
+        loss_big = _train_one_step(opts["big"], models["big"], x, y, len(x), config.reduction, k)
+        loss_accum = _train_one_step(opts["accumulating"], models["accumulating"], x, y, b, config.reduction, k)
+        count = int((y != IGNORE).sum())  # samples, or target tokens
+        distance = math.sqrt(sum(torch.sum((p.double() - q.double()) ** 2).item()
+                                 for p, q in zip(opts["big"].params, opts["accumulating"].params)))
+        rows.append(dict(zip(SIDE_BY_SIDE_COLUMNS, (step, loss_big / count, loss_accum / count, distance))))
+    return pd.DataFrame(rows, columns=SIDE_BY_SIDE_COLUMNS)

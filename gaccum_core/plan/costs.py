@@ -1,0 +1,87 @@
+"""What costly options cost on this machine, measured in a fraction of a second before Start.
+
+Clearing the cache calls gc.collect() (and empty_cache() on CUDA) once per micro-batch or per step:
+in a process holding torch that is ~0.1-0.2 s each time, far more than a small model's step.
+Autocast to fp16 or bf16 on a CPU without native half-precision kernels can run ~100x slower than
+fp32. A user should see the figure before choosing the option, not after a run crawls.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gaccum_core.train.memory import clear_cache
+from gaccum_core.models.vision import build_model
+from gaccum_core.seeding import seeded
+
+_REPEATS = 3
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One option's measured cost on one device."""
+
+    seconds: float  # per call (cache clearing) or per probe step (autocast)
+    ratio: float    # against the option off: 1.0 for cache clearing, slowdown for autocast
+
+
+@cache
+def cache_clearing_cost(device_name: str) -> Cost:
+    """Median seconds of one clear_cache() here (gc.collect, and empty_cache on CUDA)."""
+    device = torch.device(device_name)
+    return Cost(statistics.median(clear_cache(device) for _ in range(_REPEATS)), 1.0)
+
+
+@cache
+def autocast_cost(device_name: str, amp: str) -> Cost:
+    """Seconds of one forward+backward of gaccum's cnn on 32 images of 32×32 under autocast(amp),
+    and the ratio to fp32: a small conv net, quick to probe, whose kernels are the ones that slow down."""
+    device = torch.device(device_name)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[amp]
+    model = seeded(0, lambda: build_model("cnn", (3, 32, 32), 10)).to(device)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 3, 32, 32, generator=generator).to(device)
+    y = torch.randint(0, 10, (32,), generator=generator).to(device)
+    plain = _step_seconds(model, x, y, device, None)
+    mixed = _step_seconds(model, x, y, device, dtype)
+    return Cost(mixed, mixed / plain if plain > 0 else float("inf"))
+
+
+def _step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device,
+                  dtype: torch.dtype | None) -> float:
+    """Median seconds of one forward+backward, after one warm-up."""
+    times = []
+    for _ in range(_REPEATS + 1):
+        start = time.perf_counter()
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            loss = F.cross_entropy(model(x).float(), y)
+        loss.backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+        model.zero_grad(set_to_none=True)
+    return statistics.median(times[1:])
+
+
+def warnings_for(clear_cache_mode: str, amp: str, accum_steps: int, device_name: str) -> dict[str, str]:
+    """{config field: plain-words warning with this machine's figure} for the costly options chosen."""
+    notes = {}
+    if clear_cache_mode != "off":
+        cost = cache_clearing_cost(device_name).seconds
+        per_step = cost * (accum_steps if clear_cache_mode == "micro" else 1)
+        where = f"after each of the {accum_steps} micro-batches" if clear_cache_mode == "micro" else "once"
+        notes["clear_cache"] = (f"Cache clearing takes {cost * 1000:.0f} ms each time on this machine ({where}): "
+                                f"about {per_step:.2f} s added to every optimizer step.")
+    if amp != "off" and torch.device(device_name).type == "cpu":
+        cost = autocast_cost(device_name, amp)
+        if cost.ratio >= 2:
+            notes["amp"] = (f"{amp} autocast on this CPU runs a small conv net {cost.ratio:.1f}× slower than fp32 "
+                            "(measured just now): expect the run to take about that much longer. It pays off on GPUs.")
+    return notes

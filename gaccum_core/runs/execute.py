@@ -1,0 +1,133 @@
+"""One run from start to final state, in this process: the body both executors share.
+
+The thread executor calls execute() in a server thread; a worker process (gaccum_core.runs.worker) calls
+it in a child, or on every rank of a torchrun job, where only global rank 0 writes the run directory.
+Whatever raises, the caller gets a final state and a message; the run's memory is released, and a
+failure to release it (a CUDA error surfaces at the next synchronisation) fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from typing import Callable
+
+import torch
+
+from gaccum_core import faults
+from gaccum_core.config import RunConfig
+from gaccum_core.train.device import device_name
+from gaccum_core.train.distributed import Ranks, share_from_rank0
+from gaccum_core.train.engine import CompileError, Diverged, Engine, StopCheck
+from gaccum_core.train.memory import clear_cache, is_out_of_memory
+from gaccum_core.train.metrics import FanOut, MetricSink, NullSink, Row, skipped_warning
+from gaccum_core.states import RunState
+from gaccum_core.runs.store import RunStore, now_iso
+
+Outcome = tuple[RunState, str]
+
+
+class _Recorder:
+    """Keeps the step rows this process saw, for the skipped-steps warning at the end."""
+
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+
+    def log_step(self, row: Row) -> None:
+        """Keep the step row."""
+        self.rows.append(row)
+
+    def log_eval(self, row: Row) -> None:
+        """Evaluations are not needed here."""
+
+
+def failure_message(exc: BaseException, config: RunConfig) -> str:
+    """A one-paragraph explanation of why a run failed, with advice where there is some."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if is_out_of_memory(exc):
+        b, k = config.micro_batch_size, config.accum_steps
+        advice = (f"lower the micro-batch size and raise accumulation steps to keep the effective batch "
+                  f"of {config.effective_batch_size}, e.g. micro_batch_size={max(b // 2, 1)} with accum_steps={k * 2}")
+        return f"out of memory at micro_batch_size={b}: {advice}. ({text[:200]})"
+    if isinstance(exc, (ValueError, CompileError)):
+        return text
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+def execute(store: RunStore, run_id: str, config: RunConfig, device: torch.device, should_stop: StopCheck,
+            sink: MetricSink = NullSink(), on_start: Callable[[Engine], None] = lambda engine: None,
+            ranks: Ranks = Ranks()) -> Outcome:
+    """Train one run and release its memory; its final state and message (files written on rank 0).
+
+    On ranks other than 0 an exception propagates (torchrun reports it and ends the job)."""
+    writer, engine, recorder = None, None, _Recorder()
+    try:
+        if ranks.is_main:
+            store.update_status(run_id, state=RunState.RUNNING, started=now_iso(), device=device_name(device),
+                                world_size=ranks.world_size, pid=os.getpid())
+        engine = Engine(config, device, ranks)
+        _resume_if_checkpointed(store, run_id, engine, ranks)
+        if ranks.is_main:
+            writer = store.writer(run_id)
+        on_start(engine)
+        save = (lambda state: store.save_checkpoint(run_id, state)) if ranks.is_main else None
+        state = engine.run(FanOut(*(s for s in (writer, sink) if s is not None), recorder), should_stop, save)
+        if ranks.is_main:
+            store.save_model(run_id, engine.model.state_dict())
+            _end_segment(store, run_id, state, engine.training.counters.step)
+        outcome = state, "stopped by the user" if state == RunState.STOPPED else skipped_warning(recorder.rows)
+    except Diverged as exc:  # every rank sees the same loss: all of them end here together
+        outcome = RunState.DIVERGED, str(exc)
+    except Exception as exc:  # every failure ends the run with a message, never a dead thread
+        if not ranks.is_main:
+            raise
+        outcome = RunState.FAILED, failure_message(exc, config)
+        store.write_traceback(run_id, traceback.format_exc())
+    finally:
+        if writer is not None:
+            writer.close()
+        del engine
+    if not ranks.is_main:
+        clear_cache(device)  # an error here propagates: torchrun reports this rank's failure
+        return outcome
+    return release(store, run_id, device, *outcome)
+
+
+def _resume_if_checkpointed(store: RunStore, run_id: str, engine: Engine, ranks: Ranks) -> None:
+    """A run with a checkpoint continues from it: rows after it are dropped, a new segment begins.
+    A data-parallel run's ranks all take rank 0's checkpoint (its ranks stop only at a step's end, so
+    it holds no gradients in flight, and the ranks' weights, optimizer states and RNGs are the same)."""
+    checkpoint = store.load_checkpoint(run_id) if ranks.is_main else None
+    if ranks.distributed:
+        checkpoint = share_from_rank0(checkpoint)
+    if checkpoint is not None:
+        engine.resume_from(checkpoint)
+    if not ranks.is_main:
+        return
+    if checkpoint is not None:
+        store.truncate_rows(run_id, engine.training.counters.step)
+    segments = list(store.read_status(run_id).get("segments", []))
+    segments.append({"started": now_iso(), "from_step": engine.training.counters.step})
+    store.update_status(run_id, total_steps=engine.total_steps, segments=segments)
+
+
+def _end_segment(store: RunStore, run_id: str, state: RunState, step: int) -> None:
+    segments = list(store.read_status(run_id).get("segments", [{}]))
+    segments[-1] = {**segments[-1], "ended": now_iso(), "to_step": step, "state": str(state)}
+    store.update_status(run_id, segments=segments)
+
+
+def release(store: RunStore, run_id: str, device: torch.device, state: RunState, message: str) -> Outcome:
+    """Free the run's memory; a failure to do so fails the run, whose last steps are then suspect."""
+    try:
+        if faults.ARMED:
+            faults.check_cleanup()
+        clear_cache(device)
+    except Exception as exc:
+        # A device error surfaces at the next synchronisation, which may be this one.
+        store.write_traceback(run_id, traceback.format_exc())
+        before = f"it had {state}" + (f" ({message})" if message else "")
+        return RunState.FAILED, (f"releasing {device_name(device)}'s memory after the run failed: "
+                                 f"{type(exc).__name__}: {str(exc)[:300]}; {before}. Device errors surface late, "
+                                 "so its last steps may be wrong: restart the server if the next run fails too")
+    return state, message

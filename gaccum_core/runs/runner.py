@@ -1,0 +1,368 @@
+"""The background runner: runs execute one at a time per device; later runs queue.
+
+A run trains in a worker process (executor "process": a warm spare worker, or torchrun for a
+data-parallel run) supervised by the device's thread here, which follows the rows it writes, or in
+that thread itself (executor "thread"). States (gaccum_core.states): queued -> running -> finished |
+stopped | failed | diverged. Every run that starts ends in one of the final states with a message,
+whatever raises and wherever, whichever executor ran it. The supervising thread only touches plain
+Python state under a lock; snapshot() copies it for a UI or CLI to poll without reading files.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import psutil
+import torch
+
+from gaccum_core.runs.supervisor import Child, Launch, kill_tree, spawn_spare, terminate_on_exit
+from gaccum_core.config import RunConfig
+from gaccum_core.train.device import device_name, resolve_device
+from gaccum_core.train.checkpoint import CheckpointError, check_compatible
+from gaccum_core.train.engine import LENGTH_FIELDS, Engine
+from gaccum_core.runs.execute import execute, failure_message  # noqa: F401  (failure_message: part of the API)
+from gaccum_core.train.metrics import Row, eta_seconds
+from gaccum_core.states import FINAL_STATES, RunState
+from gaccum_core.runs.store import RunStore, now_iso
+
+EXECUTORS = ("process", "thread")
+STOP_GRACE_S = 5.0  # a worker that has not stopped this long after the request is killed
+
+
+class RunBusyError(RuntimeError):
+    """The run is queued or running: it cannot be deleted now."""
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """A consistent copy of one run's state."""
+
+    run_id: str
+    config: RunConfig
+    state: RunState
+    message: str
+    device: str
+    steps_done: int
+    total_steps: int
+    queue_position: int
+    elapsed_s: float
+    eta_s: float | None
+    metrics: tuple[Mapping[str, Any], ...]  # read-only rows: copy one to change it
+    evals: tuple[Mapping[str, Any], ...]
+    name: str = ""  # the user's name for the run, if they gave one
+
+    @property
+    def done(self) -> bool:
+        """True once the run has ended (finished, stopped, failed or diverged)."""
+        return self.state in FINAL_STATES
+
+
+@dataclass
+class _Run:
+    run_id: str
+    config: RunConfig
+    device_key: str
+    name: str = ""
+    state: RunState = RunState.QUEUED
+    message: str = ""
+    device: str = ""
+    total_steps: int = 0
+    started: float | None = None
+    ended: float | None = None
+    metrics: list[Row] = field(default_factory=list)
+    evals: list[Row] = field(default_factory=list)
+    pid: int | None = None  # the worker process (or torchrun) running it, if any
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    done_event: threading.Event = field(default_factory=threading.Event)
+
+
+def _training_elsewhere(pid: int | None) -> bool:
+    """Whether another live gaccum process (a server, a CLI, a worker) holds a run on disk as running."""
+    if not pid or pid == os.getpid():
+        return False
+    try:
+        command = " ".join(psutil.Process(pid).cmdline())
+        return "gaccum" in command or "streamlit" in command
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def _distributed(config: RunConfig) -> bool:
+    """A data-parallel run: torchrun starts its processes."""
+    return config.world_size > 1
+
+
+class _MemorySink:
+    """Keeps rows in the run's in-memory state for snapshot(), each a read-only copy: snapshots share
+    them (copying every row on every poll would cost a live page O(steps) per second)."""
+
+    def __init__(self, run: _Run, lock: threading.Lock) -> None:
+        self.run, self.lock = run, lock
+
+    def log_step(self, row: Row) -> None:
+        """Keep the step row."""
+        with self.lock:
+            self.run.metrics.append(MappingProxyType(dict(row)))
+
+    def log_eval(self, row: Row) -> None:
+        """Keep the eval row."""
+        with self.lock:
+            self.run.evals.append(MappingProxyType(dict(row)))
+
+
+class Runner:
+    """Runs configs in the background and tracks them; one instance per server process.
+
+    executor "process" trains each run in a worker process and keeps one warm spare worker ready
+    (started now, so the first Start does not wait for torch to import; warm_spare=False starts a
+    worker per run instead, for a one-run CLI); "thread" trains in this process. A data-parallel run
+    (config.world_size > 1) always runs under torchrun.
+    """
+
+    def __init__(self, runs_dir: str = "runs", executor: str = "thread", stop_grace_s: float = STOP_GRACE_S,
+                 launch: Launch = Launch(), warm_spare: bool = True) -> None:
+        if executor not in EXECUTORS:
+            raise ValueError(f"executor={executor!r} is not allowed: one of {', '.join(EXECUTORS)}")
+        self.store = RunStore(runs_dir)
+        self.executor, self.stop_grace_s, self.launch = executor, stop_grace_s, launch
+        self.warm_spare = warm_spare and executor == "process"
+        self._lock = threading.Lock()
+        self._runs: dict[str, _Run] = {}
+        self._queues: dict[str, deque[_Run]] = {}
+        self._workers: dict[str, threading.Thread] = {}
+        self._closed = False
+        self._spare: subprocess.Popen | None = spawn_spare() if self.warm_spare else None
+        atexit.register(self.close)
+
+    def submit(self, config: RunConfig, name: str | None = None, plan: dict | None = None) -> str:
+        """Create the run on disk (with the plan that chose its micro-batch, if any) and queue it; returns the run id."""
+        run_id = self.store.create(config, name, plan)
+        self._enqueue(_Run(run_id, config, str(resolve_device(config.device)), name or ""))
+        return run_id
+
+    def resume(self, run_id: str, epochs: int | None = None, max_steps: int | None = None) -> str:
+        """Queue a stopped, interrupted or failed run to go on from its checkpoint, in its directory; a
+        finished one with a longer epochs or max_steps. CheckpointError says why a run cannot resume."""
+        with self._lock:
+            known = self._runs.get(run_id)
+            if known is not None and known.state not in FINAL_STATES:
+                raise RunBusyError(f"run {run_id} is {known.state}: it cannot be resumed while it goes on")
+        config, status = self.store.read_config(run_id), self.store.read_status(run_id)
+        if status.get("state") not in FINAL_STATES and _training_elsewhere(status.get("pid")):
+            raise RunBusyError(f"run {run_id} is still training in process {status['pid']} (another server "
+                               "or command line): stop it there first")
+        lengths = {k: v for k, v in (("epochs", epochs), ("max_steps", max_steps)) if v is not None}
+        longer = config.replace(**lengths)
+        step = self._resumable_at(run_id, longer)
+        if status.get("state") == RunState.FINISHED and longer == config:
+            raise CheckpointError(f"run {run_id} finished all its steps: give a larger epochs or max_steps to extend it")
+        if longer != config:
+            self.store.change_config(run_id, longer, step)
+        self.store.truncate_rows(run_id, step)
+        self.store.clear_stop_request(run_id)
+        run = _Run(run_id, longer, str(resolve_device(longer.device)), status.get("name", ""))
+        run.metrics = [MappingProxyType(row) for row in self.store.metric_rows(run_id)]
+        run.evals = [MappingProxyType(row) for row in self.store.eval_rows(run_id)]
+        self.store.update_status(run_id, state=RunState.QUEUED, message="")
+        self._enqueue(run)
+        return run_id
+
+    def _resumable_at(self, run_id: str, config: RunConfig) -> int:
+        """The step the run's checkpoint resumes at; CheckpointError naming what makes it impossible."""
+        try:
+            checkpoint = self.store.load_checkpoint(run_id)
+        except Exception as exc:  # a torn or foreign file: torch.load's errors have many types
+            raise CheckpointError(f"checkpoint.pt of run {run_id} cannot be read ({type(exc).__name__}: "
+                                  f"{str(exc).splitlines()[0][:200]})") from None
+        if checkpoint is None:
+            raise CheckpointError(f"run {run_id} has no checkpoint.pt: it stopped before its first checkpoint, "
+                                  "or was written before checkpoints existed")
+        check_compatible(checkpoint, config.to_dict(), LENGTH_FIELDS)
+        return int(checkpoint["counters"]["step"])
+
+    def _enqueue(self, run: _Run) -> None:
+        device_key = run.device_key
+        with self._lock:
+            self._runs[run.run_id] = run
+            self._queues.setdefault(device_key, deque()).append(run)
+            worker = self._workers.get(device_key)
+            if worker is None or not worker.is_alive():
+                worker = threading.Thread(target=self._work, args=(device_key,), name=f"gaccum-{device_key}",
+                                          daemon=True)
+                self._workers[device_key] = worker
+                worker.start()
+
+    def stop(self, run_id: str) -> None:
+        """Ask a run to stop: a queued run never starts, a running one stops within one micro-batch."""
+        with self._lock:
+            run = self._runs[run_id]
+            run.stop_event.set()
+            queue = self._queues.get(run.device_key, deque())
+            if run in queue:
+                queue.remove(run)
+                self._finish(run, RunState.STOPPED, "stopped before it started")
+
+    def delete(self, run_id: str) -> None:
+        """Delete a run's directory and forget it, for every session; a run still going is refused."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is not None and run.state not in FINAL_STATES:
+                raise RunBusyError(f"run {run_id} is {run.state}: stop it before deleting it")
+            self.store.delete(run_id)
+            self._runs.pop(run_id, None)
+
+    def active_ids(self) -> tuple[str, ...]:
+        """The runs queued or running, in submission order: cheap enough to poll every second."""
+        with self._lock:
+            return tuple(run.run_id for run in self._runs.values() if run.state not in FINAL_STATES)
+
+    def config(self, run_id: str) -> RunConfig:
+        """A run's settings (KeyError for a run this runner does not know)."""
+        with self._lock:
+            return self._runs[run_id].config
+
+    def knows(self, run_id: str) -> bool:
+        """Whether this runner tracks the run (it started it here and nobody deleted it since)."""
+        with self._lock:
+            return run_id in self._runs
+
+    def snapshot(self, run_id: str) -> RunSnapshot:
+        """A copy of one run's state."""
+        with self._lock:
+            return self._snapshot(self._runs[run_id])
+
+    def snapshots(self) -> list[RunSnapshot]:
+        """Copies of every run this runner has seen, in submission order."""
+        with self._lock:
+            return [self._snapshot(run) for run in self._runs.values()]
+
+    def wait(self, run_id: str, timeout: float | None = None) -> RunSnapshot:
+        """Block until the run ends (or the timeout passes) and return its snapshot."""
+        self._runs[run_id].done_event.wait(timeout)
+        return self.snapshot(run_id)
+
+    def _snapshot(self, run: _Run) -> RunSnapshot:
+        now = run.ended or time.monotonic()
+        elapsed = now - run.started if run.started else 0.0
+        queue = self._queues.get(run.device_key, deque())
+        position = queue.index(run) + 1 if run in queue else 0
+        eta = eta_seconds(len(run.metrics), run.total_steps, elapsed) if run.state == RunState.RUNNING else None
+        return RunSnapshot(run.run_id, run.config, run.state, run.message, run.device, len(run.metrics),
+                           run.total_steps, position, elapsed, eta, tuple(run.metrics), tuple(run.evals), run.name)
+
+    def _work(self, device_key: str) -> None:
+        while (run := self._next(device_key)) is not None:
+            try:
+                state, message = self._execute(run)
+            except Exception as exc:  # a fault outside the engine (cleanup, disk): the run still ends
+                state, message = RunState.FAILED, f"the runner failed: {type(exc).__name__}: {exc}"
+            except BaseException as exc:  # SystemExit and the like end the thread, never silently;
+                with self._lock:  # runs still queued wait for the next submit() to start a worker
+                    self._finish(run, RunState.FAILED, f"the runner stopped: {type(exc).__name__}")
+                    self._workers.pop(device_key, None)
+                raise
+            with self._lock:
+                self._finish(run, state, message)
+
+    def _next(self, device_key: str) -> _Run | None:
+        """The next queued run, marked running; None (and this worker gone) when the queue is empty."""
+        with self._lock:
+            queue = self._queues[device_key]
+            if not queue:
+                # Leave under the lock, so submit() sees this worker gone and starts another.
+                del self._workers[device_key]
+                return None
+            run = queue.popleft()
+            run.state, run.started = RunState.RUNNING, time.monotonic()
+            return run
+
+    def _execute(self, run: _Run) -> tuple[RunState, str]:
+        """Train one run in this thread or in a worker process; its final state and message."""
+        if self._in_thread(run.config):
+            return self._execute_here(run)
+        return self._execute_in_child(run)
+
+    def _in_thread(self, config: RunConfig) -> bool:
+        return self.executor == "thread" and not _distributed(config)
+
+    def _execute_here(self, run: _Run) -> tuple[RunState, str]:
+        device = torch.device(run.device_key)
+        run.device = device_name(device)
+
+        def started(engine: Engine) -> None:
+            with self._lock:
+                run.total_steps = engine.total_steps
+
+        return execute(self.store, run.run_id, run.config, device, run.stop_event.is_set,
+                       _MemorySink(run, self._lock), started)
+
+    def _execute_in_child(self, run: _Run) -> tuple[RunState, str]:
+        if _distributed(run.config):
+            child = Child.torchrun(self.store, run.run_id, run.config, self.launch)
+        else:
+            child = self._hand_over(run.run_id)
+        sink = _MemorySink(run, self._lock)
+        with self._lock:
+            run.pid = child.proc.pid
+            run.metrics, run.evals = [], []  # a resumed run's earlier rows come back through the followers
+
+        def rows(metrics: list[Row], evals: list[Row]) -> None:
+            for row in metrics:
+                sink.log_step(row)
+            for row in evals:
+                sink.log_eval(row)
+
+        def status(fields: dict) -> None:
+            with self._lock:
+                run.total_steps = fields.get("total_steps", run.total_steps)
+                run.device = fields.get("device", run.device)
+
+        try:
+            return child.supervise(run.stop_event, rows, status, self.stop_grace_s)
+        finally:
+            if child.proc.poll() is None:  # supervision itself failed: no worker trains unwatched
+                kill_tree(child.proc)
+            if not _distributed(run.config) and self.warm_spare:
+                self._refill_spare()
+
+    def _hand_over(self, run_id: str) -> Child:
+        """Give the run to the warm spare worker; to a fresh worker when there is none or it died."""
+        with self._lock:
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            try:
+                return Child.hand_over(spare, self.store, run_id)
+            except OSError:  # it died while waiting (killed, out of memory): its pipe is broken
+                kill_tree(spare)
+        return Child.hand_over(spawn_spare(), self.store, run_id)
+
+    def _refill_spare(self) -> None:
+        with self._lock:
+            if self._spare is None and not self._closed:
+                self._spare = spawn_spare()
+
+    def close(self) -> None:
+        """Stop keeping a spare worker (runs in progress go on; the spare exits on its own)."""
+        with self._lock:
+            spare, self._spare, self._closed = self._spare, None, True
+        if spare is not None:
+            terminate_on_exit(spare)
+
+    def _finish(self, run: _Run, state: RunState, message: str) -> None:
+        """Record the final state in memory, then on disk (called with the lock held); never raises."""
+        run.state, run.message, run.ended = state, message, time.monotonic()
+        try:
+            self.store.update_status(run.run_id, state=state, message=message, ended=now_iso())
+        except Exception as exc:  # the run directory was deleted or the disk is full: memory still says it
+            run.message = f"{message} (status.json not updated: {type(exc).__name__}: {exc})".lstrip()
+        finally:
+            run.done_event.set()

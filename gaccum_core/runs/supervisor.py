@@ -1,0 +1,217 @@
+"""Supervising a run in a worker process (or a torchrun job) from the server or the CLI.
+
+The supervisor follows metrics.csv and eval.csv as the worker appends them, asks it to stop through
+the run's stop file, kills it (with every process it started) when it has not ended a few seconds
+later, and turns its end into a final state: the one the worker wrote, the failing rank's message
+from torchrun's error file, or, when it died without a word, its exit code or signal and the last
+lines of its stderr. A warm spare worker (torch already imported) keeps Start → first point short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Callable
+
+import psutil
+
+from gaccum_core.config import RunConfig
+from gaccum_core.train.metrics import Row
+from gaccum_core.states import FINAL_STATES, RunState
+from gaccum_core.runs.store import RunStore
+
+Outcome = tuple[RunState, str]
+_WORKER = ("-m", "gaccum_core", "worker")
+TEARDOWN_GRACE = 6  # times the stop grace a worker that wrote its final state may take to exit
+STDERR_LINES = 20  # how much of a dead worker's stderr its failure message quotes
+
+
+@dataclass(frozen=True)
+class Launch:
+    """This machine's place in a data-parallel job over several machines (config.nnodes of them)."""
+
+    node_rank: int = 0
+    rdzv_endpoint: str = ""  # HOST:PORT of node rank 0's machine
+
+
+def torchrun_command(config: RunConfig, launch: Launch, log_dir: Path | None, worker_args: list[str]) -> list[str]:
+    """`python -m torch.distributed.run ... -m gaccum_core worker ...`: torchrun starting this machine's ranks.
+
+    One machine: --standalone (a free port of its own). Several: static rendezvous at node 0's endpoint, so
+    global ranks follow --node-rank and node 0 holds global rank 0."""
+    if config.nnodes == 1:
+        rendezvous = ["--standalone"]
+    else:
+        rendezvous = [f"--nnodes={config.nnodes}", f"--node-rank={launch.node_rank}",
+                      f"--rdzv-endpoint={launch.rdzv_endpoint}"]
+    logs = [f"--log-dir={log_dir}"] if log_dir is not None else []
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={config.nproc}", *rendezvous,
+            *logs, *_WORKER, *worker_args]
+
+
+_SOURCE_ROOT = str(Path(__file__).resolve().parents[2])  # `-m gaccum_core` from any working directory
+
+
+def _popen(command: list[str], stdin: int | None = None) -> subprocess.Popen:
+    path = os.pathsep.join(p for p in (_SOURCE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    # Its own session: a Ctrl-C meant for the server or the CLI does not hit the worker mid-step;
+    # the supervisor stops it through the stop file instead.
+    return subprocess.Popen(command, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True, text=True, errors="replace",
+                            env={**os.environ, "PYTHONPATH": path})
+
+
+def spawn_spare() -> subprocess.Popen:
+    """A worker that imports torch and the engine now and waits for a run on stdin."""
+    return _popen([sys.executable, *_WORKER, "--spare"], stdin=subprocess.PIPE)
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the process and everything it started (torchrun's ranks live in sessions of their own)."""
+    if proc.poll() is not None:
+        return  # already reaped: its pid may belong to someone else by now
+    try:
+        victims = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        victims = []
+    for victim in victims:
+        try:
+            victim.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait()
+
+
+def _drain(stream: IO[str], tail: deque[str]) -> None:
+    for line in stream:
+        tail.append(line.rstrip("\n"))
+
+
+def _exit_words(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name} ({-code})"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def rank_failure(log_dir: Path) -> str:
+    """The first failing rank's message from torchrun's error files, or '' when none wrote one."""
+    failures = []
+    for path in log_dir.glob("**/error.json"):
+        try:
+            error = json.loads(path.read_text(encoding="utf-8"))["message"]
+            failures.append((int(error["extraInfo"]["timestamp"]), path.parent.name, error["message"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    if not failures:
+        return ""
+    _, local_rank, message = min(failures)
+    # torchrun's message is the exception ("Type: text"), then the Python stack after "At:". The folder
+    # is the local rank; this machine is node 0, whose local ranks are the global ranks 0..nproc-1
+    # (static rendezvous). Ranks on other machines write their error files there.
+    first = next((line.strip() for line in str(message).splitlines() if line.strip()), "no message")
+    return f"rank {local_rank} failed: {first[:300]}"
+
+
+class Child:
+    """One run's worker process (a handed-over spare, a direct worker, or torchrun) and its supervision."""
+
+    def __init__(self, proc: subprocess.Popen, store: RunStore, run_id: str) -> None:
+        self.proc, self.store, self.run_id = proc, store, run_id
+        self.tail: deque[str] = deque(maxlen=STDERR_LINES)
+        self._drainer = threading.Thread(target=_drain, args=(proc.stderr, self.tail), daemon=True,
+                                         name=f"gaccum-stderr-{proc.pid}")
+        self._drainer.start()
+
+    @classmethod
+    def hand_over(cls, spare: subprocess.Popen, store: RunStore, run_id: str) -> "Child":
+        """Give a warm spare its run."""
+        assert spare.stdin is not None
+        spare.stdin.write(json.dumps({"run_dir": str(store.path(run_id).resolve())}) + "\n")
+        spare.stdin.close()
+        return cls(spare, store, run_id)
+
+    @classmethod
+    def torchrun(cls, store: RunStore, run_id: str, config: RunConfig, launch: Launch = Launch()) -> "Child":
+        """Start a data-parallel job whose global rank 0 writes this run."""
+        run_dir = str(store.path(run_id).resolve())
+        command = torchrun_command(config, launch, store.torchrun_log_dir(run_id), ["--run-dir", run_dir])
+        return cls(_popen(command), store, run_id)
+
+    def supervise(self, stop: threading.Event, on_rows: Callable[[list[Row], list[Row]], None],
+                  on_status: Callable[[dict], None], grace_s: float, poll_s: float = 0.05) -> Outcome:
+        """Follow the run until its worker exits; stop it on `stop`, kill it grace_s later."""
+        metrics, evals = self.store.followers(self.run_id)
+        stop_sent: float | None = None
+        killed = False
+        total_known = False
+        while True:
+            exited = self.proc.poll() is not None
+            on_rows(metrics.read(), evals.read())  # after poll(): rows written before the exit are all read
+            if not total_known:
+                status = self._status()
+                total_known = "total_steps" in status
+                on_status(status)
+            if exited:
+                break
+            if stop.is_set() and stop_sent is None:
+                self.store.request_stop(self.run_id)
+                stop_sent = time.monotonic()
+            if stop_sent is not None and self._overdue(time.monotonic() - stop_sent, grace_s):
+                kill_tree(self.proc)
+                killed = True
+                continue
+            time.sleep(poll_s)
+        self._drainer.join(timeout=2.0)
+        return self._outcome(killed, grace_s)
+
+    def _overdue(self, waited_s: float, grace_s: float) -> bool:
+        """Past the grace period and not ending: a worker that already wrote its final state is only
+        tearing down (torchrun's ranks take seconds to exit) and gets longer before it is killed."""
+        if waited_s <= grace_s:
+            return False
+        return self._status().get("state") not in FINAL_STATES or waited_s > TEARDOWN_GRACE * grace_s
+
+    def _status(self) -> dict:
+        try:
+            return self.store.read_status(self.run_id)
+        except (OSError, ValueError):
+            return {}
+
+    def _outcome(self, killed: bool, grace_s: float) -> Outcome:
+        code = self.proc.returncode
+        if killed:
+            return RunState.STOPPED, (f"stopped by the user: the worker had not stopped {grace_s:g} s after the "
+                                      "request (compiling or hung), so it was killed; every row written so far is kept")
+        failed_rank = rank_failure(self.store.torchrun_log_dir(self.run_id))
+        if code != 0 and failed_rank:
+            return RunState.FAILED, failed_rank
+        status = self._status()
+        if status.get("state") in FINAL_STATES:
+            return RunState(status["state"]), status.get("message", "")
+        stderr = "\n".join(self.tail)
+        if stderr:
+            self.store.write_traceback(self.run_id, stderr)
+        last = " | ".join(line.strip() for line in list(self.tail)[-3:] if line.strip())
+        return RunState.FAILED, (f"the worker process died ({_exit_words(code)}) without writing a final state"
+                                 + (f"; its stderr ends: {last[-400:]}" if last else ""))
+
+
+def terminate_on_exit(proc: subprocess.Popen) -> None:
+    """Close a spare's stdin (it exits on EOF); kill it if it does not."""
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(timeout=2.0)
+    except (OSError, subprocess.TimeoutExpired):
+        os.kill(proc.pid, signal.SIGKILL)

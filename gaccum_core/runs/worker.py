@@ -1,0 +1,104 @@
+"""The worker process: `python -m gaccum_core worker` trains one run outside the server.
+
+Started three ways: as a warm spare (`--spare`: torch and the engine imported, the default data
+loaded, then it waits on stdin for a run directory), directly on a run directory (`--run-dir`), or by
+torchrun on every rank of a data-parallel job (ranks on other machines get the config as `--config`
+JSON, since only global rank 0 has the run directory). The server asks it to stop through the
+run's stop file; it also stops when the process that started it goes away, so no orphan keeps a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from gaccum_core.config import RunConfig
+from gaccum_core.train.device import resolve_device
+from gaccum_core.train.distributed import Ranks, init_process_group, share_from_rank0, worker_device
+from gaccum_core.train.engine import StopCheck
+from gaccum_core.runs.execute import execute
+from gaccum_core.states import RunState
+from gaccum_core.runs.store import RunStore, now_iso
+
+ORPHANED = "stopped: the process that started the run exited"
+
+
+class _StopRequest:
+    """A run's stop check in a worker: the stop file on rank 0, or its parent process gone."""
+
+    def __init__(self, stop_file: Path | None) -> None:
+        self.parent, self.stop_file = os.getppid(), stop_file
+
+    def orphaned(self) -> bool:
+        """The supervisor (server, CLI or torchrun agent) is gone."""
+        return os.getppid() != self.parent
+
+    def __call__(self) -> bool:
+        # A stat and a getppid per micro-batch: a few microseconds.
+        return self.orphaned() or (self.stop_file is not None and self.stop_file.exists())
+
+
+def _locate(run_dir: str | None) -> tuple[RunStore | None, str]:
+    if run_dir is None:
+        return None, ""
+    path = Path(run_dir).resolve()
+    return RunStore(path.parent), path.name
+
+
+def _rank0_config(config: RunConfig) -> RunConfig:
+    """Rank 0's config on every rank: machines started with different flags still train one run."""
+    return RunConfig.from_json(share_from_rank0(config.to_json()))
+
+
+def run_worker(run_dir: str | None, config_json: str | None = None) -> int:
+    """Train one run on this rank; rank 0 writes its final state. The exit status tells torchrun."""
+    import torch.distributed as dist
+
+    ranks = Ranks.from_env()
+    store, run_id = _locate(run_dir)
+    if ranks.is_main and store is None:
+        raise SystemExit("gaccum: error: worker: global rank 0 needs --run-dir")
+    config = store.read_config(run_id) if store is not None else RunConfig.from_json(config_json or "{}")
+    device = worker_device(ranks, resolve_device(config.device))
+    should_stop = _StopRequest(store.stop_path(run_id) if ranks.is_main else None)
+    if ranks.distributed:
+        init_process_group(ranks, device)
+        config = _rank0_config(config)
+    store = store if ranks.is_main else None  # only global rank 0 writes the run directory
+    try:
+        state, message = execute(store, run_id, config, device, should_stop, ranks=ranks)  # type: ignore[arg-type]
+    finally:
+        if ranks.distributed and dist.is_initialized():
+            dist.destroy_process_group()
+    if state == RunState.STOPPED and should_stop.orphaned():
+        message = ORPHANED
+    if store is not None:
+        store.update_status(run_id, state=state, message=message, ended=now_iso())
+    # A failed rank 0 exits non-zero so that torchrun ends the job's other ranks at once.
+    return 1 if ranks.distributed and state == RunState.FAILED else 0
+
+
+def serve_spare() -> int:
+    """Warm up, then wait for one job line ({"run_dir": ...}) on stdin and run it; exit on EOF."""
+    from gaccum_core.data.images import load_data
+
+    load_data(RunConfig())  # the default data set, so the first run starts at once
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0  # the server exited before handing over a run
+    return run_worker(json.loads(line)["run_dir"])
+
+
+def main(run_dir: str | None, config_json: str | None, spare: bool) -> NoReturn:
+    """The worker sub-command, exiting with its status; under torchrun, @record writes a rank's error file."""
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    code = serve_spare() if spare else record(run_worker)(run_dir, config_json)
+    # Every file is written and closed: skip the interpreter's teardown, which takes a second or more
+    # with torch loaded and would delay the run's end (and the next queued run) by as much.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

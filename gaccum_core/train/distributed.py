@@ -1,0 +1,123 @@
+"""Data-parallel runs on torch.distributed: ranks, each rank's share of a window, DDP with a counting
+communication hook, and the one small collective per optimizer step that combines the metrics.
+
+A global micro-batch holds world_size * b samples of the epoch order; rank r takes its b-slice
+[start + r*b, start + (r+1)*b), clipped to the micro-batch. A partial last window can leave a rank
+an empty share: it still runs forward and backward (on zero samples), so it joins the gradient
+all-reduce and contributes nothing. DDP averages gradients over ranks, so each rank divides its
+summed loss by (global window samples / world_size): the average of the ranks' gradients is then
+the sum over the whole window divided by its sample count, the one-big-batch gradient.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, ContextManager
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel
+
+from gaccum_core.train.accumulation import MicroBatch
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Where this process sits in the job: global rank, world size and rank on this machine."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Global rank 0: the only rank that writes the run directory."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        """More than one process."""
+        return self.world_size > 1
+
+    @classmethod
+    def from_env(cls) -> "Ranks":
+        """The ranks torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK); one process without them."""
+        return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+                   int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def worker_device(ranks: Ranks, device: torch.device) -> torch.device:
+    """The device of this rank: one GPU per local rank on CUDA, the CPU otherwise."""
+    if device.type == "cuda" and ranks.distributed:
+        return torch.device("cuda", ranks.local_rank)
+    return device
+
+
+def init_process_group(ranks: Ranks, device: torch.device) -> None:
+    """Join the job: NCCL on CUDA, gloo on the CPU (rendezvous from torchrun's environment)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # NCCL needs each rank on its own GPU before the first collective
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=ranks.rank,
+                            world_size=ranks.world_size)
+
+
+def share(micro: MicroBatch, ranks: Ranks, micro_batch_size: int) -> tuple[int, int]:
+    """This rank's [start, stop) of a global micro-batch; empty (start == stop) when nothing is left."""
+    start = min(micro.start + ranks.rank * micro_batch_size, micro.stop)
+    return start, min(start + micro_batch_size, micro.stop)
+
+
+@dataclass
+class AllReduceCount:
+    """Gradient all-reduce calls and the bytes they carried, counted by DDP's communication hook."""
+
+    calls: int = 0
+    bytes: int = 0
+
+    def reset(self) -> None:
+        """Start counting a new optimizer step."""
+        self.calls, self.bytes = 0, 0
+
+
+def _counting_allreduce(count: AllReduceCount, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    buffer = bucket.buffer()
+    count.calls += 1
+    count.bytes += buffer.numel() * buffer.element_size()
+    return default_hooks.allreduce_hook(None, bucket)  # DDP's own all-reduce and average
+
+
+# DDP checks the hook's annotation against the class itself; the module's postponed annotations are strings.
+_counting_allreduce.__annotations__.update({"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]})
+
+
+def wrap(model: torch.nn.Module, device: torch.device) -> tuple[DistributedDataParallel, AllReduceCount]:
+    """The model in DDP, with a hook that counts every gradient all-reduce."""
+    ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+    count = AllReduceCount()
+    ddp.register_comm_hook(count, _counting_allreduce)
+    return ddp, count
+
+
+def sync_context(ddp: DistributedDataParallel | None, ends_window: bool, sync_every: bool) -> ContextManager[Any]:
+    """no_sync() for every micro-batch but a window's last (unless syncing every micro-batch is asked)."""
+    if ddp is None or ends_window or sync_every:
+        return nullcontext()
+    return ddp.no_sync()
+
+
+def share_from_rank0(obj: Any) -> Any:
+    """Rank 0's object on every rank (a config, a checkpoint): one broadcast when a job starts."""
+    shared = [obj]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]
+
+
+def gather_step(values: list[float | torch.Tensor], device: torch.device) -> torch.Tensor:
+    """Every rank's values for this step, one row per rank: one small all_gather per optimizer step."""
+    mine = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device).reshape(()) for v in values])
+    rows = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(rows, mine)
+    return torch.stack(rows)

@@ -1,0 +1,126 @@
+"""Metric rows, the sink protocol that receives them, and the small math the UI and CLI share."""
+
+from __future__ import annotations
+
+import math
+from contextlib import AbstractContextManager, nullcontext
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping, Protocol, Sequence
+
+STEP_COLUMNS = (
+    "step", "epoch", "micro_batches", "samples", "samples_seen", "loss", "lr", "grad_norm",
+    "scale", "skipped", "skipped_total", "mem_allocated_mb", "mem_reserved_mb", "mem_peak_mb",
+    "activation_mb", "cache_clear_s", "step_time_s", "samples_per_s", "wall_time_s",
+    "world_size", "allreduce_calls", "allreduce_bytes", "tokens", "tokens_seen", "tokens_per_s",
+)
+EVAL_COLUMNS = ("epoch", "step", "test_loss", "test_accuracy", "wall_time_s", "perplexity")
+# Columns added after runs were first written, with the value every row of an older run had.
+ADDED_COLUMNS = {"world_size": 1, "allreduce_calls": 0, "allreduce_bytes": 0,
+                 "tokens": math.nan, "tokens_seen": math.nan, "tokens_per_s": math.nan}
+ADDED_EVAL_COLUMNS = {"perplexity": math.nan}
+# Columns holding counts; every other metric is a float. An empty cell is None.
+_INT_COLUMNS = frozenset({"step", "epoch", "micro_batches", "samples", "samples_seen", "skipped", "skipped_total",
+                          "world_size", "allreduce_calls", "allreduce_bytes", "tokens", "tokens_seen"})
+
+Row = dict[str, Any]
+
+
+class MetricSink(Protocol):
+    """Receives one row per optimizer step and one per evaluation, in order."""
+
+    def log_step(self, row: Row) -> None:
+        """Take one optimizer step's metrics (keys: STEP_COLUMNS)."""
+
+    def log_eval(self, row: Row) -> None:
+        """Take one evaluation's metrics (keys: EVAL_COLUMNS)."""
+
+
+class NullSink:
+    """A sink that keeps nothing (oracle tests, benchmarks of the loop alone)."""
+
+    def log_step(self, row: Row) -> None:
+        """Drop the row."""
+
+    def log_eval(self, row: Row) -> None:
+        """Drop the row."""
+
+
+class RowKeeper:
+    """A sink that keeps every row in memory, each a read-only copy: readers share the rows (copying
+    every row on every poll would cost a live page O(steps) per second). With a lock, rows are
+    appended under it, for readers in other threads that take the same lock."""
+
+    def __init__(self, lock: AbstractContextManager | None = None) -> None:
+        self.steps: list[Mapping[str, Any]] = []
+        self.evals: list[Mapping[str, Any]] = []
+        self._lock = lock if lock is not None else nullcontext()
+
+    def log_step(self, row: Row) -> None:
+        """Keep the step row."""
+        with self._lock:
+            self.steps.append(MappingProxyType(dict(row)))
+
+    def log_eval(self, row: Row) -> None:
+        """Keep the eval row."""
+        with self._lock:
+            self.evals.append(MappingProxyType(dict(row)))
+
+
+class FanOut:
+    """Passes every row to several sinks."""
+
+    def __init__(self, *sinks: MetricSink) -> None:
+        self.sinks = sinks
+
+    def log_step(self, row: Row) -> None:
+        """Give the row to every sink."""
+        for sink in self.sinks:
+            sink.log_step(row)
+
+    def log_eval(self, row: Row) -> None:
+        """Give the row to every sink."""
+        for sink in self.sinks:
+            sink.log_eval(row)
+
+
+def parse_row(columns: Sequence[str], values: Sequence[str]) -> Row:
+    """A CSV line read back as the row that was written: ints, floats, None for an empty cell."""
+    def typed(name: str, text: str) -> int | float | None:
+        if text == "":
+            return None
+        return int(text) if name in _INT_COLUMNS else float(text)
+    return {name: typed(name, text) for name, text in zip(columns, values)}
+
+
+def eta_seconds(steps_done: int, total_steps: int, elapsed_s: float) -> float | None:
+    """Seconds left at the average pace so far; None before the first step."""
+    if steps_done <= 0 or elapsed_s <= 0:
+        return None
+    return max(total_steps - steps_done, 0) * elapsed_s / steps_done
+
+
+def skipped_warning(rows: Sequence[Row], most: float = 0.5) -> str:
+    """A warning when more than `most` of the steps were skipped by the GradScaler, else ''."""
+    if not rows:
+        return ""
+    # A resumed run's rows start mid-run: count its steps by number, not by the rows this segment saw.
+    skipped, steps = int(rows[-1]["skipped_total"]), int(rows[-1].get("step") or len(rows))
+    if skipped <= most * steps:
+        return ""
+    scale = rows[-1]["scale"]
+    at_scale = f" (last loss scale {scale:g})" if scale else ""
+    return (f"{skipped} of {steps} optimizer steps were skipped: the GradScaler found inf/NaN gradients"
+            f"{at_scale}, so the weights barely moved. Lower the initial loss scale, or train in bf16 or fp32")
+
+
+def smooth_ema(values: Iterable[float], weight: float) -> list[float]:
+    """Debiased exponential moving average, as TensorBoard smooths scalars (weight in [0, 1))."""
+    out, last, debias = [], 0.0, 1.0
+    for value in values:
+        if not math.isfinite(value):
+            out.append(value)
+            continue
+        last = last * weight + (1 - weight) * value
+        debias *= weight
+        out.append(last / (1 - debias))
+    return out

@@ -1,0 +1,179 @@
+"""Plotly figures and words for the Plan page: peak memory and samples/s against the micro-batch size
+per option combination, the table, the progress line. Pure: no streamlit, no measuring."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+from gaccum_core.plan.search import FITS, UNAVAILABLE, Candidate, Options, mb
+
+if TYPE_CHECKING:
+    from gaccum_core.plan.planner import Plan
+
+PALETTE = tuple(qualitative.Plotly)
+BUDGET_COLOUR, MARGIN_COLOUR = "#222222", "#7f7f7f"  # apart from PALETTE's colours
+_LAYOUT = dict(template="plotly_white", height=360, margin=dict(l=55, r=10, t=40, b=40),
+               legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0, font=dict(size=10)))
+# A trace's `meta` says what it draws, for tests and anyone reading the figure's JSON.
+OPTION, UNMEASURED, BUDGET, MARGIN_LINE, RECOMMENDED = "option", "no peak", "budget", "margin", "recommended"
+# Where Plan.memory_source's peak comes from, in words.
+# Plan.rows() columns in the page's table, named for reading (plan.TABLE_COLUMNS are the CLI's terse ones).
+TABLE_COLUMNS = (
+    ("options", "options"), ("micro_batch_size", "micro-batch b"), ("accum_steps", "accumulation k"),
+    ("status", "status"), ("peak_mb", "peak MB"), ("activations_mb", "activations MB"),
+    ("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"), ("step_time_s", "s per step"),
+    ("message", "message"),
+)
+# printf formats for the page's table: megabytes to 3 significant digits, speeds whole, seconds to the ms.
+TABLE_FORMATS = {"peak MB": "%.3g", "activations MB": "%.3g", "samples/s": "%.0f", "tokens/s": "%.0f",
+                 "s per step": "%.3f"}
+
+
+def _line(index: int, options: Options) -> dict[str, Any]:
+    """The option combination's line, the same in both charts: colour by its position, dashed with cache
+    clearing (which leaves the counted memory as it is: the plain line shows through)."""
+    return dict(color=PALETTE[index % len(PALETTE)], dash="solid" if options.clear_cache == "off" else "dash")
+
+
+def _measured(plan: Plan) -> list[tuple[int, Options, list[Candidate]]]:
+    """(colour index, options, candidates by b) per combination with a measured (b > 0) candidate."""
+    groups = []
+    for i, options in enumerate(plan.request.options):
+        mine = sorted((c for c in plan.candidates if c.options == options and c.status != UNAVAILABLE),
+                      key=lambda c: c.micro_batch_size)
+        if mine:
+            groups.append((i, options, mine))
+    return groups
+
+
+def _sizes_axis(plan: Plan) -> dict[str, Any]:
+    """A log2 x axis for b: ticks at the sizes measured, written as whole numbers."""
+    sizes = sorted({c.micro_batch_size for c in plan.candidates if c.micro_batch_size > 0})
+    return dict(title=dict(text="micro-batch size b (log₂)"), type="log", tickvals=sizes,
+                ticktext=[str(b) for b in sizes])
+
+
+def _figure(name: str, title: str, y_title: str, plan: Plan, traces: list[dict[str, Any]],
+            note: str | None = None) -> go.Figure:
+    """A figure with the layout both plan charts share."""
+    figure = go.Figure(data=traces)
+    figure.update_layout(title=title, xaxis=_sizes_axis(plan), yaxis=dict(title=dict(text=y_title)),
+                         uirevision=name, **_LAYOUT)
+    if note:
+        figure.add_annotation(text=note, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False)
+    return figure
+
+
+def candidate_words(candidate: Candidate) -> str:
+    """'fp32 b=64 fits (12.3 MB, 1500 samples/s)': one candidate in a few words."""
+    figures = []
+    if candidate.peak_mb is not None:
+        figures.append(mb(candidate.peak_mb))
+    if candidate.samples_per_s is not None:
+        figures.append(f"{candidate.samples_per_s:.0f} samples/s")
+    if candidate.status == UNAVAILABLE:
+        return f"{candidate.options.label()} unavailable"
+    text = f"{candidate.options.label()} b={candidate.micro_batch_size} {candidate.status}"
+    return text + (f" ({', '.join(figures)})" if figures else "")
+
+
+def _hover(candidate: Candidate) -> str:
+    """A point's hover text: the candidate, k, and the message of a candidate that has no peak."""
+    text = f"{candidate_words(candidate)}<br>k={candidate.accum_steps}"
+    message = candidate.detail.get("message")
+    return text + (f"<br>{message[:120]}" if message and candidate.peak_mb is None else "")
+
+
+def _horizontal(y: float, x: tuple[float, float], name: str, meta: str, **line: Any) -> dict[str, Any]:
+    """A horizontal line across the measured sizes, as a trace (so its name is in the legend)."""
+    return dict(type="scatter", x=list(x), y=[y, y], mode="lines", name=name, meta=meta, hoverinfo="name",
+                line=dict(width=2, **line))
+
+
+def memory_figure(plan: Plan) -> go.Figure:
+    """Peak memory (MB) against b on a log2 axis: one line per option combination, an x where a
+    candidate went over the budget or ran out of memory (drawn at the budget: it has no peak), the
+    budget and the budget less the recommendation's margin as horizontal lines."""
+    budget, margin = plan.request.budget_mb, plan.request.margin
+    groups = _measured(plan)
+    traces: list[dict[str, Any]] = []
+    for i, options, candidates in groups:
+        peaks = [c for c in candidates if c.peak_mb is not None]
+        traces.append(dict(
+            type="scatter", x=[c.micro_batch_size for c in peaks], y=[c.peak_mb for c in peaks],
+            mode="lines+markers", name=options.label(), legendgroup=options.label(), meta=OPTION,
+            line=_line(i, options), text=[_hover(c) for c in peaks], hoverinfo="text",
+            marker=dict(size=[9 if c.status == FITS else 12 for c in peaks],
+                        symbol=["circle" if c.status == FITS else "x" for c in peaks])))
+        unmeasured = [c for c in candidates if c.peak_mb is None]
+        if unmeasured:  # out of memory (or failed): no peak, an x at the budget
+            traces.append(dict(
+                type="scatter", x=[c.micro_batch_size for c in unmeasured], y=[budget] * len(unmeasured),
+                mode="markers", name=f"{options.label()} · {unmeasured[0].status}", legendgroup=options.label(),
+                showlegend=False, meta=UNMEASURED, text=[_hover(c) for c in unmeasured], hoverinfo="text",
+                marker=dict(symbol="x", size=12, color=_line(i, options)["color"],
+                            line=dict(width=1, color=BUDGET_COLOUR))))
+    sizes = [c.micro_batch_size for _, _, group in groups for c in group]
+    if sizes:
+        span = (min(sizes), max(sizes)) if min(sizes) < max(sizes) else (sizes[0] / 1.5, sizes[0] * 1.5)
+        traces.append(_horizontal(budget, span, f"budget {mb(budget)}", BUDGET, color=BUDGET_COLOUR))
+        traces.append(_horizontal((1 - margin) * budget, span, f"budget less {margin:.0%} margin "
+                                  f"({mb((1 - margin) * budget)})", MARGIN_LINE, color=MARGIN_COLOUR, dash="dot"))
+    return _figure("plan_memory", "peak memory per micro-batch size", "peak MB", plan, traces,
+                   None if sizes else "nothing was measured")
+
+
+def speed_figure(plan: Plan) -> go.Figure:
+    """Samples/s against b on a log2 axis for the candidates that fit, one line per option
+    combination; the recommended setting is a star."""
+    traces: list[dict[str, Any]] = []
+    for i, options, candidates in _measured(plan):
+        fitting = [c for c in candidates if c.fits and c.samples_per_s is not None]
+        if fitting:
+            traces.append(dict(
+                type="scatter", x=[c.micro_batch_size for c in fitting], y=[c.samples_per_s for c in fitting],
+                mode="lines+markers", name=options.label(), legendgroup=options.label(), meta=OPTION,
+                line=_line(i, options), text=[_hover(c) for c in fitting], hoverinfo="text"))
+    choice = plan.recommended
+    if choice is not None:
+        traces.append(dict(
+            type="scatter", x=[choice.micro_batch_size], y=[choice.samples_per_s], mode="markers",
+            name=f"recommended: {choice.options.label()} b={choice.micro_batch_size}", meta=RECOMMENDED,
+            text=[_hover(choice)], hoverinfo="text",
+            marker=dict(symbol="star", size=18, color="gold", line=dict(width=1.5, color="black"))))
+    return _figure("plan_speed", "throughput of the sizes that fit", "samples/s", plan, traces,
+                   None if traces else "nothing fits the budget")
+
+
+def plan_table(plan: Plan) -> pd.DataFrame:
+    """The candidates in the order measured, with readable column names."""
+    frame = pd.DataFrame(plan.rows())
+    names = [name for name, _ in TABLE_COLUMNS if name in frame]
+    return frame[names].rename(columns=dict(TABLE_COLUMNS))
+
+
+def plan_csv(plan: Plan) -> str:
+    """Every column of every candidate (memory parts, allocator figures, messages) as CSV."""
+    return pd.DataFrame(plan.rows()).to_csv(index=False)
+
+
+def progress_text(done: int, at_most: int, candidate: Candidate | None, seconds: float) -> str:
+    """'measured 3 of at most 12 candidates · about 9 s left · last: fp32 b=4 fits (0.3 MB, 900 samples/s)'."""
+    text = f"measured {done} of at most {at_most} candidates"
+    if done:
+        left = round(seconds / done * max(at_most - done, 0))
+        minutes, secs = divmod(left, 60)
+        text += f" · about {minutes} min {secs:02d} s left" if minutes else f" · about {secs} s left"
+    return text + (f" · last: {candidate_words(candidate)}" if candidate is not None else "")
+
+
+def recommendation_words(candidate: Candidate) -> str:
+    """'micro-batch size b=32, accumulation steps k=8, mixed precision bf16, cache clearing off, torch.compile off'."""
+    o = candidate.options
+    return (f"micro-batch size b={candidate.micro_batch_size}, accumulation steps k={candidate.accum_steps}, "
+            f"mixed precision {o.amp}, cache clearing {o.clear_cache}, torch.compile {o.compile}")
+

@@ -1,0 +1,171 @@
+"""The CLI: flags for every field, one-line errors with exit status 2, the run directory last."""
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from gaccum_core.cli.main import build_parser, main
+from gaccum_core.config import FIELD_HELP, RunConfig
+
+
+def test_every_config_field_has_a_flag_and_help():
+    help_text = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    for f in dataclasses.fields(RunConfig):
+        assert "--" + f.name.replace("_", "-") in help_text
+        assert f.name in FIELD_HELP
+    assert "--runs-dir" in help_text and "--name" in help_text
+
+
+def test_run_prints_its_directory_last_and_exits_zero(tmp_path, capsys):
+    code = main(["run", "--model", "mlp", "--micro-batch-size", "16", "--accum-steps", "2",
+                 "--max-steps", "3", "--device", "cpu", "--runs-dir", str(tmp_path)])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0
+    run_dir = out[-1]
+    assert run_dir.startswith(str(tmp_path))
+    assert (tmp_path / run_dir.rsplit("/", 1)[1] / "model.pt").exists()
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["--micro-batch-size", "0"], "--micro-batch-size=0"),
+    (["--micro-batch-size", "abc"], "--micro-batch-size='abc'"),
+    (["--accum-steps", "-3"], "--accum-steps=-3"),
+    (["--lr", "nan"], "--lr=nan"),
+    (["--lr", "0"], "--lr=0.0"),
+    (["--amp", "fp8"], "invalid choice: 'fp8'"),
+    (["--model", "gpt9"], "invalid choice: 'gpt9'"),
+    (["--micro-batch-size", "100000"], "--micro-batch-size=100000"),
+    (["--micro-batch-size", "5000"], "at most 1437"),
+    (["--model", "vit_b_16"], "multiple of 16"),
+    (["--dataset", "mnist", "--data-dir", "{tmp}/nodata"], "download"),
+    (["--nproc", "4096"], "--nproc=4096 is not allowed: an integer from 1 to 1024"),
+    (["--nproc", "64"], "--nproc=64 is not allowed: 1 to "),
+    (["--nnodes", "2"], "--rdzv-endpoint='' is not allowed: HOST:PORT"),
+    (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"], "--node-rank=2 is not allowed: 0 to 1"),
+    (["--executor", "fork"], "invalid choice: 'fork'"),
+])
+def test_bad_flag_values_are_one_line_errors_with_no_run_directory(tmp_path, flags, expected):
+    runs = tmp_path / "runs"
+    flags = [f.replace("{tmp}", str(tmp_path)) for f in flags]
+    done = subprocess.run([sys.executable, "-m", "gaccum_core", "run", "--device", "cpu",
+                           "--runs-dir", str(runs), *flags], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_doctor_reports_versions_device_and_precisions(capsys):
+    from gaccum_core.cli.doctor import doctor_report
+
+    report = doctor_report("cpu", check_compile=False)
+    for word in ("torch", "CUDA", "CPU", "GiB free", "fp16 autocast  yes", "bf16 autocast  yes"):
+        assert word in report
+
+
+@pytest.mark.parametrize("child,expected", [
+    (subprocess.CompletedProcess([], 0, "", ""), "torch.compile yes"),
+    (subprocess.CompletedProcess([], 1, "", "Traceback ...\n\nInductorError: gcc: not found\n"),
+     "torch.compile no: InductorError: gcc: not found"),
+    (subprocess.TimeoutExpired("python", 300), "torch.compile no: no result after 300 s"),
+], ids=["works", "fails", "hangs"])
+def test_doctor_command_checks_compile_in_a_child_process(
+        child: subprocess.CompletedProcess | subprocess.TimeoutExpired, expected: str,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether compile works is the machine's business: the child process is faked, so both answers
+    (and a hung compiler) are checked here, and doctor must report exactly what the child said."""
+    import gaccum_core.cli.doctor as doctor
+
+    calls: list[tuple[list[str], dict]] = []
+
+    def fake_run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+        calls.append((argv, kwargs))
+        if isinstance(child, BaseException):
+            raise child
+        return child
+
+    monkeypatch.setattr(doctor.subprocess, "run", fake_run)
+    assert main(["doctor", "--device", "cpu"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip().splitlines()[-1] == expected and err == ""
+    ((argv, kwargs),) = calls  # one probe, in a fresh interpreter, that compiles on the asked device
+    assert argv[:2] == [sys.executable, "-c"] and "torch.compile" in argv[2] and "'cpu'" in argv[2]
+    assert kwargs["timeout"] > 0
+
+
+def test_doctor_with_a_device_this_machine_lacks_is_a_one_line_error():
+    done = subprocess.run([sys.executable, "-m", "gaccum_core", "doctor", "--device", "cuda:7"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "--device='cuda:7'" in done.stderr
+
+
+def test_a_broken_compiler_is_refused_before_any_run_directory(tmp_path, capsys, monkeypatch):
+    import gaccum_core.train.engine as engine
+
+    monkeypatch.setattr(engine, "compile_works_here", lambda device: (False, "gcc: not found"))
+    code = main(["run", "--compile", "default", "--device", "cpu", "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "--compile='default'" in err[0] and "gcc: not found" in err[0]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_ctrl_c_stops_a_data_parallel_run_on_every_rank_and_exits_130(tmp_path):
+    """Ctrl-C reaches the CLI only (torchrun has its own session): it stops the job through the stop file,
+    every rank ends, the run is stopped with its rows, and the exit status is 130."""
+    import os
+    import signal
+    import time
+
+    import pandas as pd
+    import psutil
+
+    # Steps 3 to 14 each half a second slower, so Ctrl-C lands mid-run however fast the machine is.
+    env = {**os.environ, "GACCUM_FAULTS": ",".join(f"slow@{step}:1*0.5" for step in range(3, 15))}
+    cli = subprocess.Popen([sys.executable, "-m", "gaccum_core", "run", "--model", "mlp", "--nproc", "2",
+                            "--micro-batch-size", "8", "--accum-steps", "2", "--max-steps", "40", "--device", "cpu",
+                            "--runs-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env,
+                           # As from a terminal: a suite started in the background (`cmd &`) passes SIGINT on
+                           # ignored, and Python then never raises KeyboardInterrupt.
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 240
+    while not list(tmp_path.glob("*/metrics.csv")) or len(pd.read_csv(next(tmp_path.glob("*/metrics.csv")))) < 2:
+        assert time.monotonic() < deadline and cli.poll() is None, "the job never logged two steps"
+        time.sleep(0.1)
+    family = psutil.Process(cli.pid).children(recursive=True)
+    assert len(family) >= 3  # torchrun and its two ranks
+    cli.send_signal(signal.SIGINT)
+    out, err = cli.communicate(timeout=120)
+    assert cli.returncode == 130, err[-600:]
+    run_dir = out.strip().splitlines()[-1]
+    status = __import__("json").loads(open(f"{run_dir}/status.json").read())
+    assert status["state"] == "stopped"
+    steps = pd.read_csv(f"{run_dir}/metrics.csv")["step"].tolist()
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) < 40
+    gone, alive = psutil.wait_procs(family, timeout=30)
+    assert not alive, f"left behind: {[p.pid for p in alive]}"
+
+
+def test_resume_extends_a_finished_run_and_refuses_what_it_cannot_do_in_one_line(tmp_path, capsys):
+    """`resume RUN --max-steps M` continues a finished run in its directory; bad requests are one-line errors."""
+    import pandas as pd
+
+    flags = ["--model", "mlp", "--micro-batch-size", "16", "--accum-steps", "2", "--device", "cpu",
+             "--runs-dir", str(tmp_path)]
+    assert main(["run", *flags, "--max-steps", "3"]) == 0
+    run_dir = capsys.readouterr().out.strip().splitlines()[-1]
+    assert main(["resume", run_dir, "--max-steps", "5"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == run_dir
+    assert pd.read_csv(f"{run_dir}/metrics.csv")["step"].tolist() == [1, 2, 3, 4, 5]
+    for args, expected in ((["resume", run_dir], "finished all its steps"),
+                           (["resume", "no-such-run", "--runs-dir", str(tmp_path)], "no such run"),
+                           (["resume", "../etc", "--runs-dir", str(tmp_path)], "is not allowed"),
+                           (["resume", run_dir, "--max-steps", "-1"], "--max-steps=-1 is not allowed")):
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and expected in err[0], err

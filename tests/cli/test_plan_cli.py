@@ -1,0 +1,198 @@
+"""The planner's command line: `plan` (table or --json), `run --micro-batch-size auto`, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gaccum_core.cli.main import main
+
+TINY = ["--device", "cpu", "--model", "mlp", "--dataset", "fake", "--image-size", "8", "--fake-samples", "64"]
+ROOMY_MB = "50"  # every candidate of the tiny mlp fits with room to spare (its peak is ~0.24 MB)
+TOO_SMALL_MB = "0.01"  # below even b=1 (~0.2 MB)
+
+
+def cli(argv: list[str]) -> int:
+    """main() in this process; argparse's own errors exit, others return their status."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("gaccum: error:")]
+
+
+def test_plan_json_is_one_object_with_the_recommendation_and_rows(capsys):
+    code = cli(["plan", *TINY, "--effective-batch", "32", "--memory-budget-mb", ROOMY_MB, "--timed-steps", "1",
+                "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert len(out.strip().splitlines()) == 1
+    data = json.loads(out)
+    assert data["micro_batch_size"] * data["accum_steps"] == 32 == data["effective_batch"]
+    assert data["options"] == {"amp": "off", "clear_cache": "off", "compile": "off"}
+    assert data["memory_source"] == "counted" and data["device"] == "cpu" and data["memory_budget_mb"] == 50.0
+    assert [r["micro_batch_size"] for r in data["rows"]] == [1, 2, 4, 8, 16, 32]
+    assert all(r["status"] == "fits" and r["peak_mb"] > 0 for r in data["rows"])
+    assert data["reason"].startswith(f"fp32 at b={data['micro_batch_size']}")
+    assert "Traceback" not in err
+
+
+def test_plan_table_prints_the_header_and_the_recommended_flags(capsys):
+    code = cli(["plan", *TINY, "--effective-batch", "16", "--memory-budget-mb", ROOMY_MB, "--timed-steps", "1",
+                "--amp", "off,bf16"])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    lines = out.strip().splitlines()
+    header = lines[0].split()
+    assert header[:4] == ["options", "b", "k", "status"] and "samples/s" in header
+    table_end = next(i for i, line in enumerate(lines) if line.startswith("device cpu; peak = counted"))
+    rows = [line.split() for line in lines[1:table_end]]
+    assert {r[0] for r in rows} == {"fp32", "bf16"} and len(rows) == 10  # 1, 2, 4, 8, 16 for each
+    recommended = [line for line in lines if line.startswith("recommended: --micro-batch-size ")]
+    assert len(recommended) == 1
+    words = recommended[0].split()
+    b, k = int(words[words.index("--micro-batch-size") + 1]), int(words[words.index("--accum-steps") + 1])
+    assert b * k == 16 and words[words.index("--amp") + 1] in ("off", "bf16")
+    assert "effective batch 16, budget 50 MB" in out
+    assert lines[-1].startswith(("fp32 at b=", "bf16 at b="))
+
+
+def test_plan_with_a_budget_too_small_for_anything_exits_1_with_the_reason(capsys):
+    code = cli(["plan", *TINY, "--effective-batch", "32", "--memory-budget-mb", TOO_SMALL_MB, "--timed-steps", "1"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "recommended:" not in out
+    assert out.strip().splitlines()[-1].startswith("Nothing fits in ")
+    assert "not even b=1 (over budget" in out
+    assert not error_lines(err)
+
+
+@pytest.mark.parametrize("flags,prefix", [
+    (["--effective-batch", "0", "--memory-budget-mb", "10"], "gaccum: error: --effective-batch=0 "),
+    (["--effective-batch", "-3", "--memory-budget-mb", "10"], "gaccum: error: --effective-batch=-3 "),
+    (["--effective-batch", "32", "--memory-budget-mb", "-1"], "gaccum: error: --memory-budget-mb=-1.0 "),
+    (["--effective-batch", "32", "--memory-budget-mb", "0"], "gaccum: error: --memory-budget-mb=0.0 "),
+    (["--effective-batch", "32", "--memory-budget-mb", "nan"], "gaccum: error: --memory-budget-mb=nan "),
+    (["--effective-batch", "32"], "gaccum: error: --memory-budget-mb=None "),  # required on the CPU
+    (["--effective-batch", "32", "--memory-budget-mb", "10", "--amp", "fp8"], "gaccum: error: --amp='fp8' "),
+    (["--effective-batch", "32", "--memory-budget-mb", "10", "--amp", "off,off"], "gaccum: error: --amp='off,off' "),
+    (["--effective-batch", "32", "--memory-budget-mb", "10", "--clear-cache", "sometimes"],
+     "gaccum: error: --clear-cache='sometimes' "),
+    (["--effective-batch", "32", "--memory-budget-mb", "10", "--compile", "fast"], "gaccum: error: --compile='fast' "),
+    (["--effective-batch", "32", "--memory-budget-mb", "10", "--timed-steps", "0"],
+     "gaccum: error: --timed-steps=0 "),
+])
+def test_plan_bad_values_are_one_line_errors_naming_the_flag(flags, prefix, capsys):
+    code = cli(["plan", *TINY, *flags])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(prefix + "is not allowed: "), err
+
+
+@pytest.mark.parametrize("flags,expected", [
+    # argparse rejects these before the planner sees them: its line reads "argument --flag: ...".
+    (["--effective-batch", "abc", "--memory-budget-mb", "10"], "--effective-batch='abc' is not allowed: an integer"),
+    (["--effective-batch", "32", "--memory-budget-mb", "10", "--model", "nope"], "--model: invalid choice: 'nope'"),
+    (["--memory-budget-mb", "10"], "the following arguments are required: --effective-batch"),
+])
+def test_plan_values_argparse_refuses_are_one_line_errors_naming_the_flag(flags, expected, capsys):
+    code = cli(["plan", *TINY, *flags])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gaccum: error: ") and expected in lines[0], err
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["--micro-batch-size", "auto"], "--effective-batch=None is not allowed: an integer, required with "
+                                     "--micro-batch-size auto"),
+    (["--micro-batch-size", "8", "--accum-steps", "2", "--effective-batch", "32"],
+     "--effective-batch=32 is not allowed: b*k*processes = 16"),
+    (["--micro-batch-size", "auto", "--effective-batch", "0", "--memory-budget-mb", "10"], "--effective-batch=0 "),
+    (["--micro-batch-size", "auto", "--effective-batch", "32"], "--memory-budget-mb=None "),
+])
+def test_run_auto_refuses_bad_requests_in_one_line_before_any_run_directory(flags, expected, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    code = cli(["run", *TINY, "--max-steps", "2", "--runs-dir", str(runs), *flags])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gaccum: error: ") and expected in lines[0], err
+    assert not runs.exists()
+
+
+def test_run_with_a_matching_effective_batch_runs_as_given(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    code = cli(["run", *TINY, "--max-steps", "1", "--runs-dir", str(runs), "--micro-batch-size", "8",
+                "--accum-steps", "4", "--effective-batch", "32"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    run_dir = runs / out.strip().splitlines()[-1].rsplit("/", 1)[1]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert (config["micro_batch_size"], config["accum_steps"]) == (8, 4)
+    assert not (run_dir / "plan.json").exists()  # set by hand: no plan
+
+
+def test_run_auto_plans_then_runs_with_the_plans_micro_batch(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    code = cli(["run", *TINY, "--max-steps", "2", "--runs-dir", str(runs), "--micro-batch-size", "auto",
+                "--effective-batch", "32", "--memory-budget-mb", "0.3"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert not error_lines(err)
+    planned = [line for line in err.splitlines() if line.startswith("gaccum: planned: ")]
+    assert len(planned) == 1 and "fp32 at b=" in planned[0]
+    run_dir = runs / out.strip().splitlines()[-1].rsplit("/", 1)[1]
+    assert [p.name for p in runs.iterdir()] == [run_dir.name]
+    config = json.loads((run_dir / "config.json").read_text())
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert config["micro_batch_size"] * config["accum_steps"] == 32
+    assert plan["micro_batch_size"] == config["micro_batch_size"]
+    assert plan["accum_steps"] == config["accum_steps"] and plan["effective_batch"] == 32
+    assert plan["options"] == {"amp": config["amp"], "clear_cache": config["clear_cache"],
+                               "compile": config["compile"]}
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
+
+
+def test_run_auto_with_a_budget_too_small_for_anything_leaves_no_run_behind(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    code = cli(["run", *TINY, "--max-steps", "2", "--runs-dir", str(runs), "--micro-batch-size", "auto",
+                "--effective-batch", "32", "--memory-budget-mb", TOO_SMALL_MB])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    (line,) = error_lines(err)
+    assert line.startswith("gaccum: error: --micro-batch-size='auto' is not allowed: Nothing fits in ")
+    assert "Traceback" not in err
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_the_real_entry_point_prints_one_json_object_on_stdout():
+    done = subprocess.run([sys.executable, "-m", "gaccum_core", "plan", *TINY, "--effective-batch", "8",
+                           "--memory-budget-mb", ROOMY_MB, "--timed-steps", "1", "--json"],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(done.stdout)  # the progress bar is on stderr only
+    assert data["micro_batch_size"] * data["accum_steps"] == 8
+    assert data["memory_source"] == "counted" and data["options"]["amp"] == "off"
+    assert [r["micro_batch_size"] for r in data["rows"]] == [1, 2, 4, 8]
+    assert "Traceback" not in done.stderr
+
+
+def test_the_real_entry_point_refuses_run_auto_that_fits_nothing_with_exit_2(tmp_path):
+    runs = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-m", "gaccum_core", "run", *TINY, "--runs-dir", str(runs),
+                           "--micro-batch-size", "auto", "--effective-batch", "32", "--memory-budget-mb",
+                           TOO_SMALL_MB], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = error_lines(done.stderr)
+    assert "--micro-batch-size='auto' is not allowed: Nothing fits in " in line
+    assert done.stderr.rstrip().splitlines()[-1] == line  # the error is the last thing said
+    assert "Traceback" not in done.stderr
+    assert not runs.exists() or not any(runs.iterdir())

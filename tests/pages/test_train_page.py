@@ -1,0 +1,198 @@
+"""The Train page as people live in it: deleted runs, refused values, reloads mid-run, skipped steps."""
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from page_charts import live_figures
+
+from gaccum_core.config import RunConfig
+from gaccum_core.states import RunState
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = str(ROOT / "pages/1_Train.py")
+
+
+def runner():
+    from dashboard import ui
+
+    return ui.get_runner()
+
+
+def train_page() -> AppTest:
+    return AppTest.from_file(TRAIN, default_timeout=120).run()
+
+
+def test_a_run_deleted_elsewhere_disappears_from_the_train_page_without_error(runs_dir, downloads):
+    at = train_page()
+    at.selectbox(key="cfg_model").select("mlp")
+    at.number_input(key="cfg_max_steps").set_value(2)
+    at.run()
+    at.button(key="start").click().run()
+    (run_id,) = at.session_state["session_runs"]
+    assert runner().wait(run_id, timeout=120).state == RunState.FINISHED
+    at.run()
+    assert f"{run_id}-metrics.csv" in downloads
+    runner().delete(run_id)  # what the Runs page does, in another session
+    at.run()
+    assert not at.exception
+    assert list(at.session_state["session_runs"]) == []
+    assert not live_figures(at), "the deleted run is still drawn"
+    assert not any(run_id[-6:] in p.proto.text for p in at.get("progress"))
+    assert not (runs_dir / run_id).exists()
+
+
+def test_a_running_run_cannot_be_deleted(runs_dir, gate):
+    gate.hold(step=1)
+    run_id = runner().submit(RunConfig(device="cpu", model="mlp", max_steps=2))
+    gate.wait_until_held()
+    from gaccum_core.runs.runner import RunBusyError
+
+    with pytest.raises(RunBusyError, match="stop it"):
+        runner().delete(run_id)
+    gate.release()
+    runner().wait(run_id, timeout=120)
+    runner().delete(run_id)
+    assert not runner().knows(run_id)
+
+
+@pytest.mark.parametrize("key,value,label", [
+    ("cfg_lr", 0.0, "Learning rate"),
+    ("cfg_micro_batch_size", 0, "Micro-batch size b"),
+    ("cfg_accum_steps", -3, "Accumulation steps k"),
+    ("cfg_momentum", 1.5, "Momentum"),
+    ("cfg_epochs", 0, "Epochs"),
+    ("cfg_checkpoint_every", -1, "Checkpoint every N steps (0 = on Stop and at the end)"),
+    ("cfg_nproc", 0, "Processes N (data-parallel)"),
+])
+def test_a_refused_value_is_shown_named_by_its_label_and_disables_start(runs_dir, key, value, label):
+    at = train_page()
+    at.number_input(key=key).set_value(value).run()
+    assert not at.exception
+    assert at.number_input(key=key).value == value  # what the control shows is what was typed
+    assert at.button(key="start").disabled
+    messages = [e.value for e in at.sidebar.error]
+    assert any(m.startswith(f"{label} = {value!r} is not allowed") for m in messages), messages
+
+
+def test_a_reload_mid_run_shows_the_running_runs_settings(runs_dir, gate):
+    config = RunConfig(device="cpu", model="mlp", micro_batch_size=16, accum_steps=3, lr=0.01, amp="bf16",
+                       max_steps=2)
+    gate.hold(step=1)
+    run_id = runner().submit(config)
+    gate.wait_until_held()
+    try:
+        at = train_page()  # a new session: what a reload opens
+        assert not at.exception
+        assert at.selectbox(key="cfg_model").value == "mlp"
+        assert at.number_input(key="cfg_micro_batch_size").value == 16
+        assert at.number_input(key="cfg_accum_steps").value == 3
+        assert at.number_input(key="cfg_lr").value == pytest.approx(0.01)
+        assert at.radio(key="cfg_amp").value == "bf16"
+        assert any(run_id in c.value for c in at.caption)
+        assert "autocast" in at.code[0].value and "bfloat16" in at.code[0].value
+    finally:
+        gate.release()
+    runner().wait(run_id, timeout=120)
+
+
+def test_a_session_with_its_own_settings_keeps_them_when_a_run_starts_elsewhere(runs_dir, gate):
+    at = train_page()
+    at.number_input(key="cfg_accum_steps").set_value(7).run()
+    gate.hold(step=1)
+    run_id = runner().submit(RunConfig(device="cpu", model="mlp", accum_steps=2, max_steps=2))
+    gate.wait_until_held()
+    try:
+        at.run()
+        assert at.number_input(key="cfg_accum_steps").value == 7
+    finally:
+        gate.release()
+    runner().wait(run_id, timeout=120)
+
+
+def test_a_run_whose_steps_were_mostly_skipped_is_flagged(runs_dir):
+    # fp16 with an initial scale of 2^32 overflows and backs off one halving per step: all 6 skipped.
+    config = RunConfig(device="cpu", model="mlp", amp="fp16", init_scale=2.0**32, max_steps=6)
+    run_id = runner().submit(config)
+    snapshot = runner().wait(run_id, timeout=300)
+    assert snapshot.state == RunState.FINISHED
+    assert snapshot.message.startswith("6 of 6 optimizer steps were skipped")
+    assert runner().store.read_status(run_id)["message"] == snapshot.message
+    at = AppTest.from_file(TRAIN, default_timeout=120)
+    at.session_state["session_runs"] = [run_id]
+    at.run()
+    assert any("6 of 6 optimizer steps were skipped" in w.value for w in at.warning)
+
+
+def test_a_run_with_few_skipped_steps_is_not_flagged(runs_dir):
+    snapshot = runner().wait(runner().submit(RunConfig(device="cpu", model="mlp", amp="fp16", max_steps=3)),
+                             timeout=300)
+    assert snapshot.state == RunState.FINISHED and snapshot.message == ""
+
+
+def test_the_empty_state_shows_no_empty_charts(runs_dir):
+    at = train_page()
+    assert not live_figures(at)
+    assert any("No run yet" in i.value for i in at.info)
+
+
+def test_controls_accept_a_loss_scale_between_the_offered_powers(runs_dir, gate):
+    gate.hold(step=1)
+    run_id = runner().submit(RunConfig(device="cpu", model="mlp", amp="fp16", init_scale=3000.0, max_steps=1))
+    gate.wait_until_held()
+    try:
+        at = train_page()
+        assert not at.exception
+        assert at.select_slider(key="cfg_init_scale").value == 3000.0
+    finally:
+        gate.release()
+    runner().wait(run_id, timeout=120)
+
+
+def test_costly_options_say_what_they_cost_here_before_start(runs_dir, monkeypatch):
+    from gaccum_core.plan import costs
+
+    # The CPU's real fp16 slowdown varies by machine (see test_costs for the real probe); fixed here.
+    monkeypatch.setattr(costs, "autocast_cost", lambda device, amp: costs.Cost(0.2, 16.0))
+    at = train_page()
+    at.selectbox(key="cfg_clear_cache").select("micro").run()
+    at.radio(key="cfg_amp").set_value("fp16").run()
+    assert not at.exception
+    warnings = [w.value for w in at.sidebar.warning]
+    assert any(w.startswith("Cache clearing takes") and "ms each time on this machine" in w for w in warnings), warnings
+    assert any(w.startswith("fp16 autocast on this CPU runs a small conv net 16.0× slower") for w in warnings), warnings
+    assert not at.button(key="start").disabled  # a warning, not a refusal
+
+
+def test_a_named_run_carries_its_name_to_disk_progress_and_legends(runs_dir):
+    at = train_page()
+    at.selectbox(key="cfg_model").select("mlp")
+    at.number_input(key="cfg_max_steps").set_value(2)
+    at.text_input(key="run_name").input("baseline fp32").run()
+    at.button(key="start").click().run()
+    (run_id,) = at.session_state["session_runs"]
+    assert run_id.endswith("baseline-fp32")
+    assert runner().wait(run_id).state == RunState.FINISHED
+    assert runner().store.read_status(run_id)["name"] == "baseline fp32"
+    at.run()
+    assert any("baseline fp32" in p.proto.text for p in at.get("progress"))
+    loss = live_figures(at)["loss"]
+    assert any(trace["name"].endswith("· baseline fp32") for trace in loss["data"])
+
+
+def test_progress_names_its_run_and_says_compiling_before_the_first_step(runs_dir, gate, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: model)  # the page's words, not a real compile
+    gate.hold(step=1)  # before the first forward pass, where torch.compile does its work
+    run_id = runner().submit(RunConfig(device="cpu", model="mlp", max_steps=1, compile="default"))
+    gate.wait_until_held()
+    try:
+        at = train_page()
+        texts = [p.proto.text for p in at.get("progress")]
+        assert any(t.startswith(f"mlp b=32 k=4 compile=default · {run_id[-6:]} — compiling the model") for t in texts), texts
+    finally:
+        gate.release()
+        runner().stop(run_id)
+    runner().wait(run_id)

@@ -1,0 +1,279 @@
+"""The planner's measurements on the real engine (CPU, tiny models): truthful memory figures, out of memory
+as a result, and make_plan end to end; PlanRequest's validation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gaccum_core.train.engine
+from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.train.memory import MB, SavedBytesPeak
+from gaccum_core.models.vision import build_model
+from gaccum_core.plan.planner import PlanRequest, make_plan
+from gaccum_core.plan.search import FITS, OUT_OF_MEMORY, OVER_BUDGET, Options
+from gaccum_core.train.precision import Precision
+from gaccum_core.plan.probe import measure
+from gaccum_core.train.step import accumulate
+
+FP32 = Options()
+BIG_BUDGET = 10_000.0
+
+
+def cnn(**fields) -> RunConfig:
+    values = dict(model="cnn", dataset="fake", image_size=16, fake_samples=256, device="cpu",
+                  micro_batch_size=1, accum_steps=1)
+    return RunConfig(**{**values, **fields})
+
+
+# The built-in cnn on 3×16×16 images, 10 classes, counted by hand from models._conv_net:
+# conv 3→16 (3×3) + bias, conv 16→32 (3×3) + bias, linear 32·4·4 → 10 + bias.
+CNN_PARAMS = (3 * 16 * 9 + 16) + (16 * 32 * 9 + 32) + (32 * 16 * 10 + 10)
+CNN_PARAM_TENSORS = 6
+
+
+def test_accumulating_k_micro_batches_costs_no_memory_beyond_one():
+    """(b=8, k=4) against (b=8, k=1): the same counted peak, the same activations (one window's
+    micro-batches never hold their graphs at once)."""
+    base = cnn()
+    one = measure(base, FP32, 8, 8, BIG_BUDGET, timed_steps=1)
+    four = measure(base, FP32, 8, 32, BIG_BUDGET, timed_steps=1)
+    assert one.status == four.status == FITS
+    assert (one.accum_steps, four.accum_steps) == (1, 4)
+    assert four.peak_mb == pytest.approx(one.peak_mb, rel=0.02)
+    assert four.detail["activations_mb"] == pytest.approx(one.detail["activations_mb"], rel=0.02)
+    assert four.peak_mb == pytest.approx(four.detail["counted_mb"])  # the CPU: the counted figure decides
+    assert four.detail["cuda_peak_mb"] is None and four.detail["cuda_reserved_mb"] is None
+    parts = ("weights_mb", "gradients_mb", "optimizer_mb", "activations_mb")
+    assert four.detail["counted_mb"] == pytest.approx(sum(four.detail[p] for p in parts))
+    assert four.samples_per_s > 0 and four.step_time_s > 0
+
+
+def test_activations_grow_linearly_with_the_micro_batch():
+    base = cnn()
+    small = measure(base, FP32, 8, 32, BIG_BUDGET, timed_steps=1)
+    large = measure(base, FP32, 32, 32, BIG_BUDGET, timed_steps=1)
+    ratio = large.detail["activations_mb"] / small.detail["activations_mb"]
+    assert 3.5 <= ratio <= 4.5, ratio
+    assert large.detail["weights_mb"] == small.detail["weights_mb"]
+
+
+def _micro_batches(k: int, b: int = 8, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [(torch.randn(b, 3, 16, 16, generator=generator), torch.randint(0, 10, (b,), generator=generator))
+            for _ in range(k)]
+
+
+def _summed_loss(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    x, y = batch
+    return F.cross_entropy(model(x), y, reduction="sum")
+
+
+def test_saved_bytes_peak_sees_a_loop_that_keeps_every_graph_alive():
+    """The meter is not a formula: summing k losses before one backward holds k graphs at once (k× the
+    peak), while the project's accumulate (one backward per micro-batch) holds one (1×)."""
+    torch.manual_seed(0)
+    model = build_model("cnn", (3, 16, 16), 10, 16)
+    params = list(model.parameters())
+    k = 4
+    batches = _micro_batches(k)
+
+    single = SavedBytesPeak(params)
+    with single.measure():
+        _summed_loss(model, batches[0]).backward()
+    model.zero_grad(set_to_none=True)
+    assert single.peak > 0 and single.current == 0  # everything saved was released by the backward
+
+    kept = SavedBytesPeak(params)
+    with kept.measure():
+        total = sum(_summed_loss(model, batch) for batch in batches)
+        total.backward()
+    model.zero_grad(set_to_none=True)
+    assert kept.peak > 3 * single.peak
+    assert kept.peak == pytest.approx(k * single.peak, rel=0.05)
+
+    accumulated = SavedBytesPeak(params)
+    with accumulated.measure():
+        losses = accumulate(Precision("off", torch.device("cpu")), batches, lambda b: _summed_loss(model, b),
+                            divisor=k * 8)
+    assert len(losses) == k
+    assert accumulated.peak == pytest.approx(single.peak, rel=0.05)
+    assert accumulated.current == 0
+
+
+def test_weights_gradients_and_optimizer_state_equal_hand_counts():
+    params_bytes = CNN_PARAMS * 4  # fp32
+    model = build_model("cnn", (3, 16, 16), 10, 16)
+    assert sum(p.numel() for p in model.parameters()) == CNN_PARAMS  # the hand count matches the model
+    assert len(list(model.parameters())) == CNN_PARAM_TENSORS and not list(model.buffers())
+
+    sgd = measure(cnn(optimizer="sgd", momentum=0.9), FP32, 8, 8, BIG_BUDGET, timed_steps=1).detail
+    assert sgd["weights_mb"] * MB == params_bytes
+    assert sgd["gradients_mb"] * MB == params_bytes
+    assert sgd["optimizer_mb"] * MB == params_bytes  # one momentum buffer per parameter
+
+    adamw = measure(cnn(optimizer="adamw", lr=1e-3), FP32, 8, 8, BIG_BUDGET, timed_steps=1).detail
+    assert adamw["weights_mb"] * MB == params_bytes and adamw["gradients_mb"] * MB == params_bytes
+    extra = adamw["optimizer_mb"] * MB - 2 * params_bytes  # exp_avg and exp_avg_sq, plus a step counter each
+    assert 0 <= extra <= 8 * CNN_PARAM_TENSORS
+
+
+def test_buffers_count_as_weights_but_have_no_gradients():
+    """cnn_bn: BatchNorm's running mean and variance (fp32) and num_batches_tracked (int64) are weights."""
+    bn_params = CNN_PARAMS + 2 * (16 + 32)  # each BatchNorm's weight and bias
+    buffers = 2 * (16 + 32) * 4 + 2 * 8
+    detail = measure(cnn(model="cnn_bn"), FP32, 8, 8, BIG_BUDGET, timed_steps=1).detail
+    assert detail["weights_mb"] * MB == bn_params * 4 + buffers
+    assert detail["gradients_mb"] * MB == bn_params * 4
+    assert detail["optimizer_mb"] * MB == bn_params * 4
+
+
+def test_batchnorm_on_one_sample_is_a_failure_where_a_larger_size_may_work():
+    """resnet18 on 32×32 images reaches 1×1 feature maps: its BatchNorm cannot train on one sample
+    (cnn_bn can: its BatchNorm2d normalises over H·W values even for one sample)."""
+    base = cnn(model="resnet18", image_size=32, fake_samples=64)
+    one = measure(base, FP32, 1, 2, BIG_BUDGET, timed_steps=1)
+    assert one.status == "failed" and one.detail["larger_may_work"] is True
+    assert one.detail["message"].startswith("ConfigError: micro_batch_size=1")
+    two = measure(base, FP32, 2, 2, BIG_BUDGET, timed_steps=1)
+    assert two.status == FITS and two.peak_mb > 0
+
+
+def test_an_error_that_is_not_about_memory_is_a_failure_that_stops(monkeypatch):
+    def broken(forward, precision, x, y):
+        raise ZeroDivisionError("something else went wrong")
+
+    monkeypatch.setattr(gaccum_core.train.engine, "summed_cross_entropy", broken)
+    candidate = measure(cnn(model="mlp"), FP32, 4, 8, BIG_BUDGET, timed_steps=1)
+    assert candidate.status == "failed" and candidate.detail["larger_may_work"] is False
+    assert candidate.detail["message"] == "ZeroDivisionError: something else went wrong"
+
+
+def test_a_candidate_over_the_budget_is_measured_but_not_timed():
+    candidate = measure(cnn(), FP32, 8, 8, 0.01, timed_steps=1)
+    assert candidate.status == OVER_BUDGET and candidate.peak_mb > 0.01
+    assert candidate.samples_per_s is None and candidate.detail["activations_mb"] > 0
+
+
+OUT_OF_MEMORY_ERRORS = {
+    "cuda": lambda: torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    "cpu": lambda: RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: "
+                                "can't allocate memory: you tried to allocate 2147483648 bytes."),
+}
+
+
+@pytest.fixture(params=sorted(OUT_OF_MEMORY_ERRORS))
+def out_of_memory_from_16(request, monkeypatch):
+    """The engine's loss raises an out-of-memory error for micro-batches of 16 samples or more."""
+    real = gaccum_core.train.engine.summed_cross_entropy
+    calls = []
+
+    def loss(forward, precision, x, y):
+        calls.append(x.shape[0])
+        if x.shape[0] >= 16:
+            raise OUT_OF_MEMORY_ERRORS[request.param]()
+        return real(forward, precision, x, y)
+
+    monkeypatch.setattr(gaccum_core.train.engine, "summed_cross_entropy", loss)
+    return calls
+
+
+def test_out_of_memory_is_a_status_and_the_next_candidate_measures_normally(out_of_memory_from_16):
+    base = cnn(model="mlp")
+    failed = measure(base, FP32, 16, 32, BIG_BUDGET, timed_steps=1)
+    assert failed.status == OUT_OF_MEMORY and failed.peak_mb is None and failed.samples_per_s is None
+    assert failed.detail["message"].split(":")[0] in ("OutOfMemoryError", "RuntimeError")
+    after = measure(base, FP32, 8, 32, BIG_BUDGET, timed_steps=1)
+    assert after.status == FITS and after.peak_mb > 0 and after.samples_per_s > 0
+
+
+def test_make_plan_finds_the_largest_size_below_an_out_of_memory_error(out_of_memory_from_16):
+    plan = make_plan(PlanRequest(cnn(model="mlp"), 64, BIG_BUDGET, timed_steps=1))
+    statuses = {c.micro_batch_size: c.status for c in plan.candidates}
+    assert statuses[16] == OUT_OF_MEMORY and 32 not in statuses  # bisection stops at the first failure
+    assert all(statuses[b] == FITS for b in (1, 2, 4, 8))
+    assert plan.largest_fitting() == {"fp32": 8}
+    assert plan.recommended is not None and plan.recommended.micro_batch_size <= 8
+    assert plan.recommended.micro_batch_size * plan.recommended.accum_steps == 64
+
+
+def test_make_plan_recommends_a_fitting_candidate_within_the_margin():
+    base = cnn()
+    # A budget between the peaks of b=16 and b=32, measured on this machine: the largest sizes do not fit.
+    p16, p32 = (measure(base, FP32, b, 32, BIG_BUDGET, timed_steps=1).peak_mb for b in (16, 32))
+    assert p16 < p32
+    budget = (p16 + p32) / 2
+    calls = []
+    plan = make_plan(PlanRequest(base, 32, budget, timed_steps=1), lambda *args: calls.append(args))
+
+    assert [c.micro_batch_size for c in plan.candidates] == [1, 2, 4, 8, 16, 32]
+    assert plan.candidates[-1].status == OVER_BUDGET and plan.largest_fitting() == {"fp32": 16}
+    choice = plan.recommended
+    assert choice is not None and choice in plan.candidates and choice.fits
+    assert choice.peak_mb <= 0.9 * budget
+    assert choice.samples_per_s == max(c.samples_per_s for c in plan.candidates
+                                       if c.fits and c.peak_mb <= 0.9 * budget)
+    assert plan.reason.startswith(f"fp32 at b={choice.micro_batch_size}, k={choice.accum_steps}")
+
+    assert len(calls) == len(plan.candidates)  # once per measured candidate
+    done = [c[0] for c in calls]
+    at_most = [c[1] for c in calls]
+    assert done == list(range(1, len(plan.candidates) + 1))
+    assert at_most == sorted(at_most) and all(d <= m for d, m in zip(done, at_most))
+    assert [c[2] for c in calls] == plan.candidates
+    seconds = [c[3] for c in calls]
+    assert seconds == sorted(seconds) and seconds[-1] <= plan.seconds
+
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["micro_batch_size"] * data["accum_steps"] == 32 == data["effective_batch"]
+    assert data["micro_batch_size"] == choice.micro_batch_size
+    assert data["options"] == {"amp": "off", "clear_cache": "off", "compile": "off"}
+    assert data["memory_source"] == "counted" and data["device"] == "cpu"
+    assert data["memory_budget_mb"] == budget and len(data["rows"]) == len(plan.candidates)
+    assert data["largest_fitting"] == {"fp32": 16}
+
+
+def test_make_plan_caps_the_micro_batch_at_the_data_set():
+    base = cnn(model="mlp", fake_samples=20)  # 20 training samples, E = 64
+    plan = make_plan(PlanRequest(base, 64, BIG_BUDGET, timed_steps=1))
+    assert max(c.micro_batch_size for c in plan.candidates) <= 20
+    assert plan.largest_fitting() == {"fp32": 16}
+
+
+@pytest.mark.parametrize("changes,field", [
+    ({"effective_batch": 0}, "effective_batch"),
+    ({"effective_batch": -4}, "effective_batch"),
+    ({"effective_batch": 2**20 + 1}, "effective_batch"),
+    ({"effective_batch": 32.0}, "effective_batch"),
+    ({"effective_batch": True}, "effective_batch"),
+    ({"budget_mb": True}, "memory_budget_mb"),
+    ({"effective_batch": "32"}, "effective_batch"),
+    ({"budget_mb": 0}, "memory_budget_mb"),
+    ({"budget_mb": -1.0}, "memory_budget_mb"),
+    ({"budget_mb": math.nan}, "memory_budget_mb"),
+    ({"budget_mb": math.inf}, "memory_budget_mb"),
+    ({"budget_mb": "64"}, "memory_budget_mb"),
+    ({"amp": ("fp8",)}, "amp"),
+    ({"amp": ()}, "amp"),
+    ({"amp": ("off", "off")}, "amp"),
+    ({"clear_cache": ("sometimes",)}, "clear_cache"),
+    ({"compile": ("fast",)}, "compile"),
+    ({"timed_steps": 0}, "timed_steps"),
+    ({"timed_steps": 101}, "timed_steps"),
+    ({"margin": -0.1}, "margin"),
+    ({"margin": 1.0}, "margin"),
+])
+def test_plan_request_names_the_bad_field(changes, field):
+    values = {"base": cnn(), "effective_batch": 32, "budget_mb": 64.0, **changes}
+    with pytest.raises(ConfigError) as caught:
+        PlanRequest(**values)
+    assert caught.value.field == field
+
+
+def test_a_valid_plan_request_crosses_its_options_plain_first():
+    request = PlanRequest(cnn(), 32, 64.0, amp=("off", "bf16"), clear_cache=("off", "step"), margin=0.0)
+    assert request.options[0] == FP32 and len(request.options) == 4

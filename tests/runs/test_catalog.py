@@ -1,0 +1,78 @@
+"""The runs table: settings and final figures per run, damaged and interrupted runs, combined CSV."""
+
+import io
+
+import pandas as pd
+
+from gaccum_core.runs.catalog import combined_csv, run_label, run_labels, run_table, settings_table
+from gaccum_core.config import RunConfig
+from gaccum_core.train.metrics import STEP_COLUMNS
+from gaccum_core.runs.runner import Runner
+
+TINY = dict(device="cpu", model="mlp", micro_batch_size=16, accum_steps=2, max_steps=3)
+
+
+def test_table_lists_finished_damaged_and_interrupted_runs(tmp_path):
+    runner = Runner(tmp_path)
+    done = runner.submit(RunConfig(**TINY))
+    runner.wait(done, timeout=60)
+    damaged = runner.submit(RunConfig(**TINY))
+    runner.wait(damaged, timeout=60)
+    (tmp_path / damaged / "config.json").write_text('{"micro_batch_size": -1}')
+    ghost = runner.store.create(RunConfig(**TINY))
+    runner.store.update_status(ghost, state="running")  # as left by a killed server
+    table = run_table(runner.store).set_index("run_id")
+    assert table.loc[done, "state"] == "finished" and table.loc[done, "steps"] == 3
+    assert table.loc[done, "skipped"] == 0 and 0 < table.loc[done, "test_accuracy"] <= 1
+    assert table.loc[damaged, "state"] == "damaged" and "micro_batch_size" in table.loc[damaged, "message"]
+    assert table.loc[ghost, "state"] == "interrupted"
+    assert run_table(runner.store, live=[ghost]).set_index("run_id").loc[ghost, "state"] == "running"
+
+
+def test_combined_csv_carries_run_ids_and_settings(tmp_path):
+    runner = Runner(tmp_path)
+    a = runner.submit(RunConfig(**TINY))
+    b = runner.submit(RunConfig(**{**TINY, "accum_steps": 4, "amp": "bf16"}))
+    runner.wait(a, timeout=60), runner.wait(b, timeout=60)
+    frame = pd.read_csv(io.StringIO(combined_csv(runner.store, [a, b])))
+    assert list(frame.columns[:3]) == ["run_id", "config_model", "config_dataset"]
+    assert set(STEP_COLUMNS) <= set(frame.columns)
+    assert frame.columns.is_unique  # the setting lr is config_lr, the scheduled lr per step is lr
+    assert frame.groupby("run_id")["config_accum_steps"].first().to_dict() == {a: 2, b: 4}
+    assert len(frame) == 6
+    evals = pd.read_csv(io.StringIO(combined_csv(runner.store, [a, b], "evals")))
+    assert set(evals["run_id"]) == {a, b} and evals["test_accuracy"].between(0, 1).all()
+
+
+def test_labels_name_every_setting_in_which_the_runs_differ():
+    base = RunConfig(model="cnn", micro_batch_size=8, accum_steps=4)
+    labels = run_labels([base, base.replace(lr=0.01, dataset="fake", device="cpu"), base.replace(amp="bf16")])
+    # In RunConfig's field order; device is where a run ran, not what it trained.
+    assert labels == ["cnn b=8 k=4 dataset=digits amp=off lr=0.05", "cnn b=8 k=4 dataset=fake amp=off lr=0.01",
+                      "cnn b=8 k=4 dataset=digits amp=bf16 lr=0.05"]
+    assert run_labels([base, base]) == ["cnn b=8 k=4"] * 2
+
+
+def test_settings_table_marks_the_differing_settings():
+    table, differing = settings_table({"a": RunConfig(), "b": RunConfig(lr=0.1, epochs=3)})
+    assert list(table.columns) == ["a", "b"] and table.loc["lr", "b"] == 0.1
+    assert sorted(differing) == ["epochs", "lr"]
+
+
+def test_run_label_names_what_differs():
+    assert run_label(RunConfig(model="cnn", micro_batch_size=8, accum_steps=4, amp="fp16")) == "cnn b=8 k=4 fp16"
+
+
+def test_the_table_and_labels_name_the_processes_of_a_data_parallel_run(tmp_path):
+    """A 2-process run: world_size 2 and effective batch N·b·k in the table, 'N=2' in its label."""
+    from gaccum_core.runs.store import RunStore
+
+    store = RunStore(tmp_path)
+    single = store.create(RunConfig(**TINY))
+    double = store.create(RunConfig(**{**TINY, "nproc": 2}))
+    table = run_table(store, live=[single, double]).set_index("run_id")
+    assert table.loc[single, "world_size"] == 1 and table.loc[single, "effective_batch"] == 32
+    assert table.loc[double, "world_size"] == 2 and table.loc[double, "effective_batch"] == 64
+    assert run_label(RunConfig(**{**TINY, "nproc": 2})).endswith("N=2")
+    assert "N=" not in run_label(RunConfig(**TINY))
+    assert "nproc=2" in run_labels([RunConfig(**TINY), RunConfig(**{**TINY, "nproc": 2})])[1]

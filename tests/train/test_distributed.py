@@ -1,0 +1,402 @@
+"""Data-parallel runs (torchrun, gloo on the CPU, 2 processes) against single-process oracles.
+
+Two processes with micro-batches of b = 4 must train the very parameters one process trains with
+b = 8 (same k) and with one batch of b*k*2 = 32 (k = 1), partial last windows and empty rank shares
+included. Each 2-process job is run once per module (torchrun alone costs seconds) and shared between
+the tests that read it; the single-process references train here, in the test process.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import psutil
+import pytest
+import torch
+
+from gaccum_core.train.accumulation import plan_epoch
+from gaccum_core.config import RunConfig
+from gaccum_core.data.images import load_data
+from gaccum_core.train.distributed import Ranks, share
+from gaccum_core.train.engine import Engine
+from gaccum_core.models.vision import build_seeded_model
+from gaccum_core.runs.runner import Runner
+from gaccum_core.states import RunState
+
+WORLD = 2
+B, K = 4, 4
+# 118 samples, global windows of WORLD*B*K = 32: three full windows, then a partial one of 22
+# samples (global micro-batches of 8, 8 and 6: rank 1 gets 4, 4 and 2 of them, never nothing).
+PARTIAL = RunConfig(model="mlp", dataset="fake", image_size=8, fake_samples=118, fake_classes=10,
+                    micro_batch_size=B, accum_steps=K, nproc=WORLD, epochs=2, device="cpu")
+SGD = PARTIAL.replace(optimizer="sgd", lr=0.05, momentum=0.9)
+# AdamW's update m/(sqrt(v)+eps) turns float rounding in gradients that cancel to ~eps into changes of
+# ~lr: at lr=1e-2 the two 1-process references below already differ by 1.8e-5 from each other (in one
+# process, no DDP), at lr=1e-3 by 1.8e-6. The usual AdamW lr keeps that spread below the tolerance.
+ADAMW = PARTIAL.replace(optimizer="adamw", lr=1e-3, weight_decay=0.01)
+# 100 samples: the last window of each epoch holds 4 samples, one global micro-batch [96, 100)
+# whose 8 slots rank 0 fills with 4 samples and leaves rank 1 nothing.
+EMPTY_SHARE = SGD.replace(fake_samples=100)
+SYNC_EVERY = SGD.replace(sync_every_micro_batch=True)
+ONE_PER_STEP = SGD.replace(accum_steps=1, max_steps=3)  # one backward per step: one pass over the buckets
+
+ATOL = RTOL = 1e-5
+WAIT_S = 120.0  # generous: only a hung job gets near it
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+class _Rows:
+    """A sink keeping the reference run's step rows."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict] = []
+
+    def log_step(self, row: dict) -> None:
+        self.steps.append(row)
+
+    def log_eval(self, row: dict) -> None:
+        pass
+
+
+@functools.lru_cache(maxsize=None)
+def _reference(config: RunConfig) -> tuple[dict[str, torch.Tensor], list[dict]]:
+    """One process in the test process: its final parameters and its step rows."""
+    assert config.world_size == 1
+    engine = Engine(config)
+    rows = _Rows()
+    assert engine.run(rows) == RunState.FINISHED
+    return {k: v.detach().clone() for k, v in engine.model.state_dict().items()}, rows.steps
+
+
+def _one_process_references(config: RunConfig) -> dict[str, RunConfig]:
+    """The same global batches in one process: micro-batches of world*b (same k), and one batch per window."""
+    world, b, k = config.world_size, config.micro_batch_size, config.accum_steps
+    return {f"1 process b={world * b} k={k}": config.replace(nproc=1, micro_batch_size=world * b),
+            f"1 process b={world * b * k} k=1": config.replace(nproc=1, micro_batch_size=world * b * k,
+                                                               accum_steps=1)}
+
+
+def _initial_state(config: RunConfig) -> dict[str, torch.Tensor]:
+    data = load_data(config)
+    return build_seeded_model(config, data.input_shape, data.num_classes).state_dict()
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return max((a[name] - b[name]).abs().max().item() for name in a)
+
+
+class _Job:
+    """One finished (or ended) 2-process run: its snapshot, metrics.csv and model.pt."""
+
+    def __init__(self, runner: Runner, config: RunConfig) -> None:
+        self.config = config
+        self.run_id = runner.submit(config)
+        self.snapshot = runner.wait(self.run_id, timeout=WAIT_S)
+        assert self.snapshot.done, f"the 2-process run never ended: {self.snapshot.state}"
+        assert self.snapshot.state == RunState.FINISHED, self.snapshot.message
+        self.metrics = runner.store.read_metrics(self.run_id)
+        self.model = runner.store.load_model(self.run_id)
+
+
+class _Jobs:
+    """Runs each 2-process config once for the whole module, on first use."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self._done: dict[RunConfig, _Job] = {}
+
+    def __call__(self, config: RunConfig) -> _Job:
+        if config not in self._done:
+            self._done[config] = _Job(self.runner, config)
+        return self._done[config]
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """The module's shared 2-process jobs (no fault is armed in their environment)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("GACCUM_FAULTS", raising=False)
+        patch.delenv("GACCUM_FAULTS_RANK", raising=False)
+        runner = Runner(str(tmp_path_factory.mktemp("dist_runs")), executor="thread")
+        try:
+            yield _Jobs(runner)
+        finally:
+            runner.close()
+
+
+@pytest.fixture
+def make_runner(tmp_path):
+    """Runners of the test's own (for a test that arms faults through the environment), closed after it."""
+    made: list[Runner] = []
+
+    def make(**options) -> Runner:
+        made.append(Runner(str(tmp_path), executor="thread", **options))
+        return made[-1]
+
+    yield make
+    for runner in made:
+        runner.close()
+
+
+def _assert_matches_references(job: _Job) -> dict[str, float]:
+    """The 2-process parameters and step rows equal both 1-process references; the largest |diff| of each."""
+    initial = _initial_state(job.config)
+    # The runs really trained: equality below is not two untouched initialisations agreeing.
+    assert _max_diff(job.model, initial) > 100 * ATOL
+    diffs = {}
+    for name, config in _one_process_references(job.config).items():
+        state, rows = _reference(config)
+        assert state.keys() == job.model.keys()
+        for key in state:
+            torch.testing.assert_close(job.model[key], state[key], atol=ATOL, rtol=RTOL,
+                                       msg=lambda m, key=key, name=name: f"{key} vs {name}: {m}")
+        assert job.metrics["samples"].tolist() == [r["samples"] for r in rows]
+        assert job.metrics["loss"].tolist() == pytest.approx([r["loss"] for r in rows], rel=1e-5)
+        assert job.metrics["grad_norm"].tolist() == pytest.approx([r["grad_norm"] for r in rows], rel=1e-5)
+        diffs[name] = _max_diff(job.model, state)
+    print(f"\n{job.config.optimizer} ({job.config.fake_samples} samples) largest |param diff|: {diffs}")
+    return diffs
+
+
+def _last_windows(config: RunConfig):
+    """Every epoch's last window as the job plans it (over global micro-batches of world*b)."""
+    return plan_epoch(config.fake_samples, config.world_size * config.micro_batch_size, config.accum_steps)[-1]
+
+
+def _is_rank(proc: psutil.Process) -> bool:
+    try:
+        cmdline = proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    return "gaccum_core" in cmdline and "worker" in cmdline
+
+
+def _job_processes(runner: Runner, run_id: str, timeout: float = 60.0) -> list[psutil.Process]:
+    """torchrun and every process under it, once both ranks are running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid = runner._runs[run_id].pid
+        if pid is not None:
+            try:
+                top = psutil.Process(pid)
+                below = top.children(recursive=True)
+            except psutil.NoSuchProcess:
+                below = []
+            if sum(_is_rank(p) for p in below) >= WORLD:
+                return [top, *below]
+        time.sleep(0.05)
+    pytest.fail(f"never saw torchrun with {WORLD} rank processes for run {run_id}")
+
+
+def _running(procs: list[psutil.Process]) -> list[psutil.Process]:
+    alive = []
+    for proc in procs:
+        try:
+            # is_running() also checks the create time, so a reused pid is not mistaken for ours.
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def _assert_none_survive(procs: list[psutil.Process], grace_s: float = 10.0) -> None:
+    deadline = time.monotonic() + grace_s
+    while _running(procs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    survivors = _running(procs)
+    assert not survivors, [(p.pid, p.cmdline()) for p in survivors]
+
+
+def _wait_for_rows(runner: Runner, run_id: str, rows: int = 1, timeout: float = 90.0) -> None:
+    """Until the run has logged `rows` step rows (or ended)."""
+    deadline = time.monotonic() + timeout
+    while len((snapshot := runner.snapshot(run_id)).metrics) < rows and not snapshot.done:
+        assert time.monotonic() < deadline, f"{rows} metrics rows never arrived"
+        time.sleep(0.05)
+
+
+# --- 1, 2: the oracles -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config", [SGD, ADAMW], ids=["sgd_momentum", "adamw"])
+def test_two_processes_equal_one_process_with_a_partial_last_window(jobs, config):
+    """2 processes (b=4, k=4) train the parameters of 1 process (b=8, k=4) and (b=32, k=1), partial last windows included."""
+    last = _last_windows(config)
+    # The last window is partial, and every rank has samples in each of its micro-batches.
+    assert last.samples < config.effective_batch_size
+    for micro in last.micro_batches:
+        for rank in range(WORLD):
+            start, stop = share(micro, Ranks(rank, WORLD), config.micro_batch_size)
+            assert stop > start
+    job = jobs(config)
+    per_epoch = job.metrics.groupby("epoch")["samples"].last()
+    assert len(per_epoch) == config.epochs
+    assert (per_epoch == last.samples).all() and (per_epoch < config.effective_batch_size).all()
+    _assert_matches_references(job)
+
+
+def test_two_processes_equal_one_process_when_a_rank_has_nothing_in_the_last_window(jobs):
+    """A last window that leaves rank 1 no sample (it still joins the all-reduce) trains the 1-process parameters."""
+    config = EMPTY_SHARE
+    last = _last_windows(config)
+    assert last.samples < config.effective_batch_size
+    assert len(last.micro_batches) == 1
+    (micro,) = last.micro_batches
+    rank0 = share(micro, Ranks(0, WORLD), config.micro_batch_size)
+    rank1 = share(micro, Ranks(1, WORLD), config.micro_batch_size)
+    assert rank0[1] - rank0[0] == last.samples > 0
+    assert rank1[0] == rank1[1]  # empty
+    job = jobs(config)
+    assert job.metrics.groupby("epoch")["samples"].last().tolist() == [last.samples] * config.epochs
+    _assert_matches_references(job)
+
+
+# --- 3: all-reduce counts --------------------------------------------------------------------------
+
+
+def _param_bytes(config: RunConfig) -> int:
+    data = load_data(config)
+    model = build_seeded_model(config, data.input_shape, data.num_classes)
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+def test_no_sync_all_reduces_once_per_window_and_sync_every_once_per_micro_batch(jobs):
+    """no_sync: one pass over the buckets per step (as k=1) carrying the parameter bytes; sync_every: one per micro-batch."""
+    param_bytes = _param_bytes(SGD)
+    one = jobs(ONE_PER_STEP).metrics
+    per_pass = one["allreduce_calls"].iloc[0]
+    assert per_pass >= 1
+    assert (one["allreduce_calls"] == per_pass).all()
+    assert (one["allreduce_bytes"] == param_bytes).all()
+
+    no_sync = jobs(SGD).metrics
+    sync = jobs(SYNC_EVERY).metrics
+    for metrics in (one, no_sync, sync):
+        assert (metrics["world_size"] == WORLD).all()
+    assert (no_sync["micro_batches"] == K).any() and (no_sync["micro_batches"] < K).any()
+    assert (no_sync["allreduce_calls"] == per_pass).all()
+    assert (no_sync["allreduce_bytes"] == param_bytes).all()
+
+    assert sync["micro_batches"].tolist() == no_sync["micro_batches"].tolist()
+    assert (sync["allreduce_calls"] == per_pass * sync["micro_batches"]).all()
+    assert (sync["allreduce_bytes"] == param_bytes * sync["micro_batches"]).all()
+    full, partial = sync[sync["micro_batches"] == K], sync[sync["micro_batches"] < K]
+    assert (full["allreduce_calls"] == K * per_pass).all() and len(full) > 0 and len(partial) > 0
+    print(f"\nparam bytes {param_bytes}; calls/bytes per step: k=1 {one['allreduce_calls'].tolist()}"
+          f"/{one['allreduce_bytes'].tolist()}; no_sync {no_sync['allreduce_calls'].tolist()}"
+          f"/{no_sync['allreduce_bytes'].tolist()}; sync_every {sync['allreduce_calls'].tolist()}"
+          f"/{sync['allreduce_bytes'].tolist()} (micro_batches {sync['micro_batches'].tolist()})")
+
+
+def test_syncing_every_micro_batch_trains_the_same_parameters(jobs):
+    """sync_every_micro_batch changes only the communication: the parameters still equal the 1-process references."""
+    _assert_matches_references(jobs(SYNC_EVERY))
+
+
+# --- 4, 5: endings ---------------------------------------------------------------------------------
+
+
+def test_a_failing_rank_fails_the_run_with_its_message_and_leaves_no_process(make_runner, monkeypatch):
+    """An error on rank 1 ends the whole job as failed with rank 1's message, and every process of it exits."""
+    # Rank 1 only: a 3 s pause before step 2 (so the processes are seen running), then an error at step 3.
+    monkeypatch.setenv("GACCUM_FAULTS", "slow@2:0*3,error@3")
+    monkeypatch.setenv("GACCUM_FAULTS_RANK", "1")
+    runner = make_runner()
+    run_id = runner.submit(SGD)
+    procs = _job_processes(runner, run_id)
+    _wait_for_rows(runner, run_id, rows=2)  # step 3, the failing one, starts right after step 2's row
+    started = time.monotonic()
+    snapshot = runner.wait(run_id, timeout=WAIT_S)
+    print(f"\nfailed run ended {time.monotonic() - started:.1f} s after step 2's row was seen: {snapshot.message!r}")
+    assert snapshot.done, f"the job did not end within {WAIT_S} s of a rank failing"
+    assert snapshot.state == RunState.FAILED
+    assert "rank 1" in snapshot.message and "injected fault" in snapshot.message, snapshot.message
+    assert runner.store.read_status(run_id)["state"] == "failed"
+    assert [row["step"] for row in snapshot.metrics] == [1, 2]  # steps before the fault, none after
+    _assert_none_survive(procs)
+
+
+@pytest.mark.parametrize("how", ["agreed", "killed"])
+def test_stop_ends_every_rank_and_keeps_the_rows(make_runner, monkeypatch, how):
+    """A stop ends every rank, as 'stopped' with gap-free rows: agreed at a step's end, or by a kill after the grace."""
+    monkeypatch.delenv("GACCUM_FAULTS_RANK", raising=False)  # both ranks
+    if how == "agreed":
+        # Every step pauses 0.5 s on both ranks: long enough to stop mid-run. The ranks agree within a
+        # step; torchrun and its ranks then take ~3.5 s (up to 6 s under load) to exit, past the default
+        # 5 s grace, which a job that already wrote its final state does not get killed for.
+        config, runner = SGD.replace(epochs=50), make_runner()
+        monkeypatch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.5" for s in range(2, 201)))
+    else:
+        # Step 2 pauses 120 s on both ranks, so the stop (checked at a step's end) cannot be agreed in time.
+        config, runner = SGD, make_runner()
+        monkeypatch.setenv("GACCUM_FAULTS", "slow@2:0*120")
+    run_id = runner.submit(config)
+    procs = _job_processes(runner, run_id)
+    _wait_for_rows(runner, run_id)
+    assert not runner.snapshot(run_id).done
+    runner.stop(run_id)
+    stopped_at = time.monotonic()
+    snapshot = runner.wait(run_id, timeout=60)  # well below the 120 s pause
+    print(f"\nstop ({how}) ended the run {time.monotonic() - stopped_at:.1f} s after the request: "
+          f"{snapshot.message!r}, {len(snapshot.metrics)} rows")
+    assert snapshot.done, "the job did not end after the stop"
+    assert snapshot.state == RunState.STOPPED, snapshot.message
+    assert ("killed" in snapshot.message) == (how == "killed"), snapshot.message
+    steps = [row["step"] for row in snapshot.metrics]
+    assert steps == list(range(1, len(steps) + 1)) and steps
+    assert len(steps) < snapshot.total_steps
+    assert runner.store.read_metrics(run_id)["step"].tolist() == steps
+    _assert_none_survive(procs)
+
+
+# --- 6: the saved model ----------------------------------------------------------------------------
+
+
+def test_a_two_process_model_loads_into_a_plain_single_process_model(jobs):
+    """model.pt of a 2-process run loads strictly into the plain model and computes the 1-process reference's logits."""
+    job = jobs(SGD)
+    assert not any(key.startswith("module.") for key in job.model)
+    data = load_data(SGD)
+    model = build_seeded_model(SGD, data.input_shape, data.num_classes)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(job.model, strict=True)
+    assert _max_diff(model.state_dict(), before) > 100 * ATOL  # the load replaced the initial weights
+
+    reference = build_seeded_model(SGD, data.input_shape, data.num_classes)
+    reference.load_state_dict(_reference(SGD.replace(nproc=1, micro_batch_size=WORLD * B))[0])
+    x, _ = data.test.batch(torch.arange(len(data.test)))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), reference(x), atol=ATOL, rtol=RTOL)
+
+
+# --- language models: token-weighted across ranks ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def text_config(tmp_path_factory):
+    """gpt (tiny) on a small text file: sequences of different lengths, so ranks' shares hold different
+    token counts; 2 processes with b=2, k=2 and a partial last window."""
+    path = tmp_path_factory.mktemp("text") / "notes.txt"
+    path.write_text("\n\n".join(f"Note {i}. " + "the quick brown fox jumps " * (1 + (7 * i) % 11) for i in range(20)),
+                    encoding="utf-8")
+    config = RunConfig(model="gpt", dataset="text", text_file=str(path), max_seq_len=24, micro_batch_size=2,
+                       accum_steps=2, nproc=WORLD, epochs=1, device="cpu", optimizer="sgd", lr=0.05)
+    assert len(load_data(config).train) % config.effective_batch_size  # the last window is partial
+    return config
+
+
+def test_two_processes_weight_tokens_as_one_process_does(jobs, text_config):
+    """Each rank divides its summed token loss by 1/N of the global window's target tokens: the job trains
+    the parameters of 1 process (b=4, k=2) and (b=8, k=1), and counts the same tokens per step."""
+    job = jobs(text_config)
+    lengths = load_data(text_config).train.targets
+    assert lengths.min() < lengths.max()  # micro-batches really hold different token counts
+    _assert_matches_references(job)
+    for config in _one_process_references(text_config).values():
+        _, rows = _reference(config)
+        assert job.metrics["tokens"].tolist() == [r["tokens"] for r in rows]
+    assert job.metrics["tokens_seen"].iloc[-1] == lengths.sum().item()
