@@ -8,6 +8,20 @@ import torch
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 
 
+# Tests that start processes of their own (a Streamlit server and Chromium, torchrun's ranks, worker
+# processes) or run long: registered in pyproject.toml, deselected by the fast subset.
+PROCESS_MARKERS = ("browser", "multiprocess", "soak")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (--dist loadgroup), the tests that start processes run one after another on one
+    worker while the other runs the in-process tests: two torchrun jobs at once on two cores would
+    only contend, and a stop's grace period would then measure the contention."""
+    for item in items:
+        if any(item.get_closest_marker(name) for name in PROCESS_MARKERS):
+            item.add_marker(pytest.mark.xdist_group("processes"))
+
+
 @pytest.fixture(autouse=True)
 def thread_executor_for_pages(monkeypatch):
     """AppTest pages run their runner in the test process, in threads, so tests can arm faults and gates
