@@ -157,10 +157,10 @@ def test_every_loop_but_the_deliberate_bugs_takes_the_shared_step(counted):
     assert counted.pop("engine") == 2
     train_side_by_side(RunConfig(model="mlp", device="cpu"), steps=3)
     assert counted.pop("equivalence") == 6  # big batch and accumulated, 3 steps each
-    # #6 is the engine three times (big batch, mean, the textbook mean_per_micro_batch), 3 steps each, every
-    # run stopped on entering a 4th window (its evaluation skipped): the textbook bug is a divisor, not a loop.
+    # #6 is the engine three times (big batch, mean, the textbook mean_per_micro_batch), exactly 3 steps each
+    # (Engine.run(steps=3), no evaluation): the textbook bug is a divisor, not a loop.
     run_pitfall("mean_of_means_sequences", steps=3)
-    assert counted.pop("engine") == 3 * 4 and "pitfalls" not in counted
+    assert counted.pop("engine") == 3 * 3 and "pitfalls" not in counted
     run_pitfall("partial_window_divided_by_k", steps=3)
     assert counted.pop("pitfalls") == 6  # the reference and the correct loop; the pitfall is written apart
 
