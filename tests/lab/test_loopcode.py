@@ -187,9 +187,6 @@ def test_the_text_loop_counts_the_window_tokens_the_engine_divides_by():
 
 def test_a_data_parallel_config_shows_the_one_process_loop_it_equals():
     """N=2, b=8: the loop shown is the one-process loop with micro-batch 16, under a note on DDP and no_sync."""
-    from gaccum_core.config import RunConfig
-    from gaccum_core.lab.loopcode import render_loop
-
     code = render_loop(RunConfig(nproc=2, micro_batch_size=8, accum_steps=4))
     assert code.startswith("# Run as N=2 data-parallel processes")
     assert "model.no_sync()" in code and "micro_batch_size = 16" in code

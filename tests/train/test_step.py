@@ -15,7 +15,7 @@ from torch import nn
 
 import gaccum_core.train.engine
 import gaccum_core.lab.equivalence
-import gaccum_core.lab.pitfalls
+import gaccum_core.lab.pitfalls.kit
 import gaccum_core.train.step
 from gaccum_core.train.accumulation import micro_batch_divisors, plan_epoch
 from gaccum_core.config import RunConfig
@@ -141,9 +141,9 @@ def test_stop_mid_window_takes_no_step_and_leaves_no_gradient():
 def counted(monkeypatch):
     """Counts accumulate_step calls made through each module that must use the shared step."""
     counts: dict[str, int] = {}
-    for module in (gaccum_core.train.engine, gaccum_core.lab.equivalence, gaccum_core.lab.pitfalls):
-        name = module.__name__.rpartition(".")[2]
-
+    # The pitfalls' reference and correct loop take it through their kit (gaccum_core.lab.pitfalls.kit).
+    for name, module in (("engine", gaccum_core.train.engine), ("equivalence", gaccum_core.lab.equivalence),
+                         ("pitfalls", gaccum_core.lab.pitfalls.kit)):
         def counting(*args, _name=name, **kwargs):
             counts[_name] = counts.get(_name, 0) + 1
             return gaccum_core.train.step.accumulate_step(*args, **kwargs)
@@ -157,10 +157,10 @@ def test_every_loop_but_the_deliberate_bugs_takes_the_shared_step(counted):
     assert counted.pop("engine") == 2
     train_side_by_side(RunConfig(model="mlp", device="cpu"), steps=3)
     assert counted.pop("equivalence") == 6  # big batch and accumulated, 3 steps each
-    # #6 is the engine three times (big batch, mean, the textbook mean_per_micro_batch), 3 steps each, every
-    # run stopped on entering a 4th window (its evaluation skipped): the textbook bug is a divisor, not a loop.
+    # #6 is the engine three times (big batch, mean, the textbook mean_per_micro_batch), exactly 3 steps each
+    # (Engine.run(steps=3), no evaluation): the textbook bug is a divisor, not a loop.
     run_pitfall("mean_of_means_sequences", steps=3)
-    assert counted.pop("engine") == 3 * 4 and "pitfalls" not in counted
+    assert counted.pop("engine") == 3 * 3 and "pitfalls" not in counted
     run_pitfall("partial_window_divided_by_k", steps=3)
     assert counted.pop("pitfalls") == 6  # the reference and the correct loop; the pitfall is written apart
 

@@ -1,0 +1,16 @@
+"""The pitfall gallery: the classic gradient-accumulation bugs, each run against the correct loop on the
+same samples and measured against one big batch.
+
+catalog (page text: each pitfall's title, explanation, fix and default settings over BASE_CONFIG) ←
+kit (what every image loop gets: model copy, optimizer, scaler, scheduler, micro-batches) ← loops
+(the reference, the correct loop and the bugs as the tutorials write them) ← harness (run_pitfall,
+run_all); #6 is a setting of the engine, run by sequences. result holds what the runs leave.
+"""
+
+from gaccum_core.exports import lazy_exports
+
+__all__, __getattr__ = lazy_exports(__name__, {
+    "catalog": ("PITFALLS", "Pitfall", "BASE_CONFIG"),
+    "result": ("PitfallResult",),
+    "harness": ("run_pitfall", "run_all"),
+})

@@ -1,0 +1,66 @@
+"""The pitfall gallery's catalog: each classic accumulation bug's title, what goes wrong and why, the
+fix, and the settings that show it best, over BASE_CONFIG. Page text and defaults only: no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gaccum_core.config import RunConfig
+
+BASE_CONFIG = RunConfig(model="mlp", dataset="digits", micro_batch_size=8, accum_steps=4, device="cpu")
+
+
+@dataclass(frozen=True)
+class Pitfall:
+    """One classic accumulation bug: what goes wrong, why, the fix, and settings that show it best."""
+
+    key: str
+    title: str
+    explanation: str  # two lines: what goes wrong, and why
+    fix: str
+    default: dict[str, Any]  # RunConfig fields over BASE_CONFIG (+ train_samples, except #6)
+
+
+PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
+    Pitfall("step_when_i_mod_k_is_0", "Stepping when i % k == 0",
+            "The first step comes after ONE micro-batch, and every later window is shifted: 1, k, k, ... batches.\n"
+            "enumerate() counts from 0, so i % k == 0 fires at once: a whole step on b samples, divided by k.",
+            "if (i + 1) % k == 0: step", {}),
+    Pitfall("zero_grad_before_step", "zero_grad() before step()",
+            "The step gets no gradient at all: the weights never move (under a GradScaler, PyTorch raises instead).\n"
+            "zero_grad() between the last backward and (scaler.)step() wipes the window's gradients before use.",
+            "step first, then optimizer.zero_grad(set_to_none=True)", {}),
+    Pitfall("mean_without_dividing_by_k", "Mean loss not divided by k",
+            "The gradient is k x the big batch's: in effect a k x larger lr; clipping bites at a k x smaller norm.\n"
+            "Each micro-batch mean already averages b samples; k of them added up without / k are k x the mean.",
+            "loss = criterion(logits, y) / k", {"lr": 0.005}),
+    Pitfall("lr_divided_by_k", "lr / k instead of loss / k",
+            "With Adam the steps come out ~k x too small: Adam divides by the gradient's scale, leaving only lr / k.\n"
+            "With SGD and no weight decay (momentum too: it is linear) lr/k * k*g = lr*g exactly, so it looks safe.",
+            "keep the lr, divide the loss: loss = criterion(logits, y) / k", {"optimizer": "adam", "lr": 1e-3}),
+    Pitfall("partial_window_divided_by_k", "Partial last window divided by k",
+            "An epoch's last window has under k micro-batches, each still divided by k: here 2 of 4, half a step.\n"
+            "loss / k is the window mean only for full windows (here digits' first 304 samples: 9 x 32, then 16).",
+            "loss = criterion(logits, y, reduction='sum') / samples_in_window", {"train_samples": 304}),
+    Pitfall("mean_of_means_sequences", "Mean of per-micro-batch means on sequences",
+            "Each micro-batch's token mean counts 1/k, so the tokens of a short micro-batch outweigh a long one's.\n"
+            "The big batch averages over the window's tokens; here gpt on pydoc, whose documents end in short chunks.",
+            "loss = token_loss_sum / tokens_in_window  # the engine's reduction='mean'",
+            {"model": "gpt", "dataset": "pydoc", "max_seq_len": 256, "micro_batch_size": 1}),
+    Pitfall("batchnorm_small_micro_batches", "BatchNorm with small micro-batches",
+            "BatchNorm normalises each micro-batch by its own statistics: k batches of 2 are not one batch of 2k.\n"
+            "No loss weighting fixes that; GroupNorm (cnn_gn, the correct column) normalises each sample alone.",
+            "use GroupNorm or LayerNorm, or micro-batches big enough for stable statistics",
+            {"model": "cnn_bn", "micro_batch_size": 2, "accum_steps": 8}),
+    Pitfall("scheduler_per_micro_batch", "LR scheduler stepped per micro-batch",
+            "The schedule runs k x too fast: a 20-step warmup is over after 20 / k optimizer steps.\n"
+            "LambdaLR counts scheduler.step() calls: k per optimizer step in the micro-batch loop (PyTorch warns).",
+            "scheduler.step() right after optimizer.step(), once per window", {"warmup_steps": 20}),
+    Pitfall("scaler_update_inside_window", "scaler.update() inside the window",
+            "The scale changes mid-window: the window's gradients carry different scales, all unscaled by the last.\n"
+            "Its clock ticks per micro-batch, so it grows k x as often, overflows, and whole windows are skipped.",
+            "scaler.step(optimizer); scaler.update()  # once per window",
+            {"amp": "fp16", "init_scale": 1024.0, "growth_interval": 3}),
+)}
