@@ -23,7 +23,8 @@ def _check_options(config: RunConfig, device: torch.device) -> None:
         value = getattr(config, field)
         why = option_unavailable(device, **{field: value})
         if why is not None:
-            raise ConfigError(field, value, f"off ({why})")
+            instead = f"off or a precision {device} supports" if field == "amp" else "off"
+            raise ConfigError(field, value, f"{instead} ({why})")
 
 
 def _check_processes(config: RunConfig, device: torch.device) -> None:
