@@ -17,7 +17,7 @@ import torch
 from gaccum_core import config as cfg
 from gaccum_core.data.images import describe_dataset
 from gaccum_core.train.device import resolve_device
-from gaccum_core.train.engine import max_processes
+from gaccum_core.train.device import max_processes
 from gaccum_core.presets import GPT_PRESETS, millions
 from dashboard.ui import widget
 

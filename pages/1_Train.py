@@ -12,7 +12,7 @@ from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data.images import DataError
 from gaccum_core.plan.costs import warnings_for
 from gaccum_core.train.device import resolve_device
-from gaccum_core.train.engine import preflight
+from gaccum_core.train.checks import preflight
 from gaccum_core.lab.loopcode import render_loop
 from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.runs.runner import RunBusyError

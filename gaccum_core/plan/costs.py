@@ -17,9 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gaccum_core.train.memory import clear_cache
 from gaccum_core.models.vision import build_model
 from gaccum_core.seeding import seeded
+from gaccum_core.train.memory import clear_cache
+from gaccum_core.train.precision import DTYPES
 
 _REPEATS = 3
 
@@ -44,7 +45,7 @@ def autocast_cost(device_name: str, amp: str) -> Cost:
     """Seconds of one forward+backward of gaccum's cnn on 32 images of 32×32 under autocast(amp),
     and the ratio to fp32: a small conv net, quick to probe, whose kernels are the ones that slow down."""
     device = torch.device(device_name)
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[amp]
+    dtype = DTYPES[amp]
     model = seeded(0, lambda: build_model("cnn", (3, 32, 32), 10)).to(device)
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(32, 3, 32, 32, generator=generator).to(device)

@@ -14,8 +14,11 @@ from typing import Any, Callable, Sequence
 import torch
 
 from gaccum_core.config import AMP_MODES, CLEAR_CACHE_MODES, COMPILE_MODES, ConfigError, RunConfig
+from gaccum_core.data.images import load_data
+from gaccum_core.plan.probe import measure
 from gaccum_core.plan.search import (MARGIN, UNAVAILABLE, Candidate, Options, best_fit, combinations,
                                      most_measurements, reason, recommend, search)
+from gaccum_core.train.device import option_unavailable, resolve_device
 
 MAX_EFFECTIVE_BATCH = 1 << 20
 # Where Plan.memory_source's peak comes from, in words for the CLI and the page.
@@ -117,28 +120,8 @@ def default_budget_mb(device: torch.device, margin: float = MARGIN) -> float | N
     return free * (1 - margin) / (1024 * 1024)
 
 
-def _unavailable(options: Options, device: torch.device) -> str | None:
-    """Why these options cannot run on this device, or None."""
-    from gaccum_core.train.device import autocast_works
-    from gaccum_core.cli.doctor import compile_works_here
-
-    if options.amp != "off":
-        works, why = autocast_works(device, torch.float16 if options.amp == "fp16" else torch.bfloat16)
-        if not works:
-            return f"{options.amp} autocast does not work on {device}: {why}"
-    if options.compile != "off":
-        works, why = compile_works_here(str(device))
-        if not works:
-            return f"torch.compile does not work on {device}: {why}"
-    return None
-
-
 def make_plan(request: PlanRequest, progress: Progress | None = None) -> Plan:
     """Measure every option combination's candidates and recommend one; never raises for a candidate."""
-    from gaccum_core.data.images import load_data
-    from gaccum_core.train.device import resolve_device
-    from gaccum_core.plan.probe import measure
-
     start = time.perf_counter()
     device = resolve_device(request.base.device)
     largest = len(load_data(request.base).train)
@@ -154,7 +137,7 @@ def make_plan(request: PlanRequest, progress: Progress | None = None) -> Plan:
         return candidate
 
     for options in combos:
-        why = _unavailable(options, device)
+        why = option_unavailable(device, options.amp, options.compile)
         if why is not None:
             plan.candidates.append(Candidate(options, 0, 0, UNAVAILABLE, detail={"message": why}))
             at_most -= most_measurements(request.effective_batch, largest)

@@ -32,6 +32,13 @@ class Counters:
     last_eval_step: int = -1
     tokens_seen: int = 0  # target tokens of a language run
 
+    def count_step(self, samples: int, tokens: int, skipped: bool) -> None:
+        """Add one optimizer step over these samples (and target tokens: 0 for images)."""
+        self.step += 1
+        self.samples_seen += samples
+        self.tokens_seen += tokens
+        self.skipped_total += int(skipped)
+
 
 @dataclass(frozen=True)
 class Position:
@@ -79,7 +86,7 @@ def capture(model: torch.nn.Module, opt: Any, params: list[torch.nn.Parameter], 
         "format": FORMAT, "torch_version": str(torch.__version__), "config": config,
         "model": model.state_dict(), "optimizer": opt.optimizer.state_dict(),
         "scheduler": opt.scheduler.state_dict() if opt.scheduler is not None else None,
-        "scaler": opt.precision.scaler.state_dict(), "rng": _rng_state(device),
+        "scaler": opt.precision.state_dict(), "rng": _rng_state(device),
         "position": asdict(training.position), "counters": asdict(training.counters),
         "grads": [None if p.grad is None else p.grad.detach().clone() for p in params],
         "in_flight": [loss.detach().clone() for loss in training.in_flight],
@@ -95,7 +102,7 @@ def restore(state: dict[str, Any], model: torch.nn.Module, opt: Any, params: lis
     if opt.scheduler is not None and state["scheduler"] is not None:
         opt.scheduler.load_state_dict(state["scheduler"])
     if state["scaler"]:
-        opt.precision.scaler.load_state_dict(state["scaler"])
+        opt.precision.load_state_dict(state["scaler"])
     for param, grad in zip(params, state["grads"]):
         param.grad = None if grad is None else grad.to(device)
     _restore_rng(state["rng"], device)

@@ -1,11 +1,25 @@
-"""Choosing the device once, and what it can do."""
+"""Choosing the device once, and what it can do: processes, autocast precisions, torch.compile."""
 
 from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
 
 import psutil
 import torch
 
 from gaccum_core.config import ConfigError
+from gaccum_core.train.precision import DTYPES
+
+COMPILE_TIMEOUT_S = 300
+_COMPILE_PROBE = (
+    "import torch\n"
+    "f = torch.compile(lambda x: torch.nn.functional.relu(x @ x) + 1)\n"
+    "x = torch.ones(8, 8, device={device!r})\n"
+    "assert torch.allclose(f(x), torch.relu(x @ x) + 1)\n"
+)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -49,3 +63,43 @@ def autocast_works(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]
         return out.dtype == dtype, f"autocast produced {out.dtype}"
     except (RuntimeError, AssertionError) as exc:
         return False, str(exc).splitlines()[0]
+
+
+def compile_works(device: torch.device, timeout_s: float = COMPILE_TIMEOUT_S) -> tuple[bool, str]:
+    """Compile and run a tiny function in a child process, so a broken toolchain cannot hang us."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _COMPILE_PROBE.format(device=str(device))],
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False, f"no result after {timeout_s:.0f} s"
+    if done.returncode == 0:
+        return True, "works"
+    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    return False, lines[-1][:300] if lines else f"exit status {done.returncode}"
+
+
+@functools.lru_cache(maxsize=8)
+def compile_works_here(device: str) -> tuple[bool, str]:
+    """compile_works, probed once per process and device: a broken toolchain is found before a run
+    starts (a model-specific compile failure still surfaces on the run's first step)."""
+    return compile_works(torch.device(device))
+
+
+def option_unavailable(device: torch.device, amp: str = "off", compile: str = "off") -> str | None:
+    """Why this device cannot run these amp and compile settings, or None when it can."""
+    if amp != "off":
+        works, why = autocast_works(device, DTYPES[amp])
+        if not works:
+            return f"{amp} autocast does not work on {device}: {why}"
+    if compile != "off":
+        works, why = compile_works_here(str(device))
+        if not works:
+            return f"torch.compile does not work on {device}: {why}"
+    return None
+
+
+def max_processes(device: torch.device) -> int:
+    """Data-parallel processes this machine can run: one per GPU, or one per CPU core (for trying it out)."""
+    if device.type == "cuda":
+        return torch.cuda.device_count()
+    return os.cpu_count() or 1

@@ -121,3 +121,17 @@ def gather_step(values: list[float | torch.Tensor], device: torch.device) -> tor
     rows = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(rows, mine)
     return torch.stack(rows)
+
+
+def combine_ranks(loss_sum: torch.Tensor, grad_norm: torch.Tensor, stop: bool,
+                  memory: dict[str, float | None], device: torch.device) -> tuple[dict[str, float | None], bool]:
+    """One step's figures over the whole job from one gather_step: the loss sums added, the memory figures
+    the largest rank's, and whether any rank asked to stop."""
+    names = list(memory)
+    nan = float("nan")
+    local = [loss_sum, grad_norm.float(), float(stop), *(nan if memory[n] is None else memory[n] for n in names)]
+    rows = gather_step(local, device).cpu()
+    # The gradients are all-reduced, so every rank's norm is the global one: rank 0's is taken.
+    largest = [None if torch.isnan(c).all() else c.nan_to_num(-1.0).max().item() for c in rows[:, 3:].T]
+    figures = {"loss_sum": rows[:, 0].sum().item(), "grad_norm": rows[0, 1].item(), **dict(zip(names, largest))}
+    return figures, bool(rows[:, 2].max() > 0)

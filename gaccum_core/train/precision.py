@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # autocast's dtype for each amp setting but off
 _NO_AUTOCAST = nullcontext()  # reusable: entering it does nothing
 
 
@@ -30,7 +31,7 @@ class Precision:
     def __init__(self, amp: str, device: torch.device, init_scale: float = 2.0**16,
                  growth_interval: int = 2000) -> None:
         self.device_type = device.type
-        self.dtype = _DTYPES.get(amp)
+        self.dtype = DTYPES.get(amp)
         self.scaler = torch.amp.GradScaler(
             device.type, init_scale=init_scale, growth_interval=growth_interval, enabled=amp == "fp16"
         )
@@ -67,6 +68,13 @@ class Precision:
         skipped = scale is not None and self.scaler.get_scale() < scale
         return StepOutcome(grad_norm, scale, skipped)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The GradScaler's state, for a checkpoint (empty when no scaler is used)."""
+        return self.scaler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put a checkpoint's GradScaler state back."""
+        self.scaler.load_state_dict(state)
 
 
 def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:

@@ -19,6 +19,7 @@ from gaccum_core.train.optim import make_optimizer, make_scheduler
 from gaccum_core.train.precision import Precision
 
 Batch = TypeVar("Batch")
+StopCheck = Callable[[], bool]  # asked between micro-batches: True stops the window
 
 
 def never() -> bool:
@@ -60,7 +61,7 @@ Divisor = float | Callable[[Batch], float]
 
 
 def accumulate(precision: Precision, micro_batches: Iterable[Batch], loss_sum: Callable[[Batch], torch.Tensor],
-               divisor: Divisor, should_stop: Callable[[], bool] = never,
+               divisor: Divisor, should_stop: StopCheck = never,
                losses: list[torch.Tensor] | None = None) -> list[torch.Tensor] | None:
     """Backward every micro-batch's loss_sum / divisor into .grad; their losses, or None if stopped.
 
@@ -79,7 +80,7 @@ def accumulate(precision: Precision, micro_batches: Iterable[Batch], loss_sum: C
 
 
 def accumulate_step(opt: Optimization, micro_batches: Iterable[Batch], loss_sum: Callable[[Batch], torch.Tensor],
-                    divisor: Divisor, should_stop: Callable[[], bool] = never,
+                    divisor: Divisor, should_stop: StopCheck = never,
                     in_flight: list[torch.Tensor] | None = None) -> StepResult | None:
     """Accumulate one window, then take one optimizer step; None if stopped mid-window.
 

@@ -77,7 +77,7 @@ def test_doctor_command_checks_compile_in_a_child_process(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Whether compile works is the machine's business: the child process is faked, so both answers
     (and a hung compiler) are checked here, and doctor must report exactly what the child said."""
-    import gaccum_core.cli.doctor as doctor
+    import gaccum_core.train.device as device
 
     calls: list[tuple[list[str], dict]] = []
 
@@ -87,7 +87,7 @@ def test_doctor_command_checks_compile_in_a_child_process(
             raise child
         return child
 
-    monkeypatch.setattr(doctor.subprocess, "run", fake_run)
+    monkeypatch.setattr(device.subprocess, "run", fake_run)
     assert main(["doctor", "--device", "cpu"]) == 0
     out, err = capsys.readouterr()
     assert out.strip().splitlines()[-1] == expected and err == ""
@@ -104,9 +104,9 @@ def test_doctor_with_a_device_this_machine_lacks_is_a_one_line_error():
 
 
 def test_a_broken_compiler_is_refused_before_any_run_directory(tmp_path, capsys, monkeypatch):
-    import gaccum_core.train.engine as engine
+    import gaccum_core.train.device as device
 
-    monkeypatch.setattr(engine, "compile_works_here", lambda device: (False, "gcc: not found"))
+    monkeypatch.setattr(device, "compile_works_here", lambda device: (False, "gcc: not found"))
     code = main(["run", "--compile", "default", "--device", "cpu", "--runs-dir", str(tmp_path / "runs")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1

@@ -79,7 +79,6 @@ def scratch(tmp_path_factory):
 def no_half_precision(monkeypatch):
     """This 'device' lacks fp16 and bf16, whichever module asks."""
     lacks = lambda device, dtype: (False, "no fp16 here")  # noqa: E731
-    monkeypatch.setattr("gaccum_core.train.engine.autocast_works", lacks)
     monkeypatch.setattr("gaccum_core.train.device.autocast_works", lacks)
 
 
@@ -206,15 +205,15 @@ def _toolchain(monkeypatch: pytest.MonkeyPatch, works: bool, why: str) -> None:
     """Make preflight's compile probe answer (works, why) without compiling anything, so these tests
     do not depend on this machine's compiler; the real probe (a child process) must not run at all."""
     import gaccum_core.cli.doctor as doctor
-    import gaccum_core.train.engine as engine
+    import gaccum_core.train.device as device
 
     def no_real_probe(*args: object, **kwargs: object) -> tuple[bool, str]:
         raise AssertionError("the real torch.compile probe ran")
 
     answer = lambda device: (works, why)  # noqa: E731
-    monkeypatch.setattr(doctor, "compile_works", no_real_probe)
-    monkeypatch.setattr(doctor, "compile_works_here", answer)
-    monkeypatch.setattr(engine, "compile_works_here", answer)  # engine imports the name itself
+    monkeypatch.setattr(device, "compile_works", no_real_probe)
+    monkeypatch.setattr(doctor, "compile_works", no_real_probe)  # doctor imports the name itself
+    monkeypatch.setattr(device, "compile_works_here", answer)
 
 
 class _FailsOnFirstUse(torch.nn.Module):

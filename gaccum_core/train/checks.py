@@ -1,0 +1,45 @@
+"""What only the device, the data and the model can tell about a config, checked before a run starts."""
+
+from __future__ import annotations
+
+import torch
+
+from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.data.images import load_data
+from gaccum_core.models.vision import build_model
+from gaccum_core.train.device import max_processes, option_unavailable, resolve_device
+
+
+def check_micro_batch(config: RunConfig, num_train: int) -> None:
+    """Refuse micro-batches larger than the training set."""
+    if config.micro_batch_size > num_train:
+        raise ConfigError("micro_batch_size", config.micro_batch_size,
+                          f"at most {num_train}, the size of the {config.dataset} training set")
+
+
+def _check_options(config: RunConfig, device: torch.device) -> None:
+    """Refuse an amp or compile setting this device cannot run, naming the field."""
+    for field in ("amp", "compile"):
+        value = getattr(config, field)
+        why = option_unavailable(device, **{field: value})
+        if why is not None:
+            instead = f"off or a precision {device} supports" if field == "amp" else "off"
+            raise ConfigError(field, value, f"{instead} ({why})")
+
+
+def _check_processes(config: RunConfig, device: torch.device) -> None:
+    most = max_processes(device)
+    if config.nproc > most:
+        unit = "GPUs" if device.type == "cuda" else "CPU cores"
+        raise ConfigError("nproc", config.nproc, f"1 to {most}, the {unit} of this machine")
+
+
+def preflight(config: RunConfig) -> None:
+    """Check, before any run directory exists, what only the device, data and model can tell."""
+    device = resolve_device(config.device)
+    _check_options(config, device)
+    _check_processes(config, device)
+    data = load_data(config)
+    check_micro_batch(config, len(data.train))
+    if not config.is_text:  # an image model must take the images at this size; gpt takes any max_seq_len it embeds
+        build_model(config.model, data.input_shape, data.num_classes, config.image_size)
