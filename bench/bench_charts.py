@@ -24,7 +24,8 @@ import plotly.graph_objects as go
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gaccum_core.views.charts import RunSeries, build_figures  # noqa: E402
+from gaccum_core.views.charts import build_figures  # noqa: E402
+from gaccum_core.views.series import RunSeries  # noqa: E402
 from gaccum_core.train.metrics import EVAL_COLUMNS, STEP_COLUMNS  # noqa: E402
 
 TARGET_S = 0.5

@@ -23,8 +23,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 
 from gaccum_core.plan.planner import PlanRequest, default_request, make_plan  # noqa: E402
-from gaccum_core.cli.plan import format_table, summary  # noqa: E402
+from gaccum_core.cli.plan import summary  # noqa: E402
 from gaccum_core.plan.search import divisors, most_measurements  # noqa: E402
+from gaccum_core.views.plan import format_table  # noqa: E402
 
 
 def _arguments() -> argparse.Namespace:

@@ -9,7 +9,7 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import streamlit as st
 
@@ -61,6 +61,31 @@ def widget(draw: Callable[..., Any], label: str, key: str, default: Any, **kwarg
     keep(key, default)
     kwargs.setdefault("help", FIELD_HELP.get(key.removeprefix("cfg_")))
     return draw(label, key=key, on_change=_store, args=(key,), **kwargs)
+
+
+class FieldWidgets:
+    """Widgets named by a field (a RunConfig field or a page's own), each followed by an empty slot for
+    the message that refuses its value; keys are prefix + field, help text from FIELD_HELP."""
+
+    def __init__(self, prefix: str, labels: Mapping[str, str]) -> None:
+        self.prefix, self.labels = prefix, labels
+        self.values: dict[str, Any] = {}
+        self.slots: dict[str, Any] = {}
+
+    def add(self, field: str, draw: Callable[..., Any], default: Any, **kwargs: Any) -> Any:
+        """One widget for `field`, kept across reruns and page switches, then its (empty) message slot."""
+        kwargs.setdefault("help", FIELD_HELP.get(field))
+        self.values[field] = widget(draw, self.labels[field], self.prefix + field, default, **kwargs)
+        self.slots[field] = st.empty()
+        return self.values[field]
+
+    def error(self, field: str, message: str) -> None:
+        """Show a message under the widget of `field` (or at the top of the sidebar)."""
+        self.slots.get(field, st.sidebar).error(message)
+
+    def warn(self, field: str, message: str) -> None:
+        """Show a warning under the widget of `field` (or at the top of the sidebar)."""
+        self.slots.get(field, st.sidebar).warning(message)
 
 
 def session_runs(runner: Runner) -> list[str]:

@@ -7,7 +7,8 @@ import streamlit as st
 from dashboard import live_chart
 from dashboard.controls import Controls, file_stamp
 from gaccum_core.runs.catalog import run_labels
-from gaccum_core.views.charts import ALL_CHARTS, CHARTS, LOG_BY_DEFAULT, TOKEN_AXES, X_AXES, tokens_axis_note
+from gaccum_core.views.axes import TOKEN_AXES, X_AXES, tokens_axis_note
+from gaccum_core.views.charts import ALL_CHARTS, CHARTS, LOG_BY_DEFAULT
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data.images import DataError
 from gaccum_core.plan.costs import warnings_for

@@ -4,7 +4,9 @@ import streamlit as st
 
 from gaccum_core.runs.catalog import combined_csv, run_labels, run_table, settings_table
 from gaccum_core.train.checkpoint import CheckpointError
-from gaccum_core.views.charts import X_AXES, RunSeries, build_figures
+from gaccum_core.views.axes import X_AXES
+from gaccum_core.views.charts import build_figures
+from gaccum_core.views.series import RunSeries
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError, validate_run_id

@@ -8,16 +8,16 @@ import torch
 
 from dashboard.controls import CLEAR_LABELS, LABELS as TRAIN_LABELS
 from gaccum_core import config as cfg
-from gaccum_core.config import FIELD_HELP, ConfigError, RunConfig
+from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data.images import DataError
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.engine import preflight
 from gaccum_core.plan.planner import (MEMORY_SOURCES, PlanRequest, config_from_plan, default_budget_mb, default_request,
                               make_plan)
-from gaccum_core.views.plan import (TABLE_FORMATS, memory_figure, plan_csv, plan_table, progress_text,
-                                     recommendation_words, speed_figure)
+from gaccum_core.views.plan import (memory_figure, plan_csv, plan_table, progress_text, recommendation_words,
+                                    speed_figure, table_formats)
 from gaccum_core.plan.search import mb
-from dashboard.ui import widget
+from dashboard.ui import FieldWidgets
 
 LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)"}
 TRAIN_FIELDS = ("model", "dataset", "image_size", "fake_samples", "text_file", "max_seq_len", "gpt_preset",
@@ -32,15 +32,7 @@ st.title("Plan")
 st.write("For an effective batch E and a memory budget: the largest micro-batch b dividing E that fits, per "
          "option combination, found by training a few steps of each candidate; then the fastest setting that "
          f"leaves {DEFAULT.margin:.0%} of the budget free.")
-values, slots = {}, {}
-
-
-def control(field, draw, default, **kwargs):
-    """One input kept across reruns and page switches, followed by the slot for its message."""
-    kwargs.setdefault("help", FIELD_HELP.get(field))
-    values[field] = widget(draw, LABELS[field], f"plan_{field}", default, **kwargs)
-    slots[field] = st.empty()
-    return values[field]
+controls = FieldWidgets("plan_", LABELS)  # each input with the slot for its message, under it
 
 
 def explain(exc: ConfigError) -> tuple[str, str]:
@@ -58,36 +50,38 @@ def _preflight(config_json: str) -> None:
 
 with st.sidebar:
     st.header("Run")
-    control("model", st.selectbox, DEFAULT.base.model, options=cfg.MODELS)
-    dataset = control("dataset", st.selectbox, DEFAULT.base.dataset, options=cfg.DATASETS)
-    if dataset in cfg.TEXT_DATASETS or values["model"] in cfg.TEXT_MODELS:  # a language model's settings
+    controls.add("model", st.selectbox, DEFAULT.base.model, options=cfg.MODELS)
+    dataset = controls.add("dataset", st.selectbox, DEFAULT.base.dataset, options=cfg.DATASETS)
+    if dataset in cfg.TEXT_DATASETS or controls.values["model"] in cfg.TEXT_MODELS:  # a language model's settings
         if dataset == "text":
-            control("text_file", st.text_input, DEFAULT.base.text_file)
-        control("gpt_preset", st.selectbox, DEFAULT.base.gpt_preset, options=cfg.GPT_PRESET_NAMES)
-        control("max_seq_len", st.number_input, DEFAULT.base.max_seq_len, step=32)
+            controls.add("text_file", st.text_input, DEFAULT.base.text_file)
+        controls.add("gpt_preset", st.selectbox, DEFAULT.base.gpt_preset, options=cfg.GPT_PRESET_NAMES)
+        controls.add("max_seq_len", st.number_input, DEFAULT.base.max_seq_len, step=32)
     else:
         if dataset == "fake":
-            control("fake_samples", st.number_input, DEFAULT.base.fake_samples, step=256)
-        control("image_size", st.number_input, DEFAULT.base.image_size, step=8)
-    control("optimizer", st.selectbox, DEFAULT.base.optimizer, options=cfg.OPTIMIZERS,
-            help="sgd, adam or adamw: its state (momentum, Adam's moments) counts in the memory")
+            controls.add("fake_samples", st.number_input, DEFAULT.base.fake_samples, step=256)
+        controls.add("image_size", st.number_input, DEFAULT.base.image_size, step=8)
+    controls.add("optimizer", st.selectbox, DEFAULT.base.optimizer, options=cfg.OPTIMIZERS,
+                 help="sgd, adam or adamw: its state (momentum, Adam's moments) counts in the memory")
     gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    device = resolve_device(control("device", st.selectbox, DEFAULT.base.device, options=["auto", "cpu", *gpus]))
+    device = resolve_device(controls.add("device", st.selectbox, DEFAULT.base.device,
+                                         options=["auto", "cpu", *gpus]))
     st.header("Target")
-    control("effective_batch", st.number_input, DEFAULT.effective_batch, step=1,
-            help="samples per optimizer step; each candidate b divides it, k = E / b")
+    controls.add("effective_batch", st.number_input, DEFAULT.effective_batch, step=1,
+                 help="samples per optimizer step; each candidate b divides it, k = E / b")
     cuda_budget = default_budget_mb(device)
-    control("memory_budget_mb", st.number_input, round(cuda_budget or DEFAULT.budget_mb, 1), step=16.0,
-            help="the most a candidate's peak may take; the default on CUDA is the free memory less 10 %")
+    controls.add("memory_budget_mb", st.number_input, round(cuda_budget or DEFAULT.budget_mb, 1), step=16.0,
+                 help="the most a candidate's peak may take; the default on CUDA is the free memory less 10 %")
     if device.type != "cuda":
         st.caption("On the CPU the planner counts weights + gradients + optimizer state + activations: the "
                    "process's resident memory is mostly the interpreter and libraries.")
     st.header("Options to cross")
-    control("amp", st.multiselect, list(DEFAULT.amp), options=cfg.AMP_MODES)
-    control("clear_cache", st.multiselect, list(DEFAULT.clear_cache), options=cfg.CLEAR_CACHE_MODES,
-            format_func=CLEAR_LABELS.get)
-    control("compile", st.multiselect, list(DEFAULT.compile), options=["off", "default"])
+    controls.add("amp", st.multiselect, list(DEFAULT.amp), options=cfg.AMP_MODES)
+    controls.add("clear_cache", st.multiselect, list(DEFAULT.clear_cache), options=cfg.CLEAR_CACHE_MODES,
+                 format_func=CLEAR_LABELS.get)
+    controls.add("compile", st.multiselect, list(DEFAULT.compile), options=["off", "default"])
 
+values = controls.values
 request, problem = None, None
 try:
     base = RunConfig(**{f: values[f] for f in BASE_FIELDS if f in values}, micro_batch_size=1, accum_steps=1)
@@ -101,7 +95,7 @@ except DataError as exc:  # the data set is missing or unreadable
 except ValueError as exc:  # the model cannot take the images
     problem = "image_size", str(exc)
 if problem:
-    slots.get(problem[0], st.sidebar).error(problem[1])
+    controls.error(*problem)
     st.error(f"Cannot plan: {problem[1]}")
 
 if st.button("Plan", type="primary", key="plan_run", disabled=problem is not None):
@@ -133,8 +127,8 @@ if plan is not None:
     left, right = st.columns(2)
     left.plotly_chart(memory_figure(plan), key="plan_memory", theme=None)
     right.plotly_chart(speed_figure(plan), key="plan_speed", theme=None)
-    st.dataframe(plan_table(plan), hide_index=True, width="stretch",
-                 column_config={name: st.column_config.NumberColumn(format=fmt) for name, fmt in TABLE_FORMATS.items()})
+    numbers = {name: st.column_config.NumberColumn(format=fmt) for name, fmt in table_formats().items()}
+    st.dataframe(plan_table(plan), hide_index=True, width="stretch", column_config=numbers)
     st.download_button("Download CSV", plan_csv(plan), mime="text/csv", key="plan_download",
                        file_name=f"plan_{asked.base.model}_E{asked.effective_batch}.csv")
     st.caption(f"Peak memory: {MEMORY_SOURCES[plan.memory_source]}. {len(plan.candidates)} candidates "

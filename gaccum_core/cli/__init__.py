@@ -1,5 +1,10 @@
-"""The command line, `python -m gaccum_core run|resume|plan|doctor|worker`: one module per command."""
+"""The command line, `python -m gaccum_core run|resume|plan|doctor|worker`: one module per command
+(run, plan, resume, worker, doctor_command), what they share in args, the progress bars in progress,
+and main, which builds the parser from them.
+"""
 
-from gaccum_core.cli.main import build_parser, main
+# Imported now, not through lazy_exports: importing the module gaccum_core.cli.main sets the package's
+# attribute `main` to that module, so a lazy `from gaccum_core.cli import main` could get the module.
+from gaccum_core.cli.main import build_parser, command_help, main
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "command_help", "main"]

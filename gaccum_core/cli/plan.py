@@ -7,12 +7,49 @@ import argparse
 import json
 import sys
 
-from tqdm import tqdm
-
+from gaccum_core.cli.args import Commands, add_config_flags, choices, config_from_args, flag_error, typed
+from gaccum_core.cli.progress import measure_with_progress
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.plan.planner import (MEMORY_SOURCES, TABLE_COLUMNS, Plan, PlanRequest, config_from_plan, default_budget_mb,
-                              make_plan)
-from gaccum_core.plan.search import Candidate, mb
+from gaccum_core.plan.planner import MEMORY_SOURCES, Plan, PlanRequest, config_from_plan, default_budget_mb
+from gaccum_core.plan.search import mb
+from gaccum_core.train.device import resolve_device
+from gaccum_core.train.engine import preflight
+from gaccum_core.views.plan import format_table
+
+# RunConfig fields `plan` has no flag for: what it chooses or crosses, a run's length and its processes.
+PLANNED = frozenset({"micro_batch_size", "accum_steps", "amp", "clear_cache", "compile", "epochs", "max_steps",
+                     "eval_every", "checkpoint_every", "nproc", "nnodes", "sync_every_micro_batch"})
+CROSSED = ("amp", "clear_cache", "compile")  # the options whose plan flags take a list of values to cross
+
+
+def add_parser(commands: Commands) -> argparse.ArgumentParser:
+    """The `plan` command: its config flags less PLANNED, the target, the options to cross and the output."""
+    parser = commands.add_parser(
+        "plan", help="which micro-batch fits the memory budget for an effective batch, with which k and options",
+        description="Measure, for each combination of the chosen options, the largest micro-batch b that divides "
+                    "the effective batch and fits the memory budget (doubling, then bisection over its divisors; "
+                    "each candidate a short burst of real training), then recommend the fastest that fits with "
+                    "a margin.")
+    add_config_flags(parser, leave_out=PLANNED)
+    add_target_flags(parser, for_run=False)
+    for name in CROSSED:
+        parser.add_argument("--" + name.replace("_", "-"), default="off", metavar="A,B", dest=name,
+                            help=f"comma-separated values to cross, from {','.join(choices(name))} (default: off)")
+    parser.add_argument("--timed-steps", type=typed("int", "--timed-steps"), default=2, metavar="INT",
+                        help="optimizer steps timed per candidate, after one warm-up and one memory step (default: 2)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.set_defaults(handler=plan_command)
+    return parser
+
+
+def add_target_flags(parser: argparse.ArgumentParser, for_run: bool) -> None:
+    """--effective-batch and --memory-budget-mb: what `plan`, and `run --micro-batch-size auto`, plan for."""
+    parser.add_argument("--effective-batch", type=typed("int", "--effective-batch"), default=None, metavar="INT",
+                        required=not for_run, help="the effective batch E = b*k to plan for"
+                        + (" (with --micro-batch-size auto)" if for_run else ""))
+    parser.add_argument("--memory-budget-mb", type=typed("float", "--memory-budget-mb"), default=None,
+                        metavar="MB", help="training memory allowed (default on CUDA: the device's free memory "
+                                           "less 10%%; required on the CPU)")
 
 
 def _split(text: str) -> tuple[str, ...]:
@@ -21,8 +58,6 @@ def _split(text: str) -> tuple[str, ...]:
 
 def budget_from_args(base: RunConfig, args: argparse.Namespace) -> float:
     """--memory-budget-mb, or on CUDA the device's free memory less the margin; ConfigError on the CPU."""
-    from gaccum_core.train.device import resolve_device
-
     budget = args.memory_budget_mb
     if budget is None:
         budget = default_budget_mb(resolve_device(base.device))
@@ -30,37 +65,6 @@ def budget_from_args(base: RunConfig, args: argparse.Namespace) -> float:
             raise ConfigError("memory_budget_mb", None, "a number of megabytes, required on the CPU: its resident "
                                                         "memory is mostly the interpreter, not training")
     return budget
-
-
-def measure_with_progress(request: PlanRequest) -> Plan:
-    """make_plan with a progress bar on stderr (candidates measured, of at most how many, time left)."""
-    bar = tqdm(total=None, unit="candidate", desc="planning", file=sys.stderr, dynamic_ncols=True)
-
-    def progress(done: int, at_most: int, candidate: Candidate | None, _seconds: float) -> None:
-        if bar.total != at_most:
-            bar.total = at_most
-        bar.n = done
-        if candidate is not None:
-            bar.set_postfix_str(f"{candidate.options.label()} b={candidate.micro_batch_size}: {candidate.status}",
-                                refresh=False)
-        bar.refresh()
-
-    try:
-        return make_plan(request, progress)
-    finally:
-        bar.close()
-
-
-def format_table(plan: Plan) -> str:
-    """The candidates as an aligned text table, in the order measured."""
-    import pandas as pd
-
-    frame = pd.DataFrame(plan.rows())
-    names = [name for name, _ in TABLE_COLUMNS if name in frame]
-    frame = frame[names].rename(columns=dict(TABLE_COLUMNS))
-    formats = {"peak MB": "{:.3g}", "activations MB": "{:.3g}", "samples/s": "{:.0f}", "tokens/s": "{:.0f}", "s/step": "{:.3f}"}
-    return frame.to_string(index=False, na_rep="-",
-                           formatters={c: f.format for c, f in formats.items() if c in frame})
 
 
 def summary(plan: Plan) -> str:
@@ -79,17 +83,14 @@ def summary(plan: Plan) -> str:
 
 def plan_command(args: argparse.Namespace) -> int:
     """Plan, print the table and the recommendation (or one JSON object); 0 when something fits, else 1."""
-    from gaccum_core.cli.main import _config_from_args, _flag_error
-    from gaccum_core.train.engine import preflight
-
     try:
         # --amp, --clear-cache and --compile are the plan's lists to cross: the base run has them off.
-        base = _config_from_args(args, micro_batch_size=1, accum_steps=1, amp="off", clear_cache="off", compile="off")
+        base = config_from_args(args, micro_batch_size=1, accum_steps=1, amp="off", clear_cache="off", compile="off")
         preflight(base)
         request = PlanRequest(base, args.effective_batch, budget_from_args(base, args), _split(args.amp),
                               _split(args.clear_cache), _split(args.compile), args.timed_steps)
     except ConfigError as exc:
-        print(_flag_error(exc), file=sys.stderr)
+        print(flag_error(exc), file=sys.stderr)
         return 2
     except ValueError as exc:  # data and model errors explain themselves
         print(f"gaccum: error: {exc}", file=sys.stderr)
@@ -106,10 +107,8 @@ def plan_command(args: argparse.Namespace) -> int:
 def planned_config(args: argparse.Namespace) -> tuple[RunConfig, Plan | None]:
     """The run's config; with --micro-batch-size auto, the planner's b and k for --effective-batch (per
     process: E is divided by the processes), with the plan that chose them."""
-    from gaccum_core.cli.main import _config_from_args
-
     if args.micro_batch_size != "auto":
-        config = _config_from_args(args)
+        config = config_from_args(args)
         if args.effective_batch is not None and args.effective_batch != config.effective_batch_size:
             raise ConfigError("effective_batch", args.effective_batch,
                               f"b*k*processes = {config.effective_batch_size} for the micro-batch and accumulation "
@@ -117,7 +116,7 @@ def planned_config(args: argparse.Namespace) -> tuple[RunConfig, Plan | None]:
         return config, None
     if args.effective_batch is None:
         raise ConfigError("effective_batch", None, "an integer, required with --micro-batch-size auto")
-    base = _config_from_args(args, micro_batch_size=1, accum_steps=1)
+    base = config_from_args(args, micro_batch_size=1, accum_steps=1)
     if args.effective_batch % base.world_size:
         raise ConfigError("effective_batch", args.effective_batch,
                           f"a multiple of the {base.world_size} processes, each planned for E / processes")

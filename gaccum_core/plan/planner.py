@@ -157,11 +157,3 @@ def config_from_plan(base: RunConfig, plan: Plan) -> RunConfig:
     return base.replace(micro_batch_size=choice.micro_batch_size, accum_steps=choice.accum_steps,
                         amp=choice.options.amp, clear_cache=choice.options.clear_cache,
                         compile=choice.options.compile)
-
-
-TABLE_COLUMNS: Sequence[tuple[str, str]] = (
-    ("options", "options"), ("micro_batch_size", "b"), ("accum_steps", "k"), ("status", "status"),
-    ("peak_mb", "peak MB"), ("activations_mb", "activations MB"), ("samples_per_s", "samples/s"),
-    ("tokens_per_s", "tokens/s"),
-    ("step_time_s", "s/step"),
-)

@@ -5,8 +5,11 @@ Imports the shared vocabulary, train (metric columns), runs, plan and lab.
 from gaccum_core.exports import lazy_exports
 
 __all__, __getattr__ = lazy_exports(__name__, {
-    "charts": ("build_figures", "RunSeries", "CHARTS", "X_AXES"),
+    "series": ("RunSeries", "downsample", "is_language"),
+    "axes": ("X_AXES", "TOKEN_AXES", "tokens_axis_note", "uirevision"),
+    "coinciding": ("Coincidence", "coinciding"),
+    "charts": ("build_figures", "CHARTS", "ALL_CHARTS", "LOG_BY_DEFAULT"),
     "chart_cache": ("ChartCache", "ChartInput", "ChartSet"),
-    "plan": ("plan_table", "memory_figure", "speed_figure"),
+    "plan": ("plan_table", "table_formats", "format_table", "memory_figure", "speed_figure"),
     "lab": ("gradient_figure", "side_by_side_figures", "pitfall_figure"),
 })

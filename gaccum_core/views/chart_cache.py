@@ -18,7 +18,9 @@ from typing import Any
 import pandas as pd
 import plotly.io as pio
 
-from gaccum_core.views.charts import Coincidence, RunSeries, build_figures, coinciding
+from gaccum_core.views.charts import build_figures
+from gaccum_core.views.coinciding import Coincidence, coinciding
+from gaccum_core.views.series import RunSeries
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class ChartInput:
     evals: Sequence[Mapping[str, Any]]
 
 
-def _grown(frame: pd.DataFrame | None, rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+def grown_frame(frame: pd.DataFrame | None, rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """frame with the rows it does not have yet appended: only new rows are converted."""
     if frame is None or len(frame) > len(rows):
         return pd.DataFrame([dict(r) for r in rows])
@@ -88,6 +90,6 @@ class ChartCache:
 
     def _series(self, run: ChartInput) -> RunSeries:
         metrics, evals = self._frames.get(run.run_id, (None, None))
-        metrics, evals = _grown(metrics, run.metrics), _grown(evals, run.evals)
+        metrics, evals = grown_frame(metrics, run.metrics), grown_frame(evals, run.evals)
         self._frames[run.run_id] = (metrics, evals)
         return RunSeries(run.run_id, run.label, metrics, evals)

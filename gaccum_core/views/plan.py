@@ -1,5 +1,6 @@
 """Plotly figures and words for the Plan page: peak memory and samples/s against the micro-batch size
-per option combination, the table, the progress line. Pure: no streamlit, no measuring."""
+per option combination, the table (also the CLI's, as text), the progress line. Pure: no streamlit,
+no measuring."""
 
 from __future__ import annotations
 
@@ -20,17 +21,20 @@ _LAYOUT = dict(template="plotly_white", height=360, margin=dict(l=55, r=10, t=40
                legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0, font=dict(size=10)))
 # A trace's `meta` says what it draws, for tests and anyone reading the figure's JSON.
 OPTION, UNMEASURED, BUDGET, MARGIN_LINE, RECOMMENDED = "option", "no peak", "budget", "margin", "recommended"
-# Where Plan.memory_source's peak comes from, in words.
-# Plan.rows() columns in the page's table, named for reading (plan.TABLE_COLUMNS are the CLI's terse ones).
-TABLE_COLUMNS = (
-    ("options", "options"), ("micro_batch_size", "micro-batch b"), ("accum_steps", "accumulation k"),
-    ("status", "status"), ("peak_mb", "peak MB"), ("activations_mb", "activations MB"),
-    ("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"), ("step_time_s", "s per step"),
-    ("message", "message"),
+# Plan.rows() columns in the tables, in order: the page's heading (named for reading), the terminal's
+# (terse; None: the CLI leaves the column out) and the printf format of its numbers (None: as they are).
+TABLE_COLUMNS: tuple[tuple[str, str, str | None, str | None], ...] = (
+    ("options", "options", "options", None),
+    ("micro_batch_size", "micro-batch b", "b", None),
+    ("accum_steps", "accumulation k", "k", None),
+    ("status", "status", "status", None),
+    ("peak_mb", "peak MB", "peak MB", "%.3g"),  # megabytes to 3 significant digits
+    ("activations_mb", "activations MB", "activations MB", "%.3g"),
+    ("samples_per_s", "samples/s", "samples/s", "%.0f"),  # speeds whole
+    ("tokens_per_s", "tokens/s", "tokens/s", "%.0f"),
+    ("step_time_s", "s per step", "s/step", "%.3f"),  # seconds to the millisecond
+    ("message", "message", None, None),
 )
-# printf formats for the page's table: megabytes to 3 significant digits, speeds whole, seconds to the ms.
-TABLE_FORMATS = {"peak MB": "%.3g", "activations MB": "%.3g", "samples/s": "%.0f", "tokens/s": "%.0f",
-                 "s per step": "%.3f"}
 
 
 def _line(index: int, options: Options) -> dict[str, Any]:
@@ -149,11 +153,31 @@ def speed_figure(plan: Plan) -> go.Figure:
                    None if traces else "nothing fits the budget")
 
 
-def plan_table(plan: Plan) -> pd.DataFrame:
-    """The candidates in the order measured, with readable column names."""
+def _headings(terse: bool) -> dict[str, str]:
+    """Plan.rows() column -> heading, for the page's table or (terse) the terminal's."""
+    return {column: terse_heading if terse else heading for column, heading, terse_heading, _ in TABLE_COLUMNS
+            if not terse or terse_heading is not None}
+
+
+def plan_table(plan: Plan, terse: bool = False) -> pd.DataFrame:
+    """The candidates in the order measured, with readable column names (terse: the terminal's)."""
     frame = pd.DataFrame(plan.rows())
-    names = [name for name, _ in TABLE_COLUMNS if name in frame]
-    return frame[names].rename(columns=dict(TABLE_COLUMNS))
+    headings = {column: heading for column, heading in _headings(terse).items() if column in frame}
+    return frame[list(headings)].rename(columns=headings)
+
+
+def table_formats(terse: bool = False) -> dict[str, str]:
+    """printf format of the numbers per heading of plan_table (terse: of its terminal table)."""
+    formats = {column: fmt for column, _, _, fmt in TABLE_COLUMNS if fmt is not None}
+    return {heading: formats[column] for column, heading in _headings(terse).items() if column in formats}
+
+
+def format_table(plan: Plan) -> str:
+    """The candidates as an aligned text table for a terminal, in the order measured ("-": no value)."""
+    frame = plan_table(plan, terse=True)
+    formats = {heading: fmt for heading, fmt in table_formats(terse=True).items() if heading in frame}
+    return frame.to_string(index=False, na_rep="-",
+                           formatters={heading: lambda value, fmt=fmt: fmt % value for heading, fmt in formats.items()})
 
 
 def plan_csv(plan: Plan) -> str:

@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from gaccum_core.cli.main import build_parser, main
+from gaccum_core.cli import command_help, main
 from gaccum_core.config import FIELD_HELP, RunConfig
 
 
 def test_every_config_field_has_a_flag_and_help():
-    help_text = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    help_text = command_help("run")
     for f in dataclasses.fields(RunConfig):
         assert "--" + f.name.replace("_", "-") in help_text
         assert f.name in FIELD_HELP

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gaccum_core.cli.main import main
+from gaccum_core.cli import main
 
 TINY = ["--device", "cpu", "--model", "mlp", "--dataset", "fake", "--image-size", "8", "--fake-samples", "64"]
 ROOMY_MB = "50"  # every candidate of the tiny mlp fits with room to spare (its peak is ~0.24 MB)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 
-from gaccum_core.views.chart_cache import ChartCache, ChartInput, _grown
+from gaccum_core.views.chart_cache import ChartCache, ChartInput, grown_frame
 from gaccum_core.views.charts import CHARTS
 
 
@@ -18,11 +18,11 @@ def rows(n: int, start: int = 1) -> tuple[dict, ...]:
 
 
 def test_frames_grow_by_the_new_rows_only():
-    first = _grown(None, rows(3))
-    grown = _grown(first, rows(5))
+    first = grown_frame(None, rows(3))
+    grown = grown_frame(first, rows(5))
     assert grown["step"].tolist() == [1, 2, 3, 4, 5]
-    assert _grown(grown, rows(5)) is grown  # nothing new: the same frame, no conversion
-    assert _grown(grown, rows(2))["step"].tolist() == [1, 2]  # a different run's rows: rebuilt
+    assert grown_frame(grown, rows(5)) is grown  # nothing new: the same frame, no conversion
+    assert grown_frame(grown, rows(2))["step"].tolist() == [1, 2]  # a different run's rows: rebuilt
 
 
 def test_many_pages_asking_for_the_same_rows_build_once():

@@ -8,10 +8,12 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from gaccum_core.views.charts import (ALL_CHARTS, CHARTS, LEFT_OUT, LOG_BY_DEFAULT, MAX_POINTS, NO_EVALS, NO_LANGUAGE,
-                                NO_SCALER, PALETTE, WAITING, RunSeries, accuracy_figure, build_figures, coinciding,
-                                downsample, is_language, loss_figure, memory_figure, perplexity_figure,
-                                scale_figure, throughput_figure, tokens_axis_note)
+from gaccum_core.views.axes import LEFT_OUT, tokens_axis_note
+from gaccum_core.views.charts import (ALL_CHARTS, CHARTS, LOG_BY_DEFAULT, NO_EVALS, NO_LANGUAGE, NO_SCALER, PALETTE,
+                                      WAITING, accuracy_figure, build_figures, loss_figure, memory_figure,
+                                      perplexity_figure, scale_figure, throughput_figure)
+from gaccum_core.views.coinciding import coinciding
+from gaccum_core.views.series import MAX_POINTS, RunSeries, downsample, is_language
 from gaccum_core.config import RunConfig
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import EVAL_COLUMNS, STEP_COLUMNS, smooth_ema
