@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gaccum_core.train.accumulation import epoch_order  # noqa: E402
 from gaccum_core.config import RunConfig  # noqa: E402
-from gaccum_core.train.engine import SAMPLE_PROMPT, SAMPLE_TOKENS, Engine  # noqa: E402
+from gaccum_core.train.engine import Engine  # noqa: E402
+from gaccum_core.train.evaluation import SAMPLE_PROMPT, SAMPLE_TOKENS  # noqa: E402
 from gaccum_core.runs.store import RunStore  # noqa: E402
 
 IGNORE = -100  # cross_entropy's ignore_index: the targets of padding

@@ -55,7 +55,7 @@ SERVER_CORE, BROWSER_CORE = 0, 1
 WAIT_MS = 120_000  # per page condition: a loaded 2-core machine draws slowly
 RUN_TIMEOUT_S = 900.0
 FINAL_STATES = {"finished", "stopped", "failed", "diverged"}
-X_LABELS = ("optimizer step", "samples seen")  # gaccum_core.views.charts.X_AXES, as the radio shows them
+X_LABELS = ("optimizer step", "samples seen")  # gaccum_core.views.axes.X_AXES, as the radio shows them
 
 # The first plotly graph of the page is the loss chart (also inside open shadow roots, should the
 # chart become a custom component).

@@ -12,7 +12,7 @@ and a drag still in progress when its graph is replaced does nothing.
 
 Here a small st.components.v2 component keeps one graph per key= (its id does not hash the data) and
 calls Plotly.react on it with each new figure, so plotly.js keeps the view while the figure's
-uirevision stays the same (see gaccum_core.views.charts.uirevision). plotly.js is the copy plotly.py ships,
+uirevision stays the same (see gaccum_core.views.axes.uirevision). plotly.js is the copy plotly.py ships,
 served by Streamlit from plotly's package directory as a (never drawn) v1 component's files.
 The Train page draws every chart this way, live or not, so a run's end does not reset the view.
 """

@@ -11,7 +11,7 @@ from gaccum_core import config as cfg
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data.images import DataError
 from gaccum_core.train.device import resolve_device
-from gaccum_core.train.engine import preflight
+from gaccum_core.train.checks import preflight
 from gaccum_core.plan.planner import (MEMORY_SOURCES, PlanRequest, config_from_plan, default_budget_mb, default_request,
                               make_plan)
 from gaccum_core.views.plan import (memory_figure, plan_csv, plan_table, progress_text, recommendation_words,

@@ -13,7 +13,7 @@ from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.plan.planner import MEMORY_SOURCES, Plan, PlanRequest, config_from_plan, default_budget_mb
 from gaccum_core.plan.search import mb
 from gaccum_core.train.device import resolve_device
-from gaccum_core.train.engine import preflight
+from gaccum_core.train.checks import preflight
 from gaccum_core.views.plan import format_table
 
 # RunConfig fields `plan` has no flag for: what it chooses or crosses, a run's length and its processes.

@@ -13,7 +13,7 @@ from gaccum_core.cli.progress import follow_to_the_end
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.runs.runner import EXECUTORS, Runner
 from gaccum_core.runs.supervisor import Launch, torchrun_command
-from gaccum_core.train.engine import preflight
+from gaccum_core.train.checks import preflight
 
 
 def add_parser(commands: Commands) -> argparse.ArgumentParser:
