@@ -12,7 +12,9 @@ from tqdm import tqdm
 
 from gaccum_core.config import FIELD_HELP, ConfigError, RunConfig
 from gaccum_core.runs.supervisor import Launch
-from gaccum_core.runs.runner import EXECUTORS, Runner, RunSnapshot
+from gaccum_core.runs.executors import EXECUTORS
+from gaccum_core.runs.runner import Runner
+from gaccum_core.runs.snapshot import RunSnapshot
 from gaccum_core.states import RunState
 
 _CHOICES = {"reduction", "amp", "clear_cache", "compile", "optimizer", "lr_schedule", "model", "dataset"}
