@@ -63,11 +63,13 @@ def wait_spare_idle(runner: Runner, quiet_s: float = 1.0, timeout_s: float = 180
     """Block until the runner's warm spare worker has finished importing: its CPU time (user + system)
     grew by less than 20 ms over the last quiet_s. Returns the seconds waited (0 with no spare)."""
     began = time.monotonic()
-    spare = runner._spare  # noqa: SLF001  (the bench looks at the product's spare process, never changes it)
-    if spare is None or spare.poll() is not None:
+    pid = runner.spare_pid
+    if pid is None:
         return 0.0
     try:
-        proc = psutil.Process(spare.pid)
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return 0.0
         history: list[tuple[float, float]] = []
         while time.monotonic() - began < timeout_s:
             times = proc.cpu_times()

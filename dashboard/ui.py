@@ -16,7 +16,8 @@ import streamlit as st
 from gaccum_core.runs.catalog import run_label, run_labels
 from gaccum_core.views.chart_cache import ChartCache, ChartInput, ChartSet
 from gaccum_core.config import FIELD_HELP, RunConfig
-from gaccum_core.runs.runner import Runner, RunSnapshot
+from gaccum_core.runs.runner import Runner
+from gaccum_core.runs.snapshot import RunSnapshot
 from gaccum_core.states import FAILURE_STATES, RunState
 
 REFRESH_S = float(os.environ.get("GACCUM_REFRESH_S", "1.0"))

@@ -8,7 +8,8 @@ from tqdm import tqdm
 
 from gaccum_core.plan.planner import Plan, PlanRequest, make_plan
 from gaccum_core.plan.search import Candidate
-from gaccum_core.runs.runner import Runner, RunSnapshot
+from gaccum_core.runs.runner import Runner
+from gaccum_core.runs.snapshot import RunSnapshot
 from gaccum_core.states import RunState
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from gaccum_core.cli.args import Commands, flag_error, typed
 from gaccum_core.cli.progress import follow_to_the_end
 from gaccum_core.config import ConfigError
-from gaccum_core.runs.runner import EXECUTORS, Runner
+from gaccum_core.runs.executors import EXECUTORS
+from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.store import StoreError
 from gaccum_core.train.checkpoint import CheckpointError
 

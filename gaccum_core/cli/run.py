@@ -11,7 +11,8 @@ from gaccum_core.cli.args import Commands, add_config_flags, flag_error, typed
 from gaccum_core.cli.plan import add_target_flags, planned_config
 from gaccum_core.cli.progress import follow_to_the_end
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.runs.runner import EXECUTORS, Runner
+from gaccum_core.runs.executors import EXECUTORS
+from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.supervisor import Launch, torchrun_command
 from gaccum_core.train.checks import preflight
 

@@ -1,13 +1,20 @@
-"""Runs: the run store (the only module that touches a run's files), the catalog that reads it, and the
-runner that trains runs in the background — in a thread (execute) or a worker process (supervisor,
-worker; torchrun for data-parallel runs). Imports the shared vocabulary and train.
+"""Runs: training configs in the background and keeping each run's directory.
+
+files (atomic writes, CSV rows appended and followed) → store (the runs directory) → catalog (the
+runs on disk as a table); execute (one run in this process) → worker (a run in a child process) and
+supervisor (watching that child) → executors (thread or process, the warm spare) → runner (queues
+per device, snapshots to poll). Imports the shared vocabulary and train.
 """
 
 from gaccum_core.exports import lazy_exports
 
 __all__, __getattr__ = lazy_exports(__name__, {
-    "store": ("RunStore", "StoreError", "validate_run_id"),
-    "catalog": ("run_table", "run_label", "run_labels", "describe_run", "settings_table", "combined_csv"),
-    "runner": ("Runner", "RunSnapshot", "RunBusyError", "EXECUTORS"),
-    "supervisor": ("Launch",),
+    "files": ("RunWriter", "CsvAppender", "CsvFollower", "replace_atomically", "write_text_atomically"),
+    "store": ("RunStore", "StoreError", "validate_run_id", "now_iso"),
+    "catalog": ("run_table", "describe_run", "run_label", "run_labels", "settings_table", "combined_csv"),
+    "execute": ("failure_message",),
+    "supervisor": ("Launch", "Child", "torchrun_command"),
+    "snapshot": ("RunSnapshot",),
+    "executors": ("EXECUTORS",),
+    "runner": ("Runner", "RunBusyError"),
 })

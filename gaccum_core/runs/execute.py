@@ -18,27 +18,13 @@ from gaccum_core import faults
 from gaccum_core.config import RunConfig
 from gaccum_core.train.device import device_name
 from gaccum_core.train.distributed import Ranks, share_from_rank0
-from gaccum_core.train.engine import CompileError, Diverged, Engine, StopCheck
+from gaccum_core.train.engine import Engine
+from gaccum_core.train.errors import CompileError, Diverged
+from gaccum_core.train.step import StopCheck
 from gaccum_core.train.memory import clear_cache, is_out_of_memory
-from gaccum_core.train.metrics import FanOut, MetricSink, NullSink, Row, skipped_warning
-from gaccum_core.states import RunState
 from gaccum_core.runs.store import RunStore, now_iso
-
-Outcome = tuple[RunState, str]
-
-
-class _Recorder:
-    """Keeps the step rows this process saw, for the skipped-steps warning at the end."""
-
-    def __init__(self) -> None:
-        self.rows: list[Row] = []
-
-    def log_step(self, row: Row) -> None:
-        """Keep the step row."""
-        self.rows.append(row)
-
-    def log_eval(self, row: Row) -> None:
-        """Evaluations are not needed here."""
+from gaccum_core.states import Outcome, RunState
+from gaccum_core.train.metrics import FanOut, MetricSink, NullSink, RowKeeper, skipped_warning
 
 
 def failure_message(exc: BaseException, config: RunConfig) -> str:
@@ -54,32 +40,33 @@ def failure_message(exc: BaseException, config: RunConfig) -> str:
     return f"{type(exc).__name__}: {text[:300]}"
 
 
-def execute(store: RunStore, run_id: str, config: RunConfig, device: torch.device, should_stop: StopCheck,
+def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torch.device, should_stop: StopCheck,
             sink: MetricSink = NullSink(), on_start: Callable[[Engine], None] = lambda engine: None,
             ranks: Ranks = Ranks()) -> Outcome:
-    """Train one run and release its memory; its final state and message (files written on rank 0).
+    """Train one run and release its memory; its final state and message.
 
-    On ranks other than 0 an exception propagates (torchrun reports it and ends the job)."""
-    writer, engine, recorder = None, None, _Recorder()
+    store is the runs directory on global rank 0, which alone writes the run's files, and None on the
+    other ranks of a data-parallel job, where an exception propagates (torchrun reports it and ends the job)."""
+    writer, engine, kept = None, None, RowKeeper()  # kept: the step rows this process saw, for the warning
     try:
-        if ranks.is_main:
+        if store is not None:
             store.update_status(run_id, state=RunState.RUNNING, started=now_iso(), device=device_name(device),
                                 world_size=ranks.world_size, pid=os.getpid())
         engine = Engine(config, device, ranks)
         _resume_if_checkpointed(store, run_id, engine, ranks)
-        if ranks.is_main:
+        if store is not None:
             writer = store.writer(run_id)
         on_start(engine)
-        save = (lambda state: store.save_checkpoint(run_id, state)) if ranks.is_main else None
-        state = engine.run(FanOut(*(s for s in (writer, sink) if s is not None), recorder), should_stop, save)
-        if ranks.is_main:
+        save = (lambda state: store.save_checkpoint(run_id, state)) if store is not None else None
+        state = engine.run(FanOut(*(s for s in (writer, sink) if s is not None), kept), should_stop, save)
+        if store is not None:
             store.save_model(run_id, engine.model.state_dict())
             _end_segment(store, run_id, state, engine.training.counters.step)
-        outcome = state, "stopped by the user" if state == RunState.STOPPED else skipped_warning(recorder.rows)
+        outcome = state, "stopped by the user" if state == RunState.STOPPED else skipped_warning(kept.steps)
     except Diverged as exc:  # every rank sees the same loss: all of them end here together
         outcome = RunState.DIVERGED, str(exc)
     except Exception as exc:  # every failure ends the run with a message, never a dead thread
-        if not ranks.is_main:
+        if store is None:
             raise
         outcome = RunState.FAILED, failure_message(exc, config)
         store.write_traceback(run_id, traceback.format_exc())
@@ -87,22 +74,22 @@ def execute(store: RunStore, run_id: str, config: RunConfig, device: torch.devic
         if writer is not None:
             writer.close()
         del engine
-    if not ranks.is_main:
+    if store is None:
         clear_cache(device)  # an error here propagates: torchrun reports this rank's failure
         return outcome
     return release(store, run_id, device, *outcome)
 
 
-def _resume_if_checkpointed(store: RunStore, run_id: str, engine: Engine, ranks: Ranks) -> None:
+def _resume_if_checkpointed(store: RunStore | None, run_id: str, engine: Engine, ranks: Ranks) -> None:
     """A run with a checkpoint continues from it: rows after it are dropped, a new segment begins.
     A data-parallel run's ranks all take rank 0's checkpoint (its ranks stop only at a step's end, so
     it holds no gradients in flight, and the ranks' weights, optimizer states and RNGs are the same)."""
-    checkpoint = store.load_checkpoint(run_id) if ranks.is_main else None
+    checkpoint = store.load_checkpoint(run_id) if store is not None else None
     if ranks.distributed:
         checkpoint = share_from_rank0(checkpoint)
     if checkpoint is not None:
         engine.resume_from(checkpoint)
-    if not ranks.is_main:
+    if store is None:
         return
     if checkpoint is not None:
         store.truncate_rows(run_id, engine.training.counters.step)

@@ -2,87 +2,40 @@
 
 A run trains in a worker process (executor "process": a warm spare worker, or torchrun for a
 data-parallel run) supervised by the device's thread here, which follows the rows it writes, or in
-that thread itself (executor "thread"). States (gaccum_core.states): queued -> running -> finished |
-stopped | failed | diverged. Every run that starts ends in one of the final states with a message,
-whatever raises and wherever, whichever executor ran it. The supervising thread only touches plain
-Python state under a lock; snapshot() copies it for a UI or CLI to poll without reading files.
+that thread itself (executor "thread"): gaccum_core.runs.executors. States (gaccum_core.states):
+queued -> running -> finished | stopped | failed | diverged. Every run that starts ends in one of the
+final states with a message, whatever raises and wherever, whichever executor ran it. The supervising
+thread only touches plain Python state under a lock; snapshot() copies it for a UI or CLI to poll
+without reading files.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
-import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
 import psutil
-import torch
 
-from gaccum_core.runs.supervisor import Child, Launch, kill_tree, spawn_spare, terminate_on_exit
 from gaccum_core.config import RunConfig
-from gaccum_core.train.device import device_name, resolve_device
-from gaccum_core.train.checkpoint import CheckpointError, check_compatible
-from gaccum_core.train.engine import LENGTH_FIELDS, Engine
-from gaccum_core.runs.execute import execute, failure_message  # noqa: F401  (failure_message: part of the API)
-from gaccum_core.train.metrics import Row, eta_seconds
-from gaccum_core.states import FINAL_STATES, RunState
+from gaccum_core.runs.executors import EXECUTORS, SpareWorker, distributed, supervise, train_here
+from gaccum_core.runs.snapshot import RunSnapshot, TrackedRun
 from gaccum_core.runs.store import RunStore, now_iso
+from gaccum_core.runs.supervisor import Child, Launch
+from gaccum_core.states import FINAL_STATES, Outcome, RunState
+from gaccum_core.train.checkpoint import CheckpointError, check_compatible
+from gaccum_core.train.device import resolve_device
+from gaccum_core.train.engine import LENGTH_FIELDS
+from gaccum_core.train.metrics import RowKeeper
 
-EXECUTORS = ("process", "thread")
 STOP_GRACE_S = 5.0  # a worker that has not stopped this long after the request is killed
 
 
 class RunBusyError(RuntimeError):
     """The run is queued or running: it cannot be deleted now."""
-
-
-@dataclass(frozen=True)
-class RunSnapshot:
-    """A consistent copy of one run's state."""
-
-    run_id: str
-    config: RunConfig
-    state: RunState
-    message: str
-    device: str
-    steps_done: int
-    total_steps: int
-    queue_position: int
-    elapsed_s: float
-    eta_s: float | None
-    metrics: tuple[Mapping[str, Any], ...]  # read-only rows: copy one to change it
-    evals: tuple[Mapping[str, Any], ...]
-    name: str = ""  # the user's name for the run, if they gave one
-
-    @property
-    def done(self) -> bool:
-        """True once the run has ended (finished, stopped, failed or diverged)."""
-        return self.state in FINAL_STATES
-
-
-@dataclass
-class _Run:
-    run_id: str
-    config: RunConfig
-    device_key: str
-    name: str = ""
-    state: RunState = RunState.QUEUED
-    message: str = ""
-    device: str = ""
-    total_steps: int = 0
-    started: float | None = None
-    ended: float | None = None
-    metrics: list[Row] = field(default_factory=list)
-    evals: list[Row] = field(default_factory=list)
-    pid: int | None = None  # the worker process (or torchrun) running it, if any
-    stop_event: threading.Event = field(default_factory=threading.Event)
-    done_event: threading.Event = field(default_factory=threading.Event)
 
 
 def _training_elsewhere(pid: int | None) -> bool:
@@ -94,29 +47,6 @@ def _training_elsewhere(pid: int | None) -> bool:
         return "gaccum" in command or "streamlit" in command
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
-
-
-def _distributed(config: RunConfig) -> bool:
-    """A data-parallel run: torchrun starts its processes."""
-    return config.world_size > 1
-
-
-class _MemorySink:
-    """Keeps rows in the run's in-memory state for snapshot(), each a read-only copy: snapshots share
-    them (copying every row on every poll would cost a live page O(steps) per second)."""
-
-    def __init__(self, run: _Run, lock: threading.Lock) -> None:
-        self.run, self.lock = run, lock
-
-    def log_step(self, row: Row) -> None:
-        """Keep the step row."""
-        with self.lock:
-            self.run.metrics.append(MappingProxyType(dict(row)))
-
-    def log_eval(self, row: Row) -> None:
-        """Keep the eval row."""
-        with self.lock:
-            self.run.evals.append(MappingProxyType(dict(row)))
 
 
 class Runner:
@@ -136,17 +66,16 @@ class Runner:
         self.executor, self.stop_grace_s, self.launch = executor, stop_grace_s, launch
         self.warm_spare = warm_spare and executor == "process"
         self._lock = threading.Lock()
-        self._runs: dict[str, _Run] = {}
-        self._queues: dict[str, deque[_Run]] = {}
+        self._runs: dict[str, TrackedRun] = {}
+        self._queues: dict[str, deque[TrackedRun]] = {}
         self._workers: dict[str, threading.Thread] = {}
-        self._closed = False
-        self._spare: subprocess.Popen | None = spawn_spare() if self.warm_spare else None
+        self._spare = SpareWorker(keep=self.warm_spare)
         atexit.register(self.close)
 
     def submit(self, config: RunConfig, name: str | None = None, plan: dict | None = None) -> str:
         """Create the run on disk (with the plan that chose its micro-batch, if any) and queue it; returns the run id."""
         run_id = self.store.create(config, name, plan)
-        self._enqueue(_Run(run_id, config, str(resolve_device(config.device)), name or ""))
+        self._enqueue(self._track(run_id, config, name or ""))
         return run_id
 
     def resume(self, run_id: str, epochs: int | None = None, max_steps: int | None = None) -> str:
@@ -169,9 +98,11 @@ class Runner:
             self.store.change_config(run_id, longer, step)
         self.store.truncate_rows(run_id, step)
         self.store.clear_stop_request(run_id)
-        run = _Run(run_id, longer, str(resolve_device(longer.device)), status.get("name", ""))
-        run.metrics = [MappingProxyType(row) for row in self.store.metric_rows(run_id)]
-        run.evals = [MappingProxyType(row) for row in self.store.eval_rows(run_id)]
+        run = self._track(run_id, longer, status.get("name", ""))
+        # The rows up to the checkpoint, shown until it goes on: fresh dicts no one else holds, in a run
+        # no other thread sees yet, so wrapped read-only as they are.
+        run.rows.steps.extend(MappingProxyType(row) for row in self.store.metric_rows(run_id))
+        run.rows.evals.extend(MappingProxyType(row) for row in self.store.eval_rows(run_id))
         self.store.update_status(run_id, state=RunState.QUEUED, message="")
         self._enqueue(run)
         return run_id
@@ -189,7 +120,11 @@ class Runner:
         check_compatible(checkpoint, config.to_dict(), LENGTH_FIELDS)
         return int(checkpoint["counters"]["step"])
 
-    def _enqueue(self, run: _Run) -> None:
+    def _track(self, run_id: str, config: RunConfig, name: str) -> TrackedRun:
+        """A queued run to track, on the device its config resolves to, its rows kept under the lock."""
+        return TrackedRun(run_id, config, str(resolve_device(config.device)), RowKeeper(self._lock), name)
+
+    def _enqueue(self, run: TrackedRun) -> None:
         device_key = run.device_key
         with self._lock:
             self._runs[run.run_id] = run
@@ -250,14 +185,21 @@ class Runner:
         self._runs[run_id].done_event.wait(timeout)
         return self.snapshot(run_id)
 
-    def _snapshot(self, run: _Run) -> RunSnapshot:
-        now = run.ended or time.monotonic()
-        elapsed = now - run.started if run.started else 0.0
+    def _snapshot(self, run: TrackedRun) -> RunSnapshot:
         queue = self._queues.get(run.device_key, deque())
-        position = queue.index(run) + 1 if run in queue else 0
-        eta = eta_seconds(len(run.metrics), run.total_steps, elapsed) if run.state == RunState.RUNNING else None
-        return RunSnapshot(run.run_id, run.config, run.state, run.message, run.device, len(run.metrics),
-                           run.total_steps, position, elapsed, eta, tuple(run.metrics), tuple(run.evals), run.name)
+        return run.snapshot(queue.index(run) + 1 if run in queue else 0)
+
+    def worker_pid(self, run_id: str) -> int | None:
+        """The process id of the worker (or torchrun) that runs or last ran the run; None for a run not
+        yet started or trained in this process (KeyError for a run this runner does not know)."""
+        with self._lock:
+            return self._runs[run_id].pid
+
+    @property
+    def spare_pid(self) -> int | None:
+        """The process id of the warm spare worker waiting for the next run (it may have died since);
+        None when no spare is kept (executor "thread", warm_spare=False, after close())."""
+        return self._spare.pid
 
     def _work(self, device_key: str) -> None:
         while (run := self._next(device_key)) is not None:
@@ -273,7 +215,7 @@ class Runner:
             with self._lock:
                 self._finish(run, state, message)
 
-    def _next(self, device_key: str) -> _Run | None:
+    def _next(self, device_key: str) -> TrackedRun | None:
         """The next queued run, marked running; None (and this worker gone) when the queue is empty."""
         with self._lock:
             queue = self._queues[device_key]
@@ -285,79 +227,25 @@ class Runner:
             run.state, run.started = RunState.RUNNING, time.monotonic()
             return run
 
-    def _execute(self, run: _Run) -> tuple[RunState, str]:
+    def _execute(self, run: TrackedRun) -> Outcome:
         """Train one run in this thread or in a worker process; its final state and message."""
-        if self._in_thread(run.config):
-            return self._execute_here(run)
-        return self._execute_in_child(run)
-
-    def _in_thread(self, config: RunConfig) -> bool:
-        return self.executor == "thread" and not _distributed(config)
-
-    def _execute_here(self, run: _Run) -> tuple[RunState, str]:
-        device = torch.device(run.device_key)
-        run.device = device_name(device)
-
-        def started(engine: Engine) -> None:
-            with self._lock:
-                run.total_steps = engine.total_steps
-
-        return execute(self.store, run.run_id, run.config, device, run.stop_event.is_set,
-                       _MemorySink(run, self._lock), started)
-
-    def _execute_in_child(self, run: _Run) -> tuple[RunState, str]:
-        if _distributed(run.config):
+        if self.executor == "thread" and not distributed(run.config):
+            return train_here(self.store, run, self._lock)
+        if distributed(run.config):
             child = Child.torchrun(self.store, run.run_id, run.config, self.launch)
         else:
-            child = self._hand_over(run.run_id)
-        sink = _MemorySink(run, self._lock)
-        with self._lock:
-            run.pid = child.proc.pid
-            run.metrics, run.evals = [], []  # a resumed run's earlier rows come back through the followers
-
-        def rows(metrics: list[Row], evals: list[Row]) -> None:
-            for row in metrics:
-                sink.log_step(row)
-            for row in evals:
-                sink.log_eval(row)
-
-        def status(fields: dict) -> None:
-            with self._lock:
-                run.total_steps = fields.get("total_steps", run.total_steps)
-                run.device = fields.get("device", run.device)
-
+            child = self._spare.hand_over(self.store, run.run_id)
         try:
-            return child.supervise(run.stop_event, rows, status, self.stop_grace_s)
+            return supervise(child, run, self._lock, self.stop_grace_s)
         finally:
-            if child.proc.poll() is None:  # supervision itself failed: no worker trains unwatched
-                kill_tree(child.proc)
-            if not _distributed(run.config) and self.warm_spare:
-                self._refill_spare()
-
-    def _hand_over(self, run_id: str) -> Child:
-        """Give the run to the warm spare worker; to a fresh worker when there is none or it died."""
-        with self._lock:
-            spare, self._spare = self._spare, None
-        if spare is not None:
-            try:
-                return Child.hand_over(spare, self.store, run_id)
-            except OSError:  # it died while waiting (killed, out of memory): its pipe is broken
-                kill_tree(spare)
-        return Child.hand_over(spawn_spare(), self.store, run_id)
-
-    def _refill_spare(self) -> None:
-        with self._lock:
-            if self._spare is None and not self._closed:
-                self._spare = spawn_spare()
+            if not distributed(run.config):
+                self._spare.refill()  # the next run finds a warm worker again
 
     def close(self) -> None:
         """Stop keeping a spare worker (runs in progress go on; the spare exits on its own)."""
-        with self._lock:
-            spare, self._spare, self._closed = self._spare, None, True
-        if spare is not None:
-            terminate_on_exit(spare)
+        self._spare.close()
 
-    def _finish(self, run: _Run, state: RunState, message: str) -> None:
+    def _finish(self, run: TrackedRun, state: RunState, message: str) -> None:
         """Record the final state in memory, then on disk (called with the lock held); never raises."""
         run.state, run.message, run.ended = state, message, time.monotonic()
         try:

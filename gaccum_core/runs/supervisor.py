@@ -24,11 +24,10 @@ from typing import IO, Callable
 import psutil
 
 from gaccum_core.config import RunConfig
-from gaccum_core.train.metrics import Row
-from gaccum_core.states import FINAL_STATES, RunState
 from gaccum_core.runs.store import RunStore
+from gaccum_core.states import FINAL_STATES, Outcome, RunState
+from gaccum_core.train.metrics import Row
 
-Outcome = tuple[RunState, str]
 _WORKER = ("-m", "gaccum_core", "worker")
 TEARDOWN_GRACE = 6  # times the stop grace a worker that wrote its final state may take to exit
 STDERR_LINES = 20  # how much of a dead worker's stderr its failure message quotes

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import NoReturn
 
 from gaccum_core.config import RunConfig
+from gaccum_core.data.images import load_data
+from gaccum_core.runs.execute import execute
+from gaccum_core.runs.store import RunStore, now_iso
+from gaccum_core.states import RunState
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.distributed import Ranks, init_process_group, share_from_rank0, worker_device
-from gaccum_core.train.engine import StopCheck
-from gaccum_core.runs.execute import execute
-from gaccum_core.states import RunState
-from gaccum_core.runs.store import RunStore, now_iso
 
 ORPHANED = "stopped: the process that started the run exited"
 
@@ -62,14 +62,14 @@ def run_worker(run_dir: str | None, config_json: str | None = None) -> int:
     if ranks.is_main and store is None:
         raise SystemExit("gaccum: error: worker: global rank 0 needs --run-dir")
     config = store.read_config(run_id) if store is not None else RunConfig.from_json(config_json or "{}")
+    store = store if ranks.is_main else None  # only global rank 0 writes the run directory
     device = worker_device(ranks, resolve_device(config.device))
-    should_stop = _StopRequest(store.stop_path(run_id) if ranks.is_main else None)
+    should_stop = _StopRequest(store.stop_path(run_id) if store is not None else None)
     if ranks.distributed:
         init_process_group(ranks, device)
         config = _rank0_config(config)
-    store = store if ranks.is_main else None  # only global rank 0 writes the run directory
     try:
-        state, message = execute(store, run_id, config, device, should_stop, ranks=ranks)  # type: ignore[arg-type]
+        state, message = execute(store, run_id, config, device, should_stop, ranks=ranks)
     finally:
         if ranks.distributed and dist.is_initialized():
             dist.destroy_process_group()
@@ -83,8 +83,6 @@ def run_worker(run_dir: str | None, config_json: str | None = None) -> int:
 
 def serve_spare() -> int:
     """Warm up, then wait for one job line ({"run_dir": ...}) on stdin and run it; exit on EOF."""
-    from gaccum_core.data.images import load_data
-
     load_data(RunConfig())  # the default data set, so the first run starts at once
     line = sys.stdin.readline()
     if not line.strip():

@@ -67,7 +67,7 @@ def test_a_run_in_a_worker_process_writes_the_rows_the_thread_executor_writes(sp
     run_id = runner.submit(CONFIG)
     snapshot = _ended(runner, run_id)
     assert snapshot.state == RunState.FINISHED and snapshot.total_steps == 6 and snapshot.device == "CPU"
-    assert runner._runs[run_id].pid != os.getpid()
+    assert runner.worker_pid(run_id) != os.getpid()
     in_thread = Runner(tmp_path / "thread", executor="thread")
     reference = _ended(in_thread, in_thread.submit(CONFIG))
     assert [row["loss"] for row in snapshot.metrics] == [row["loss"] for row in reference.metrics]
@@ -92,7 +92,7 @@ def test_a_hung_child_is_killed_after_the_grace_period_and_the_run_is_stopped_wi
     runner = spawn("slow@3:0*120", stop_grace_s=1.0)
     run_id = runner.submit(CONFIG)
     _rows_after(runner, run_id, 2)
-    pid = runner._runs[run_id].pid
+    pid = runner.worker_pid(run_id)
     began = time.monotonic()
     runner.stop(run_id)
     snapshot = _ended(runner, run_id)
@@ -106,7 +106,7 @@ def test_a_child_killed_from_outside_fails_with_its_signal_and_the_next_run_work
     runner = spawn("slow@3:0*120")
     run_id = runner.submit(CONFIG)
     _rows_after(runner, run_id, 2)
-    os.kill(runner._runs[run_id].pid, signal.SIGKILL)
+    os.kill(runner.worker_pid(run_id), signal.SIGKILL)
     snapshot = _ended(runner, run_id)
     assert snapshot.state == RunState.FAILED
     assert "SIGKILL" in snapshot.message and "without writing a final state" in snapshot.message
@@ -144,7 +144,7 @@ def test_runs_queue_behind_each_other_and_each_gets_a_worker(spawn):
     ids = [runner.submit(CONFIG.replace(max_steps=2, seed=seed)) for seed in range(3)]
     snapshots = [_ended(runner, run_id) for run_id in ids]
     assert [s.state for s in snapshots] == [RunState.FINISHED] * 3
-    assert len({runner._runs[run_id].pid for run_id in ids}) == 3
+    assert len({runner.worker_pid(run_id) for run_id in ids}) == 3
     assert snapshots[0].metrics[0]["loss"] != snapshots[1].metrics[0]["loss"]  # the seeds reached the workers
 
 
@@ -156,7 +156,7 @@ runner = Runner(sys.argv[1], executor="process")
 run_id = runner.submit(RunConfig(model="mlp", micro_batch_size=16, accum_steps=3, max_steps=50, device="cpu"))
 while not runner.snapshot(run_id).metrics:
     time.sleep(0.05)
-print(run_id, runner._runs[run_id].pid, flush=True)
+print(run_id, runner.worker_pid(run_id), flush=True)
 os._exit(0)  # the server dies without a word: no stop, no cleanup
 """
 
@@ -170,7 +170,7 @@ def test_a_worker_whose_server_died_stops_by_itself_and_says_why(tmp_path, monke
     from gaccum_core.runs.worker import ORPHANED
 
     monkeypatch.setenv("GACCUM_FAULTS", "slow@3:1*2")  # the server dies while step 3 sleeps
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
     out = subprocess.run([sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path)], cwd=root, capture_output=True,
                          text=True, timeout=WAIT_S, check=True).stdout.split()
     run_id, pid = out[0], int(out[1])
@@ -189,9 +189,10 @@ def test_a_worker_whose_server_died_stops_by_itself_and_says_why(tmp_path, monke
 def test_a_spare_worker_that_died_while_waiting_is_replaced_at_start(spawn):
     """The warm spare was killed (OOM killer, a user) before Start: the run gets a fresh worker and finishes."""
     runner = spawn()
-    spare = runner._spare
-    os.kill(spare.pid, signal.SIGKILL)
-    spare.wait()
+    spare_pid = runner.spare_pid
+    assert spare_pid is not None
+    os.kill(spare_pid, signal.SIGKILL)
+    assert _gone(spare_pid)
     snapshot = _ended(runner, runner.submit(CONFIG.replace(max_steps=2)))
     assert snapshot.state == RunState.FINISHED, snapshot.message
-    assert runner._runs[snapshot.run_id].pid != spare.pid
+    assert runner.worker_pid(snapshot.run_id) != spare_pid

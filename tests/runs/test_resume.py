@@ -113,7 +113,7 @@ def test_a_sigkilled_worker_resumes_from_its_last_checkpoint_exactly(references,
         while len(runner.snapshot(run_id).metrics) < kill_after:
             assert time.monotonic() < deadline and not runner.snapshot(run_id).done
             time.sleep(0.01)
-        os.kill(runner._runs[run_id].pid, signal.SIGKILL)
+        os.kill(runner.worker_pid(run_id), signal.SIGKILL)
         assert _ended(runner, run_id).state == RunState.FAILED
         rows_before = len(runner.store.read_metrics(run_id))
         at = runner.store.load_checkpoint(run_id)["counters"]["step"]

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.runner import Runner, failure_message
+from gaccum_core.runs.execute import failure_message
+from gaccum_core.runs.runner import Runner
 
 TINY = dict(device="cpu", model="mlp", micro_batch_size=16, accum_steps=2)
 
@@ -17,6 +18,7 @@ def test_a_run_finishes_and_leaves_every_file(tmp_path):
     run_id = runner.submit(RunConfig(max_steps=5, **TINY))
     snap = runner.wait(run_id)
     assert snap.state == "finished" and snap.steps_done == snap.total_steps == 5
+    assert runner.worker_pid(run_id) is None and runner.spare_pid is None  # trained in this process
     run_dir = tmp_path / run_id
     assert {"config.json", "status.json", "metrics.csv", "eval.csv", "model.pt"} <= {p.name for p in run_dir.iterdir()}
     frame = runner.store.read_metrics(run_id)

@@ -7,6 +7,7 @@ import torch
 
 from gaccum_core.config import RunConfig
 from gaccum_core.train.metrics import EVAL_COLUMNS, STEP_COLUMNS
+from gaccum_core.runs.files import RunWriter
 from gaccum_core.runs.store import RunStore, StoreError, validate_run_id
 
 
@@ -56,6 +57,7 @@ def test_model_round_trip_uses_weights_only(tmp_path):
     run_id = store.create(RunConfig())
     store.save_model(run_id, {"w": torch.arange(3.0)})
     assert torch.equal(store.load_model(run_id)["w"], torch.arange(3.0))
+    assert not [p for p in (tmp_path / run_id).iterdir() if p.name.endswith(".tmp")]
 
 
 def test_unwritable_runs_directory_is_a_clear_error_and_leaves_nothing(tmp_path):
@@ -98,8 +100,6 @@ def test_a_run_written_before_the_data_parallel_columns_reads_as_one_process(tmp
 
 def test_truncating_a_resumed_run_drops_later_samples_too(tmp_path):
     """A language run resumed from step 10 must not show the text generated at step 20 twice."""
-    from gaccum_core.runs.store import RunWriter
-
     store = RunStore(tmp_path)
     run_id = store.create(RunConfig(model="gpt", dataset="pydoc"))
     writer = RunWriter(store.path(run_id))

@@ -178,7 +178,7 @@ def _job_processes(runner: Runner, run_id: str, timeout: float = 60.0) -> list[p
     """torchrun and every process under it, once both ranks are running."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        pid = runner._runs[run_id].pid
+        pid = runner.worker_pid(run_id)
         if pid is not None:
             try:
                 top = psutil.Process(pid)

@@ -9,7 +9,8 @@ import torch
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data.images import load_data
 from gaccum_core.train.engine import Engine
-from gaccum_core.runs.store import RunStore, RunWriter
+from gaccum_core.runs.files import RunWriter
+from gaccum_core.runs.store import RunStore
 
 SEQ = 256  # the tiny preset's longest: pydoc's 79 documents give 1724 training sequences, 54 of them short
 
