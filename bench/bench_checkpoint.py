@@ -69,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gaccum_core.train.accumulation import planned_steps  # noqa: E402
 from gaccum_core.config import RunConfig  # noqa: E402
-from gaccum_core.data.images import load_data  # noqa: E402
+from gaccum_core.data import load_data  # noqa: E402
 from gaccum_core.train.engine import Engine  # noqa: E402
 from gaccum_core.train.metrics import NullSink  # noqa: E402
 from gaccum_core.runs.runner import Runner  # noqa: E402

@@ -15,11 +15,10 @@ import streamlit as st
 import torch
 
 from gaccum_core import config as cfg
-from gaccum_core.data.images import describe_dataset
-from gaccum_core.train.device import resolve_device
-from gaccum_core.train.device import max_processes
+from gaccum_core.data import describe_dataset
+from dashboard.ui import FieldWidgets
 from gaccum_core.presets import GPT_PRESETS, millions
-from dashboard.ui import widget
+from gaccum_core.train.device import max_processes, resolve_device
 
 _CLI_OR_UI = re.compile(r"pass --[a-z-]+ \(CLI\) or tick '([a-z_]+)' \(UI\)")
 _SET_FIELD = re.compile(r"\bset ([a-z_]+) to\b")
@@ -119,18 +118,12 @@ _HINTS = (
 )
 
 
-class Controls:
+class Controls(FieldWidgets):
     """Draws the controls in the sidebar and keeps an error slot under each."""
 
     def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-        self.slots: dict[str, Any] = {}
-
-    def add(self, field: str, draw: Any, **kwargs: Any) -> Any:
-        """One control bound to a RunConfig field, followed by an (empty) error slot."""
-        self.values[field] = widget(draw, LABELS[field], f"cfg_{field}", getattr(DEFAULTS, field), **kwargs)
-        self.slots[field] = st.empty()
-        return self.values[field]
+        # No help icons: the Train page's labels and captions explain its controls.
+        super().__init__("cfg_", LABELS, DEFAULTS, field_help=False)
 
     @staticmethod
     def in_page_words(message: str) -> str:
@@ -146,14 +139,6 @@ class Controls:
             return str(exc)
         hint = next((h for field, words, h in _HINTS if field == exc.field and words in exc.allowed), "")
         return f"{label} = {exc.value!r} is not allowed: {exc.allowed}{hint}"
-
-    def error(self, field: str, message: str) -> None:
-        """Show a message under the control of `field` (or at the top of the sidebar)."""
-        self.slots.get(field, st.sidebar).error(message)
-
-    def warn(self, field: str, message: str) -> None:
-        """Show a warning under the control of `field` (or at the top of the sidebar)."""
-        self.slots.get(field, st.sidebar).warning(message)
 
     def draw(self) -> dict[str, Any]:
         """Every control; returns the values by field name."""

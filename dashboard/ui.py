@@ -66,16 +66,19 @@ def widget(draw: Callable[..., Any], label: str, key: str, default: Any, **kwarg
 
 class FieldWidgets:
     """Widgets named by a field (a RunConfig field or a page's own), each followed by an empty slot for
-    the message that refuses its value; keys are prefix + field, help text from FIELD_HELP."""
+    the message that refuses its value; keys are prefix + field. A widget's default is the one given,
+    else the field's value in `defaults`; its help is FIELD_HELP's text unless the page has its own words."""
 
-    def __init__(self, prefix: str, labels: Mapping[str, str]) -> None:
-        self.prefix, self.labels = prefix, labels
+    def __init__(self, prefix: str, labels: Mapping[str, str], defaults: Any = None, field_help: bool = True) -> None:
+        self.prefix, self.labels, self.defaults, self.field_help = prefix, labels, defaults, field_help
         self.values: dict[str, Any] = {}
         self.slots: dict[str, Any] = {}
 
-    def add(self, field: str, draw: Callable[..., Any], default: Any, **kwargs: Any) -> Any:
+    def add(self, field: str, draw: Callable[..., Any], default: Any = None, **kwargs: Any) -> Any:
         """One widget for `field`, kept across reruns and page switches, then its (empty) message slot."""
-        kwargs.setdefault("help", FIELD_HELP.get(field))
+        if default is None:
+            default = getattr(self.defaults, field)
+        kwargs.setdefault("help", FIELD_HELP.get(field) if self.field_help else None)
         self.values[field] = widget(draw, self.labels[field], self.prefix + field, default, **kwargs)
         self.slots[field] = st.empty()
         return self.values[field]

@@ -10,7 +10,7 @@ from gaccum_core.runs.catalog import run_labels
 from gaccum_core.views.axes import TOKEN_AXES, X_AXES, tokens_axis_note
 from gaccum_core.views.charts import ALL_CHARTS, CHARTS, LOG_BY_DEFAULT
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data.images import DataError
+from gaccum_core.data import DataError
 from gaccum_core.plan.costs import warnings_for
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.checks import preflight

@@ -9,7 +9,7 @@ import torch
 from dashboard.controls import CLEAR_LABELS, LABELS as TRAIN_LABELS
 from gaccum_core import config as cfg
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data.images import DataError
+from gaccum_core.data import DataError
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.checks import preflight
 from gaccum_core.plan.planner import (MEMORY_SOURCES, PlanRequest, config_from_plan, default_budget_mb, default_request,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Mapping, Sequence
 
-from gaccum_core.cli import doctor_command, plan, resume, run, worker
+from gaccum_core.cli import doctor, plan, resume, run, worker
 from gaccum_core.cli.args import OneLineParser
 
 # Each module adds its command (add_parser) and names the function that carries it out (the handler
 # default); in the order the help lists them.
-COMMANDS = (run, plan, worker, resume, doctor_command)
+COMMANDS = (run, plan, worker, resume, doctor)
 
 
 def _parsers() -> tuple[OneLineParser, Mapping[str, argparse.ArgumentParser]]:

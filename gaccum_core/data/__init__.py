@@ -1,11 +1,14 @@
-"""Data sets: images (digits, torchvision's, fake) and text (pydoc, a text file), as batch sources.
+"""Data sets by name as batch sources: sources (what every data set is), images (digits, torchvision's,
+fake), text (pydoc, a text file, byte-level), load (any of them by name).
 
-Imports the shared vocabulary and models (a text data set's vocabulary is the gpt's).
+Imports only the shared vocabulary (config, seeding, presets).
 """
 
 from gaccum_core.exports import lazy_exports
 
 __all__, __getattr__ = lazy_exports(__name__, {
-    "images": ("load_data", "describe_dataset", "DataBundle", "DataError", "ImageSource"),
+    "load": ("load_data", "describe_dataset"),
+    "sources": ("DataBundle", "DataError", "ImageSource"),
+    "images": ("digits_split",),
     "text": ("TokenSequences", "IGNORE"),
 })

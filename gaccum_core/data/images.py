@@ -1,25 +1,21 @@
-"""Datasets as image sources: batch(indices) gives normalised float32 images and int64 labels.
+"""Image data sets as sources: batch(indices) gives normalised float32 images and int64 labels.
 
-Small and uint8 datasets live in memory as tensors (one indexing op per batch); generated data
-(`fake`) is produced per sample on demand. Nothing here resizes for a model: that is models.py.
+Small and uint8 data sets live in memory as tensors (one indexing op per batch); generated data
+(`fake`) is produced per sample on demand. Nothing here resizes for a model: models.vision does.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import Any, NamedTuple, Sequence
 
 import torch
 import torchvision
 
-from gaccum_core.config import DATASETS, TEXT_DATASETS, RunConfig
-from gaccum_core.presets import VOCAB
+from gaccum_core.config import IMAGE_DATASETS, RunConfig
+from gaccum_core.data.sources import DataError, ImageSource
 from gaccum_core.seeding import isolated_rng
-from gaccum_core.data.text import TokenSequences, file_documents, pydoc_documents, split
-
-DATASET_NAMES = DATASETS  # one list of names, owned by the config that validates them
 
 # Per-channel mean/std of pixel values scaled to [0, 1] (digits: its 0..16 range divided by 16).
 _STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
@@ -30,35 +26,6 @@ _STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "fake": ((0.5,) * 3, (0.2887,) * 3),  # FakeData pixels are close to uniform on [0, 1]
 }
 DIGITS_SPLIT_SEED = 0
-
-
-class DataError(ValueError):
-    """A dataset cannot be loaded; the message says which, where, and what to do."""
-
-
-@runtime_checkable
-class ImageSource(Protocol):
-    """A set of labelled images addressed by sample index."""
-
-    num_classes: int
-    input_shape: tuple[int, int, int]  # (C, H, W) of the images batch() returns
-
-    def __len__(self) -> int: ...
-
-    def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x float32 (N, C, H, W) normalised, y int64 (N,), on the CPU, for these sample indices."""
-        ...
-
-
-@dataclass(frozen=True)
-class DataBundle:
-    """The train and test sources of one dataset."""
-
-    name: str
-    train: ImageSource
-    test: ImageSource
-    num_classes: int
-    input_shape: tuple[int, ...]  # (C, H, W) of images; (max_seq_len,) of text
 
 
 class _Normalizer:
@@ -141,36 +108,19 @@ _OFFICIAL = {
 _official_cache: dict[tuple[str, str], tuple[TensorImages, TensorImages]] = {}
 
 
-def load_data(config: RunConfig) -> DataBundle:
-    """The train/test sources of config.dataset; raises DataError if they cannot be had."""
+def image_sources(config: RunConfig) -> tuple[ImageSource, ImageSource]:
+    """(train, test) of an image data set; DataError if they cannot be had."""
     name = config.dataset
     if name == "digits":
-        train, test = _digits()
-    elif name == "fake":
-        train, test = _fake(config.fake_samples, config.fake_classes, config.image_size or 32)
-    elif name in _OFFICIAL:
-        train, test = _load_official(name, _resolve(config.data_dir), config.download)
-    elif name in TEXT_DATASETS:
-        train, test = _text(config)
-        return DataBundle(name, train, test, VOCAB, (config.max_seq_len,))
-    else:
-        raise DataError(f"unknown dataset {name!r}: choose one of {', '.join(DATASET_NAMES)}")
-    return DataBundle(name, train, test, train.num_classes, train.input_shape)
+        return _digits()
+    if name == "fake":
+        return _fake(config.fake_samples, config.fake_classes, config.image_size or 32)
+    if name in _OFFICIAL:
+        return _load_official(name, _resolve(config.data_dir), config.download)
+    raise DataError(f"unknown image data set {name!r}: choose one of {', '.join(IMAGE_DATASETS)}")
 
 
-def _text(config: RunConfig) -> tuple[TokenSequences, TokenSequences]:
-    """(train, validation) token sequences of pydoc (cached per length) or of config.text_file."""
-    if config.dataset == "pydoc":
-        return _pydoc(config.max_seq_len)
-    return split(file_documents(config.text_file), config.max_seq_len)  # ConfigError naming text_file
-
-
-@functools.lru_cache(maxsize=4)
-def _pydoc(max_seq_len: int) -> tuple[TokenSequences, TokenSequences]:
-    return split(pydoc_documents(), max_seq_len)
-
-
-def describe_dataset(config: RunConfig) -> str:
+def describe_images(config: RunConfig) -> str:
     """One line such as 'digits: 1437 train / 360 test, 1×8×8, 10 classes' (reads no files)."""
     name = config.dataset
     if name == "digits":
@@ -182,12 +132,8 @@ def describe_dataset(config: RunConfig) -> str:
     elif name in _OFFICIAL:
         spec = _OFFICIAL[name]
         sizes, shape, classes = (spec.train_size, spec.test_size), spec.shape, 10
-    elif name in TEXT_DATASETS:
-        train, test = _text(config)
-        return (f"{name}: {len(train)} train / {len(test)} validation sequences of up to {config.max_seq_len} "
-                f"tokens, {int(train.targets.sum()):,} / {int(test.targets.sum()):,} target tokens, bytes")
     else:
-        raise DataError(f"unknown dataset {name!r}: choose one of {', '.join(DATASET_NAMES)}")
+        raise DataError(f"unknown image data set {name!r}: choose one of {', '.join(IMAGE_DATASETS)}")
     dims = "×".join(str(d) for d in shape)
     return f"{name}: {sizes[0]} train / {sizes[1]} test, {dims}, {classes} classes"
 

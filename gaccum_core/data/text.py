@@ -10,12 +10,13 @@ a file) is held out for validation: a fixed split.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
 import torch
 
-from gaccum_core.config import ConfigError
+from gaccum_core.config import ConfigError, RunConfig
 
 PAD = 0          # input id of padding: byte 0 never occurs in text
 IGNORE = -100    # cross_entropy's ignore_index: padding has no target
@@ -88,3 +89,23 @@ def split(documents: list[bytes], max_seq_len: int) -> tuple[TokenSequences, Tok
     train = [d for i, d in enumerate(documents) if i not in held]
     validation = [d for i, d in enumerate(documents) if i in held]
     return TokenSequences(chunked(train, max_seq_len)), TokenSequences(chunked(validation, max_seq_len))
+
+
+def text_sources(config: RunConfig) -> tuple[TokenSequences, TokenSequences]:
+    """(train, validation) token sequences of pydoc (cached per length) or of config.text_file."""
+    if config.dataset == "pydoc":
+        return _pydoc(config.max_seq_len)
+    return split(file_documents(config.text_file), config.max_seq_len)  # ConfigError naming text_file
+
+
+@functools.lru_cache(maxsize=4)
+def _pydoc(max_seq_len: int) -> tuple[TokenSequences, TokenSequences]:
+    return split(pydoc_documents(), max_seq_len)
+
+
+def describe_text(config: RunConfig) -> str:
+    """One line: sequences and target tokens of each split."""
+    train, test = text_sources(config)
+    return (f"{config.dataset}: {len(train)} train / {len(test)} validation sequences of up to "
+            f"{config.max_seq_len} tokens, {int(train.targets.sum()):,} / {int(test.targets.sum()):,} "
+            "target tokens, bytes")

@@ -20,7 +20,7 @@ from torchvision.ops import StochasticDepth
 
 from gaccum_core.train.accumulation import epoch_order, micro_batch_divisors, plan_epoch, planned_steps
 from gaccum_core.config import RunConfig
-from gaccum_core.data.images import load_data
+from gaccum_core.data import load_data
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.loss import summed_cross_entropy
 from gaccum_core.train.memory import clear_cache, is_out_of_memory

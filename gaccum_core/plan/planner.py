@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
 from gaccum_core.config import AMP_MODES, CLEAR_CACHE_MODES, COMPILE_MODES, ConfigError, RunConfig
-from gaccum_core.data.images import load_data
+from gaccum_core.data import load_data
 from gaccum_core.plan.probe import measure
 from gaccum_core.plan.search import (MARGIN, UNAVAILABLE, Candidate, Options, best_fit, combinations,
                                      most_measurements, reason, recommend, search)

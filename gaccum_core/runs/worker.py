@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from gaccum_core.config import RunConfig
-from gaccum_core.data.images import load_data
+from gaccum_core.data import load_data
 from gaccum_core.runs.execute import execute
 from gaccum_core.runs.store import RunStore, now_iso
 from gaccum_core.states import RunState

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data.images import load_data
+from gaccum_core.data import load_data
 from gaccum_core.models.vision import build_model
 from gaccum_core.train.device import max_processes, option_unavailable, resolve_device
 

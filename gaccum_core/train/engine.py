@@ -19,7 +19,7 @@ import torch
 
 from gaccum_core import faults
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data.images import load_data
+from gaccum_core.data import load_data
 from gaccum_core.models.vision import build_seeded_model
 from gaccum_core.states import RunState
 from gaccum_core.train.accumulation import (MicroBatch, Window, epoch_order, micro_batch_divisors, plan_epoch,

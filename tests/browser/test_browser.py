@@ -13,7 +13,7 @@ from playwright.sync_api import Page, expect
 from chromium import LOSS_POINTS_JS, dashboard_browser, loss_points
 from gaccum_core.train.metrics import STEP_COLUMNS
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.browser]
 
 
 @contextmanager

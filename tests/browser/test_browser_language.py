@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from chromium import LOSS_POINTS_JS, dashboard_browser
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.browser]
 
 WAIT_MS = 90_000  # per condition: a loaded 2-core machine starts workers and trains slowly
 # Per chart, by its title: the x axis title and each trace's name and x values, as plotly.js holds them.

@@ -10,7 +10,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from chromium import CHROMIUM, CHROMIUM_ARGS, dashboard
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.browser]
 WAIT_MS = 90_000  # per condition: a loaded 2-core machine measures slowly
 # Per chart: [name, meta, points] of each trace plotly.js drew (meta says what it is: see plan_charts).
 TRACES_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))

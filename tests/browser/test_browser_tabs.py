@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from chromium import LOSS_POINTS_JS, dashboard_browser, start_a_long_mlp_run
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.browser]
 WAIT_MS = 90_000  # per condition: a loaded 2-core machine trains and redraws slowly
 
 

@@ -10,7 +10,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from chromium import LOSS_POINTS_JS, dashboard_browser, start_a_long_mlp_run
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.browser]
 
 REFRESHES = 3  # live refreshes, each bringing new points, that the view must survive
 WAIT_MS = 90_000  # per condition: a loaded 2-core machine trains and redraws slowly

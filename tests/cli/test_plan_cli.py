@@ -173,6 +173,7 @@ def test_run_auto_with_a_budget_too_small_for_anything_leaves_no_run_behind(tmp_
     assert not runs.exists() or not any(runs.iterdir())
 
 
+@pytest.mark.multiprocess
 def test_the_real_entry_point_prints_one_json_object_on_stdout():
     done = subprocess.run([sys.executable, "-m", "gaccum_core", "plan", *TINY, "--effective-batch", "8",
                            "--memory-budget-mb", ROOMY_MB, "--timed-steps", "1", "--json"],
@@ -185,6 +186,7 @@ def test_the_real_entry_point_prints_one_json_object_on_stdout():
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.multiprocess
 def test_the_real_entry_point_refuses_run_auto_that_fits_nothing_with_exit_2(tmp_path):
     runs = tmp_path / "runs"
     done = subprocess.run([sys.executable, "-m", "gaccum_core", "run", *TINY, "--runs-dir", str(runs),

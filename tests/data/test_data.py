@@ -12,8 +12,7 @@ import torchvision
 
 from gaccum_core import config
 from gaccum_core.config import RunConfig
-from gaccum_core.data.images import (DataBundle, DataError, ImageSource, describe_dataset,
-                              digits_split, load_data)
+from gaccum_core.data import DataBundle, DataError, ImageSource, describe_dataset, digits_split, load_data
 
 
 class _TinyTorchvisionSet:

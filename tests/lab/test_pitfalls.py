@@ -9,7 +9,7 @@ import torch
 
 from gaccum_core.train.accumulation import epoch_order, plan_epoch
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data.images import load_data
+from gaccum_core.data import load_data
 from gaccum_core.lab.pitfalls import BASE_CONFIG, PITFALLS, PitfallResult, run_all, run_pitfall
 
 K = BASE_CONFIG.accum_steps

@@ -111,6 +111,7 @@ def test_cli_names_the_flag_the_value_and_what_is_allowed(name, flags, ui_setup,
     assert not _run_dirs(runs) and not _run_dirs(scratch)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("flags,words", [
     (["--lr", "-inf"], ["--lr=-inf", "finite"]),
     (["--runs-dir", "{tmp}/a-file/runs"], ["--runs-dir", "a-file/runs", "Not a directory"]),

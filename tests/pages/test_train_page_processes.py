@@ -24,6 +24,7 @@ def _page() -> AppTest:
     return at.run()
 
 
+@pytest.mark.multiprocess
 def test_two_processes_from_the_train_page_train_one_run_of_effective_batch_n_b_k(runs_dir):
     """N=2: the page shows N·b·k, Start runs DDP under torchrun, every row says world size 2."""
     at = _page()

@@ -15,6 +15,8 @@ from gaccum_core.config import RunConfig
 from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
 
+pytestmark = pytest.mark.multiprocess
+
 CONFIG = RunConfig(model="mlp", dataset="digits", micro_batch_size=16, accum_steps=3, max_steps=6, device="cpu")
 WAIT_S = 180  # only so a broken test fails instead of hanging; passing runs end in seconds
 

@@ -99,6 +99,7 @@ def test_a_stopped_and_resumed_run_equals_the_uninterrupted_run(references, tmp_
     assert len(segments) == len(stops) + 1 and segments[-1]["to_step"] == 40
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", CONFIGS)
 def test_a_sigkilled_worker_resumes_from_its_last_checkpoint_exactly(references, tmp_path, monkeypatch, name):
     """checkpoint_every=5, the worker SIGKILLed at a random step: resumed, rows beyond the checkpoint dropped."""
@@ -183,6 +184,7 @@ def test_a_finished_run_extended_continues_and_records_the_change(tmp_path):
     assert runner.store.read_config(run_id).max_steps == 9
 
 
+@pytest.mark.multiprocess
 def test_a_run_stopped_in_a_worker_process_resumes_there_to_the_same_end(references, tmp_path, monkeypatch):
     """Stop and Resume with the dashboard's executor: the old stop request does not stop the resumed worker."""
     store, done = references
@@ -206,6 +208,7 @@ def test_a_run_stopped_in_a_worker_process_resumes_there_to_the_same_end(referen
     _assert_same_run(store, done["sgd_fp32"], run_id)
 
 
+@pytest.mark.multiprocess
 def test_a_stopped_data_parallel_run_resumes_to_the_uninterrupted_runs_end(tmp_path, monkeypatch):
     """2 processes (torchrun, gloo): stopped (the ranks agree at a step's end), resumed, bit-equal to 2 processes
     that never stopped; every rank took rank 0's checkpoint."""

@@ -5,10 +5,13 @@ import threading
 import time
 
 import psutil
+import pytest
 
 from gaccum_core import faults
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.runner import Runner
+
+pytestmark = pytest.mark.soak
 
 TINY = dict(device="cpu", model="cnn", micro_batch_size=16, accum_steps=2, max_steps=6)
 MB = 1024 * 1024

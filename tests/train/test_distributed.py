@@ -17,12 +17,14 @@ import torch
 
 from gaccum_core.train.accumulation import plan_epoch
 from gaccum_core.config import RunConfig
-from gaccum_core.data.images import load_data
+from gaccum_core.data import load_data
 from gaccum_core.train.distributed import Ranks, share
 from gaccum_core.train.engine import Engine
 from gaccum_core.models.vision import build_seeded_model
 from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
+
+pytestmark = pytest.mark.multiprocess
 
 WORLD = 2
 B, K = 4, 4

@@ -148,6 +148,7 @@ runner.wait(run_id)
 """
 
 
+@pytest.mark.multiprocess
 def test_a_killed_server_leaves_an_interrupted_run_whose_rows_all_read_back(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(tmp_path)], cwd=ROOT,
                              stdout=subprocess.PIPE, text=True)

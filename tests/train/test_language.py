@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data.images import load_data
+from gaccum_core.data import load_data
 from gaccum_core.train.engine import Engine
 from gaccum_core.runs.files import RunWriter
 from gaccum_core.runs.store import RunStore

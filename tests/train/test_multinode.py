@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import torch
 
 from chromium import free_port
@@ -13,6 +14,8 @@ from chromium import free_port
 from gaccum_core.config import RunConfig
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import NullSink
+
+pytestmark = pytest.mark.multiprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAGS = ["--model", "mlp", "--micro-batch-size", "16", "--accum-steps", "2", "--max-steps", "4", "--device", "cpu"]

@@ -1,0 +1,30 @@
+"""Any data set by name: the train and test sources a run reads, and one line that describes them."""
+
+from __future__ import annotations
+
+from gaccum_core.config import DATASETS, TEXT_DATASETS, RunConfig
+from gaccum_core.data.images import describe_images, image_sources
+from gaccum_core.data.sources import DataBundle, DataError
+from gaccum_core.data.text import describe_text, text_sources
+from gaccum_core.presets import VOCAB
+
+
+def load_data(config: RunConfig) -> DataBundle:
+    """The train/test sources of config.dataset; raises DataError (or ConfigError) if they cannot be had."""
+    name = config.dataset
+    if name in TEXT_DATASETS:
+        train, test = text_sources(config)
+        return DataBundle(name, train, test, VOCAB, (config.max_seq_len,))
+    if name not in DATASETS:
+        raise DataError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}")
+    train, test = image_sources(config)
+    return DataBundle(name, train, test, train.num_classes, train.input_shape)
+
+
+def describe_dataset(config: RunConfig) -> str:
+    """One line such as 'digits: 1437 train / 360 test, 1×8×8, 10 classes' (reads no image files)."""
+    if config.dataset in TEXT_DATASETS:
+        return describe_text(config)
+    if config.dataset not in DATASETS:
+        raise DataError(f"unknown dataset {config.dataset!r}: choose one of {', '.join(DATASETS)}")
+    return describe_images(config)
