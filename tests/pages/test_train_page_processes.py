@@ -3,6 +3,7 @@
 import os
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from gaccum_core.states import RunState
