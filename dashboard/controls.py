@@ -122,8 +122,7 @@ class Controls(FieldWidgets):
     """Draws the controls in the sidebar and keeps an error slot under each."""
 
     def __init__(self) -> None:
-        # No help icons: the Train page's labels and captions explain its controls.
-        super().__init__("cfg_", LABELS, DEFAULTS, field_help=False)
+        super().__init__("cfg_", LABELS, DEFAULTS)
 
     @staticmethod
     def in_page_words(message: str) -> str:

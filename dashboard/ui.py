@@ -69,8 +69,8 @@ class FieldWidgets:
     the message that refuses its value; keys are prefix + field. A widget's default is the one given,
     else the field's value in `defaults`; its help is FIELD_HELP's text unless the page has its own words."""
 
-    def __init__(self, prefix: str, labels: Mapping[str, str], defaults: Any = None, field_help: bool = True) -> None:
-        self.prefix, self.labels, self.defaults, self.field_help = prefix, labels, defaults, field_help
+    def __init__(self, prefix: str, labels: Mapping[str, str], defaults: Any = None) -> None:
+        self.prefix, self.labels, self.defaults = prefix, labels, defaults
         self.values: dict[str, Any] = {}
         self.slots: dict[str, Any] = {}
 
@@ -78,7 +78,7 @@ class FieldWidgets:
         """One widget for `field`, kept across reruns and page switches, then its (empty) message slot."""
         if default is None:
             default = getattr(self.defaults, field)
-        kwargs.setdefault("help", FIELD_HELP.get(field) if self.field_help else None)
+        kwargs.setdefault("help", FIELD_HELP.get(field))
         self.values[field] = widget(draw, self.labels[field], self.prefix + field, default, **kwargs)
         self.slots[field] = st.empty()
         return self.values[field]

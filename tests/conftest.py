@@ -14,12 +14,11 @@ PROCESS_MARKERS = ("browser", "multiprocess", "soak")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (--dist loadgroup), the tests that start processes run one after another on one
-    worker while the other runs the in-process tests: two torchrun jobs at once on two cores would
-    only contend, and a stop's grace period would then measure the contention."""
-    for item in items:
-        if any(item.get_closest_marker(name) for name in PROCESS_MARKERS):
-            item.add_marker(pytest.mark.xdist_group("processes"))
+    """Files with tests that start processes first: they are the longest, and pytest-xdist hands out
+    whole files in this order (--dist loadfile --no-loadscope-reorder), so the quick files fill the
+    workers' time around them instead of the slow ones trailing at the end."""
+    slow = {item.path for item in items if any(item.get_closest_marker(name) for name in PROCESS_MARKERS)}
+    items.sort(key=lambda item: item.path not in slow)  # stable: each file's own order is kept
 
 
 @pytest.fixture(autouse=True)
