@@ -8,19 +8,6 @@ import torch
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 
 
-# Tests that start processes of their own (a Streamlit server and Chromium, torchrun's ranks, worker
-# processes) or run long: registered in pyproject.toml, deselected by the fast subset.
-PROCESS_MARKERS = ("browser", "multiprocess", "soak")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Files with tests that start processes first: they are the longest, and pytest-xdist hands out
-    whole files in this order (--dist loadfile --no-loadscope-reorder), so the quick files fill the
-    workers' time around them instead of the slow ones trailing at the end."""
-    slow = {item.path for item in items if any(item.get_closest_marker(name) for name in PROCESS_MARKERS)}
-    items.sort(key=lambda item: item.path not in slow)  # stable: each file's own order is kept
-
-
 @pytest.fixture(autouse=True)
 def thread_executor_for_pages(monkeypatch):
     """AppTest pages run their runner in the test process, in threads, so tests can arm faults and gates
