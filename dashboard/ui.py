@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 import time
 from typing import Any, Callable, Mapping
@@ -139,6 +140,14 @@ def await_first_step(runner: Runner, run_id: str, timeout_s: float = 1.5) -> Non
         time.sleep(0.02)
 
 
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
+
+
+def plain(text: str) -> str:
+    """Text (a run's name, as typed) that Streamlit's Markdown shows as written: no bold, no link."""
+    return _MARKDOWN.sub(r"\\\1", text)
+
+
 def short_name(snapshot: RunSnapshot) -> str:
     """The run's name if it has one, else the end of its id."""
     return snapshot.name or snapshot.run_id[-6:]
@@ -155,7 +164,7 @@ def format_eta(seconds: float | None) -> str:
 def progress(snapshot: RunSnapshot) -> None:
     """A progress bar naming its run, with steps done of total and the time left; the run's warning."""
     total = max(snapshot.total_steps, 1)
-    name = f"{run_label(snapshot.config)} · {short_name(snapshot)}"
+    name = plain(f"{run_label(snapshot.config)} · {short_name(snapshot)}")
     text = f"{name} — {snapshot.state}: step {snapshot.steps_done} of {snapshot.total_steps or '?'}"
     if snapshot.state == RunState.QUEUED:
         text = f"{name} — queued: position {snapshot.queue_position} on this device"

@@ -184,6 +184,18 @@ class RunConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
+    def extended(self, epochs: int | None = None, max_steps: int | None = None) -> "RunConfig":
+        """This run planned at least as long (a resume's new length): ConfigError for a shorter one."""
+        if epochs is not None and epochs < self.epochs:
+            raise ConfigError("epochs", epochs, f"at least {self.epochs}, this run's epochs: a resumed run "
+                                                "can only be extended")
+        if max_steps is not None and max_steps != 0 and (self.max_steps == 0 or max_steps < self.max_steps):
+            allowed = ("0 (no limit), this run's step limit" if self.max_steps == 0 else
+                       f"at least {self.max_steps} (this run's step limit) or 0 (no limit)")
+            raise ConfigError("max_steps", max_steps, f"{allowed}: a resumed run can only be extended")
+        lengths = {k: v for k, v in (("epochs", epochs), ("max_steps", max_steps)) if v is not None}
+        return self.replace(**lengths)
+
 
 def _check_types(cfg: RunConfig) -> None:
     for f in dataclasses.fields(cfg):

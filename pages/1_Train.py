@@ -1,6 +1,5 @@
 """Train: set up a run, start it, watch it live, change a setting, run again, compare."""
 
-import re
 
 import streamlit as st
 
@@ -20,7 +19,7 @@ from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError
 from dashboard.ui import (CHART_TITLES, REFRESH_S, adopt_settings, await_first_step, chart_labels, config_from, get_runner,
-                live_charts, progress, session_runs, short_name, widget)
+                live_charts, plain, progress, session_runs, short_name, widget)
 
 st.set_page_config(page_title="gaccum · Train", layout="wide")
 st.title("Train")
@@ -94,7 +93,7 @@ if stop.button("Stop", key="stop", disabled=not active):
         runner.stop(snapshot.run_id)
 latest = runner.snapshot(mine[-1]) if mine and runner.knows(mine[-1]) else None
 if latest is not None and latest.state in (RunState.STOPPED, RunState.FAILED) and not active:
-    if st.button(f"Resume {short_name(latest)} from its checkpoint", key="resume",
+    if st.button(f"Resume {plain(short_name(latest))} from its checkpoint", key="resume",
                  help="goes on exactly where it stopped, in the same run directory (Runs page: any run)"):
         try:
             runner.resume(latest.run_id)
@@ -138,7 +137,6 @@ def shown_runs():
     return snapshots
 
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
 
 
 def tokens_note(snapshots) -> None:
@@ -149,7 +147,7 @@ def tokens_note(snapshots) -> None:
     note = tokens_axis_note([label for s, label in drawn if not s.config.is_text],
                             sum(s.config.is_text for s, _ in drawn))
     if note:
-        st.caption(note)
+        st.caption(plain(note))
 
 
 def generated_text(snapshots) -> None:
@@ -162,7 +160,7 @@ def generated_text(snapshots) -> None:
             samples = runner.store.samples(snapshot.run_id)
         except (OSError, StoreError, ValueError):  # deleted meanwhile, or a line being written
             samples = []
-        st.markdown("**Generated text** · " + _MARKDOWN.sub(r"\\\1", label))  # a run's name is shown as typed
+        st.markdown("**Generated text** · " + plain(label))  # a run's name is shown as typed
         if not samples:
             when = (f"every {snapshot.config.eval_every} steps" if snapshot.config.eval_every
                     else "at the end of each epoch")
@@ -206,7 +204,7 @@ def live() -> None:
         return
     charts = live_charts(snapshots, x_axis, smoothing, frozenset(log_y or ()))
     for group in charts.coincidences:
-        st.caption(f"{' and '.join(group.labels)} coincide: their losses differ by at most "
+        st.caption(f"{plain(' and '.join(group.labels))} coincide: their losses differ by at most "
                    f"{group.max_diff:.1e} (relative) over {group.steps} steps; the later ones are drawn dashed.")
     tokens_note(snapshots)
     left, right = st.columns(2)

@@ -92,7 +92,8 @@ def _resume_if_checkpointed(store: RunStore | None, run_id: str, engine: Engine,
     if store is None:
         return
     if checkpoint is not None:
-        store.truncate_rows(run_id, engine.training.counters.step)
+        counters = engine.training.counters
+        store.truncate_rows(run_id, counters.step, counters.last_eval_step)
     segments = list(store.read_status(run_id).get("segments", []))
     segments.append({"started": now_iso(), "from_step": engine.training.counters.step})
     store.update_status(run_id, total_steps=engine.total_steps, segments=segments)

@@ -89,14 +89,13 @@ class Runner:
         if status.get("state") not in FINAL_STATES and _training_elsewhere(status.get("pid")):
             raise RunBusyError(f"run {run_id} is still training in process {status['pid']} (another server "
                                "or command line): stop it there first")
-        lengths = {k: v for k, v in (("epochs", epochs), ("max_steps", max_steps)) if v is not None}
-        longer = config.replace(**lengths)
-        step = self._resumable_at(run_id, longer)
+        longer = config.extended(epochs, max_steps)  # before anything is written: a shorter run is refused
+        step, last_eval_step = self._resumable_at(run_id, longer)
         if status.get("state") == RunState.FINISHED and longer == config:
             raise CheckpointError(f"run {run_id} finished all its steps: give a larger epochs or max_steps to extend it")
         if longer != config:
             self.store.change_config(run_id, longer, step)
-        self.store.truncate_rows(run_id, step)
+        self.store.truncate_rows(run_id, step, last_eval_step)
         self.store.clear_stop_request(run_id)
         run = self._track(run_id, longer, status.get("name", ""))
         # The rows up to the checkpoint, shown until it goes on: fresh dicts no one else holds, in a run
@@ -107,8 +106,9 @@ class Runner:
         self._enqueue(run)
         return run_id
 
-    def _resumable_at(self, run_id: str, config: RunConfig) -> int:
-        """The step the run's checkpoint resumes at; CheckpointError naming what makes it impossible."""
+    def _resumable_at(self, run_id: str, config: RunConfig) -> tuple[int, int]:
+        """The step the run's checkpoint resumes at and the last step it had evaluated; CheckpointError
+        naming what makes it impossible."""
         try:
             checkpoint = self.store.load_checkpoint(run_id)
         except Exception as exc:  # a torn or foreign file: torch.load's errors have many types
@@ -118,7 +118,8 @@ class Runner:
             raise CheckpointError(f"run {run_id} has no checkpoint.pt: it stopped before its first checkpoint, "
                                   "or was written before checkpoints existed")
         check_compatible(checkpoint, config.to_dict(), LENGTH_FIELDS)
-        return int(checkpoint["counters"]["step"])
+        counters = checkpoint["counters"]
+        return int(counters["step"]), int(counters.get("last_eval_step", counters["step"]))
 
     def _track(self, run_id: str, config: RunConfig, name: str) -> TrackedRun:
         """A queued run to track, on the device its config resolves to, its rows kept under the lock."""

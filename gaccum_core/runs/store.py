@@ -223,14 +223,17 @@ class RunStore:
             return None
         return torch.load(target, map_location="cpu", weights_only=True)
 
-    def truncate_rows(self, run_id: str, last_step: int) -> None:
-        """Drop the metrics.csv, eval.csv and samples.jsonl rows after last_step (rewritten atomically): a run
-        resumed from a checkpoint at last_step then reads as one run with each step once."""
-        for name in (METRICS_FILE, EVALS_FILE):
-            truncate_csv(self.path(run_id) / name, last_step)
+    def truncate_rows(self, run_id: str, last_step: int, last_eval_step: int | None = None) -> None:
+        """Drop the metrics.csv rows after last_step and the eval.csv and samples.jsonl rows after
+        last_eval_step (default last_step), rewritten atomically: a run resumed from a checkpoint taken
+        at last_step, having evaluated up to last_eval_step, then reads as one run with each row once.
+        (A checkpoint at an epoch's last step precedes that epoch's evaluation, which the resumed run redoes.)"""
+        last_eval_step = last_step if last_eval_step is None else last_eval_step
+        truncate_csv(self.path(run_id) / METRICS_FILE, last_step)
+        truncate_csv(self.path(run_id) / EVALS_FILE, last_eval_step)
         samples = self.path(run_id) / SAMPLES_FILE
         if samples.exists():  # a language run's generated text, also one line per evaluation step
-            kept_samples = [s for s in self.samples(run_id) if s["step"] <= last_step]
+            kept_samples = [s for s in self.samples(run_id) if s["step"] <= last_eval_step]
             write_text_atomically(samples, "".join(json.dumps(s) + "\n" for s in kept_samples))
 
     def load_model(self, run_id: str) -> dict[str, torch.Tensor]:

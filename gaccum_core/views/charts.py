@@ -3,6 +3,8 @@ build_figures for a set of runs; pure: no streamlit, no I/O."""
 
 from __future__ import annotations
 
+import html
+
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -36,7 +38,10 @@ def _colour(index: int) -> str:
 
 
 def _scatter(x: Any, y: Any, **props: Any) -> dict[str, Any]:
-    """A scatter trace as plotly JSON: built as a dict, since validating go.Scatter objects cost ~10x more."""
+    """A scatter trace as plotly JSON: built as a dict, since validating go.Scatter objects cost ~10x more.
+    Its name is a run's name as typed: plotly draws HTML in legends (links included), so it is escaped."""
+    if "name" in props:
+        props["name"] = html.escape(props["name"], quote=False)
     return {"type": "scatter", "x": x, "y": y, **props}
 
 

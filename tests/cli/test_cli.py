@@ -176,3 +176,44 @@ def test_resume_extends_a_finished_run_and_refuses_what_it_cannot_do_in_one_line
         assert main(args) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and expected in err[0], err
+
+
+def _checksums(run_dir: str) -> dict[str, str]:
+    import hashlib
+    from pathlib import Path
+
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(run_dir).iterdir()) if p.is_file()}
+
+
+@pytest.fixture
+def finished_run(tmp_path, capsys):
+    """A 6-step mlp run, finished, as `run` leaves it."""
+    assert main(["run", "--model", "mlp", "--micro-batch-size", "16", "--accum-steps", "2", "--device", "cpu",
+                 "--max-steps", "6", "--checkpoint-every", "2", "--runs-dir", str(tmp_path)]) == 0
+    run_dir = capsys.readouterr().out.strip().splitlines()[-1]
+    return run_dir
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["--max-steps", "5"], "--max-steps=5 is not allowed: at least 6 (this run's step limit) or 0 (no limit)"),
+    (["--max-steps", "2"], "--max-steps=2 is not allowed: at least 6"),
+    (["--epochs", "0"], "--epochs=0 is not allowed"),
+])
+def test_resume_never_shortens_a_run_and_touches_no_file(finished_run, capsys, flags, expected):
+    """Issue 19 #7: a shorter length (below the steps taken, or below the run's limit) is refused in one
+    line, exit 2, every file as it was; the help promises 'a new, larger step limit'."""
+    before = _checksums(finished_run)
+    assert main(["resume", finished_run, *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+    assert _checksums(finished_run) == before
+
+
+def test_resume_names_the_missing_file_instead_of_no_such_run(finished_run, capsys):
+    """Issue 19 #10: a run whose eval.csv is gone is not 'no such run': the message names the file."""
+    import os
+
+    os.remove(f"{finished_run}/eval.csv")
+    assert main(["resume", finished_run, "--max-steps", "8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "eval.csv" in err[0] and "no such run" not in err[0], err

@@ -181,6 +181,26 @@ def test_a_named_run_carries_its_name_to_disk_progress_and_legends(runs_dir):
     assert any(trace["name"].endswith("· baseline fp32") for trace in loss["data"])
 
 
+def test_a_name_in_markdown_or_html_is_shown_as_typed_not_as_bold_text_and_links(runs_dir):
+    """Issue 19 #12: a name is text. Markdown in it is escaped where Streamlit renders Markdown (the
+    progress line), HTML where plotly renders HTML (legends), so neither bold text nor a live link shows."""
+    name = "**B** [l](https://e.x/) <b>x</b>"
+    at = train_page()
+    at.selectbox(key="cfg_model").select("mlp")
+    at.number_input(key="cfg_max_steps").set_value(2)
+    at.text_input(key="run_name").input(name).run()
+    at.button(key="start").click().run()
+    (run_id,) = at.session_state["session_runs"]
+    assert runner().wait(run_id).state == RunState.FINISHED
+    at.run()
+    (text,) = [p.proto.text for p in at.get("progress")]
+    assert r"\*\*B\*\* \[l\]\(https://e\.x/\) \<b\>x\</b\>" in text, text
+    assert "**B**" not in text and "](https://" not in text
+    names = [trace["name"] for trace in live_figures(at)["loss"]["data"] if trace.get("showlegend", True)]
+    assert any(n.endswith("· **B** [l](https://e.x/) &lt;b&gt;x&lt;/b&gt;") for n in names), names
+    assert not any("<b>" in n for n in names)
+
+
 def test_progress_names_its_run_and_says_compiling_before_the_first_step(runs_dir, gate, monkeypatch):
     import torch
 

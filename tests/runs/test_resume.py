@@ -244,3 +244,28 @@ def test_checkpoints_come_every_n_steps_and_once_at_the_end(tmp_path):
     engine = Engine(SGD.replace(max_steps=8, checkpoint_every=4, eval_every=0))
     engine.run(NullSink(), on_checkpoint=lambda state: saved.append(state["counters"]))
     assert [c["step"] for c in saved] == [4, 8] and saved[-1]["last_eval_step"] == 8
+
+
+def test_a_checkpoint_on_an_epochs_last_step_resumes_with_each_evaluation_once(tmp_path):
+    """Issue 19 #5: the periodic checkpoint at an epoch's last step is written before that epoch's
+    evaluation; a run that dies after both and resumes from it redoes the evaluation, which must then
+    replace the row it wrote, not add a second one (eval.csv read 45, 45, 90)."""
+    from gaccum_core import faults
+    from gaccum_core.runs.store import RunStore
+
+    # digits' 1437 training images in windows of 16*2: 45 steps per epoch, a checkpoint every 45.
+    config = RunConfig(model="mlp", micro_batch_size=16, accum_steps=2, epochs=2, eval_every=0,
+                       checkpoint_every=45, device="cpu")
+    runner = Runner(tmp_path, executor="thread")
+    faults.arm(faults.Fault("error", step=50))
+    try:
+        run_id = runner.submit(config)
+        assert runner.wait(run_id).state == RunState.FAILED
+    finally:
+        faults.disarm()
+    store = RunStore(tmp_path)
+    assert [r["step"] for r in store.eval_rows(run_id)] == [45]  # written after the step-45 checkpoint
+    runner.resume(run_id)
+    assert runner.wait(run_id).state == RunState.FINISHED
+    assert [r["step"] for r in store.eval_rows(run_id)] == [45, 90]
+    assert [r["step"] for r in store.metric_rows(run_id)] == list(range(1, 91))
