@@ -16,7 +16,7 @@ from gaccum_core.plan.planner import (MEMORY_SOURCES, PlanRequest, config_from_p
                               make_plan)
 from gaccum_core.views.plan import (memory_figure, plan_csv, plan_table, progress_text, recommendation_words,
                                     speed_figure, table_formats)
-from gaccum_core.plan.search import mb
+from gaccum_core.plan.search import mb, most_measurements
 from dashboard.ui import FieldWidgets
 
 LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)"}
@@ -98,6 +98,11 @@ if problem:
     controls.error(*problem)
     st.error(f"Cannot plan: {problem[1]}")
 
+if request is not None:  # what Plan will measure, as the server has it: said before anything is measured
+    combos = request.options
+    st.caption(f"Plan crosses {len(combos)} option combination{'s' * (len(combos) != 1)}: "
+               f"{', '.join(o.label() for o in combos)}; at most "
+               f"{len(combos) * most_measurements(request.effective_batch)} candidates, a few steps each.")
 if st.button("Plan", type="primary", key="plan_run", disabled=problem is not None):
     bar = st.progress(0.0, text="measuring the first candidate (it loads the data and builds the model)…")
     try:

@@ -37,6 +37,9 @@ def test_a_tiny_plan_in_the_browser_and_its_settings_on_the_train_page(tmp_path:
         clearing = page.locator(".st-key-plan_clear_cache")
         clearing.get_by_role("button", name="Remove per optimizer step").click()
         expect(clearing.get_by_text("per optimizer step")).to_have_count(0)
+        # Plan only once the server has the choice (a click during the rerun it started once planned both).
+        expect(page.get_by_text(re.compile(r"^Plan crosses 2 option combinations: fp32, bf16;"))).to_be_visible(
+            timeout=WAIT_MS)
 
         plan = page.locator(".st-key-plan_run button")
         expect(plan).to_be_enabled(timeout=WAIT_MS)

@@ -62,6 +62,13 @@ def test_the_page_opens_with_the_default_plan(runs_dir):
                for c in at.sidebar.caption)
     assert not at.button(key="plan_run").disabled
     assert not at.get("plotly_chart") and not at.dataframe  # nothing planned yet
+    # E=256 has 9 divisors (1, 2, 4 … 256): at most 9 measurements per combination.
+    assert [c.value for c in at.main.caption if c.value.startswith("Plan crosses")] == [
+        "Plan crosses 4 option combinations: fp32, fp32 + clear/step, bf16, bf16 + clear/step; at most 36 "
+        "candidates, a few steps each."]
+    at.multiselect(key="plan_amp").set_value(["bf16"])
+    at.multiselect(key="plan_clear_cache").set_value(["off"]).run()
+    assert any(c.value.startswith("Plan crosses 1 option combination: bf16; at most 9 ") for c in at.main.caption)
 
 
 def test_a_tiny_plan_shows_its_table_recommendation_charts_and_csv(runs_dir, downloads, monkeypatch):
