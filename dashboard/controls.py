@@ -32,6 +32,7 @@ LABELS = {
     "model": "Model",
     "dataset": "Dataset",
     "text_file": "Text file",
+    "text_file_max_mb": "Largest text file (MB)",
     "gpt_preset": "GPT size",
     "max_seq_len": "Sequence length (tokens)",
     "fake_samples": "Fake samples",
@@ -157,6 +158,7 @@ class Controls(FieldWidgets):
         if text or model in cfg.TEXT_MODELS:
             if dataset == "text":
                 self.add("text_file", st.text_input, placeholder="path/to/notes.txt (UTF-8, paragraphs split by blank lines)")
+                self.add("text_file_max_mb", st.number_input, step=64)
             preset = self.add("gpt_preset", st.selectbox, options=cfg.GPT_PRESET_NAMES, format_func=_preset_label)
             if preset in GPT_PRESETS:
                 st.caption(_preset_caption(preset))

@@ -71,6 +71,7 @@ FIELD_HELP = {
                         "(0 = only then); a killed run resumes from the last one",
     "nnodes": "machines in a data-parallel job (the command line's --node-rank and --rdzv-endpoint join them)",
     "text_file": "the UTF-8 file the text data set reads, split on blank lines into documents",
+    "text_file_max_mb": "the largest text file read, in MB (checked before reading: a larger one is refused)",
     "max_seq_len": "longest sequence (tokens) of the text data sets: documents are cut into chunks of this length",
     "gpt_preset": "size of the gpt model: " + ", ".join(preset_words(name) for name in GPT_PRESETS)
                   + "; tiny suits the CPU, gpt2 is GPT-2 small's shape",
@@ -123,6 +124,7 @@ class RunConfig:
     checkpoint_every: int = 100
     sync_every_micro_batch: bool = False
     text_file: str = ""
+    text_file_max_mb: int = 256
     max_seq_len: int = 128
     gpt_preset: str = "tiny"
 
@@ -255,6 +257,7 @@ def _check_ranges(cfg: RunConfig) -> None:
     _int_range(cfg, "nproc", 1, MAX_PROCESSES)
     _int_range(cfg, "nnodes", 1, MAX_PROCESSES)
     _int_range(cfg, "checkpoint_every", 0, 10**9, " (0 = only on Stop and at the end)")
+    _int_range(cfg, "text_file_max_mb", 1, 1024**2)
     _positive_float(cfg, "lr", allow_zero=False, high=1e3)
     _positive_float(cfg, "init_scale", allow_zero=False, high=2.0**126)
     _positive_float(cfg, "grad_clip", allow_zero=True)

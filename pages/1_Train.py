@@ -15,6 +15,7 @@ from gaccum_core.train.device import resolve_device
 from gaccum_core.train.checks import preflight
 from gaccum_core.lab.loopcode import render_loop
 from gaccum_core.train.checkpoint import CheckpointError
+from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError
@@ -97,7 +98,7 @@ if latest is not None and latest.state in (RunState.STOPPED, RunState.FAILED) an
                  help="goes on exactly where it stopped, in the same run directory (Runs page: any run)"):
         try:
             runner.resume(latest.run_id)
-        except (CheckpointError, RunBusyError, StoreError, OSError) as exc:
+        except (CheckpointError, DamagedRun, RunBusyError, StoreError, OSError) as exc:
             st.error(f"Cannot resume: {exc}")
         else:
             st.rerun()

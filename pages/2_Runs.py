@@ -7,6 +7,7 @@ from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.views.axes import X_AXES
 from gaccum_core.views.charts import build_figures
 from gaccum_core.views.series import RunSeries
+from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError, validate_run_id
@@ -101,7 +102,7 @@ def resume(run_id: str) -> None:
     """Queue a run to go on from its checkpoint (a button callback); the message says why it cannot."""
     try:
         runner.resume(run_id)
-    except (CheckpointError, RunBusyError, StoreError, OSError) as exc:
+    except (CheckpointError, DamagedRun, RunBusyError, StoreError, OSError) as exc:
         st.session_state["resume_error"] = f"Cannot resume {run_id}: {exc}"
     else:
         st.session_state["resumed"] = run_id

@@ -20,11 +20,11 @@ from gaccum_core.plan.search import mb, most_measurements
 from dashboard.ui import FieldWidgets
 
 LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)"}
-TRAIN_FIELDS = ("model", "dataset", "image_size", "fake_samples", "text_file", "max_seq_len", "gpt_preset",
-                "optimizer", "device", "micro_batch_size", "accum_steps", "amp", "clear_cache",
+TRAIN_FIELDS = ("model", "dataset", "image_size", "fake_samples", "text_file", "text_file_max_mb", "max_seq_len",
+                "gpt_preset", "optimizer", "device", "micro_batch_size", "accum_steps", "amp", "clear_cache",
                 "compile")  # what "Use these settings" sets on Train
-BASE_FIELDS = ("model", "dataset", "image_size", "fake_samples", "text_file", "max_seq_len", "gpt_preset",
-               "optimizer", "device")
+BASE_FIELDS = ("model", "dataset", "image_size", "fake_samples", "text_file", "text_file_max_mb", "max_seq_len",
+               "gpt_preset", "optimizer", "device")
 DEFAULT = default_request()
 
 st.set_page_config(page_title="gaccum · Plan", layout="wide")
@@ -55,6 +55,7 @@ with st.sidebar:
     if dataset in cfg.TEXT_DATASETS or controls.values["model"] in cfg.TEXT_MODELS:  # a language model's settings
         if dataset == "text":
             controls.add("text_file", st.text_input, DEFAULT.base.text_file)
+            controls.add("text_file_max_mb", st.number_input, DEFAULT.base.text_file_max_mb, step=64)
         controls.add("gpt_preset", st.selectbox, DEFAULT.base.gpt_preset, options=cfg.GPT_PRESET_NAMES)
         controls.add("max_seq_len", st.number_input, DEFAULT.base.max_seq_len, step=32)
     else:

@@ -22,15 +22,25 @@ def follow_to_the_end(runner: Runner, run_id: str) -> int:
     return {RunState.FINISHED: 0, RunState.STOPPED: 130}.get(snapshot.state, 1)
 
 
+SECOND_CTRL_C = ("stopped by a second Ctrl-C before it had saved its state: it resumes from its last "
+                 "checkpoint")
+
+
 def follow(runner: Runner, run_id: str) -> RunSnapshot:
-    """Draw a progress bar until the run ends; Ctrl-C stops the run and waits for it."""
+    """Draw a progress bar until the run ends. Ctrl-C stops the run and waits for it (one micro-batch or
+    evaluation batch, and the checkpoint); a second Ctrl-C stops waiting, the run marked stopped on disk."""
     bar = tqdm(total=None, unit="step", desc=run_id, file=sys.stderr, dynamic_ncols=True)
     try:
         while not (snap := runner.wait(run_id, timeout=0.2)).done:
             _draw(bar, snap)
     except KeyboardInterrupt:
         runner.stop(run_id)
-        snap = runner.wait(run_id)
+        bar.write(f"stopping {run_id}: it saves a checkpoint first (Ctrl-C again to stop waiting)", file=sys.stderr)
+        try:
+            snap = runner.wait(run_id)
+        except KeyboardInterrupt:
+            runner.abandon(run_id, SECOND_CTRL_C)
+            snap = runner.snapshot(run_id)
     _draw(bar, snap)
     bar.close()
     return snap

@@ -10,6 +10,7 @@ from gaccum_core.cli.args import Commands, flag_error, typed
 from gaccum_core.cli.progress import follow_to_the_end
 from gaccum_core.config import ConfigError
 from gaccum_core.runs.executors import EXECUTORS
+from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.store import StoreError
 from gaccum_core.train.checkpoint import CheckpointError
@@ -44,7 +45,7 @@ def resume_command(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(flag_error(exc), file=sys.stderr)
         return 2
-    except (CheckpointError, StoreError, RuntimeError) as exc:
+    except (CheckpointError, DamagedRun, StoreError, RuntimeError) as exc:
         print(f"gaccum: error: resume {args.run}: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

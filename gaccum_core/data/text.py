@@ -11,8 +11,9 @@ a file) is held out for validation: a fixed split.
 from __future__ import annotations
 
 import functools
+import os
 import re
-from pathlib import Path
+import stat
 
 import torch
 
@@ -64,16 +65,40 @@ def pydoc_documents() -> list[bytes]:
     return [topics[title].encode("utf-8") for title in sorted(topics)]
 
 
-def file_documents(path: str) -> list[bytes]:
-    """A UTF-8 file's paragraphs (split on blank lines); ConfigError naming text_file when unusable."""
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _read_regular_file(path: str, max_mb: int) -> bytes:
+    """The bytes of a regular file of at most max_mb MB, checked on the open file before reading: a FIFO
+    would block for ever and /dev/zero never end (the Train page reads it in the server's process)."""
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO's open does not block
     except FileNotFoundError:
         raise ConfigError("text_file", path, "an existing file: there is no such file") from None
-    except IsADirectoryError:
-        raise ConfigError("text_file", path, "a file: this is a directory") from None
     except PermissionError:
         raise ConfigError("text_file", path, "a readable file: permission denied") from None
+    except OSError as exc:
+        raise ConfigError("text_file", path, f"a readable file: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ConfigError("text_file", path, "a file: this is a directory")
+        kind = next((words for test, words in _KINDS if test(info.st_mode)), "not a regular file")
+        raise ConfigError("text_file", path, f"a regular file: this is {kind}")
+    with os.fdopen(fd, "rb") as file:
+        limit = max_mb * 1024 * 1024
+        if info.st_size > limit:
+            raise ConfigError("text_file", path, f"a file of at most {max_mb} MB: this one has "
+                              f"{info.st_size / 2**20:.1f} MB (raise text_file_max_mb, --text-file-max-mb, to read it)")
+        return file.read(limit)
+
+
+def file_documents(path: str, max_mb: int = 256) -> list[bytes]:
+    """A UTF-8 file's paragraphs (split on blank lines); ConfigError naming text_file when unusable."""
+    try:
+        text = _read_regular_file(path, max_mb).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError("text_file", path, f"UTF-8 text: byte {exc.start} is not UTF-8") from None
     documents = [p.strip().encode("utf-8") for p in re.split(r"\n\s*\n", text) if len(p.strip()) >= 2]
@@ -95,7 +120,7 @@ def text_sources(config: RunConfig) -> tuple[TokenSequences, TokenSequences]:
     """(train, validation) token sequences of pydoc (cached per length) or of config.text_file."""
     if config.dataset == "pydoc":
         return _pydoc(config.max_seq_len)
-    return split(file_documents(config.text_file), config.max_seq_len)  # ConfigError naming text_file
+    return split(file_documents(config.text_file, config.text_file_max_mb), config.max_seq_len)  # ConfigError naming text_file
 
 
 @functools.lru_cache(maxsize=4)

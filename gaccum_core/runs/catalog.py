@@ -6,13 +6,13 @@ import dataclasses
 import io
 from collections.abc import Iterable, Sequence
 
-import numpy as np
 import pandas as pd
 
 from gaccum_core.config import RunConfig
-from gaccum_core.train.metrics import EVAL_COLUMNS, STEP_COLUMNS
-from gaccum_core.states import FINAL_STATES, RunState
+from gaccum_core.runs.claim import owner
+from gaccum_core.runs.integrity import DamagedRun, read_run
 from gaccum_core.runs.store import RunStore
+from gaccum_core.states import FINAL_STATES, RunState
 
 SETTINGS = ("model", "dataset", "micro_batch_size", "accum_steps", "reduction", "amp", "init_scale",
             "grad_clip", "clear_cache", "compile", "optimizer", "lr", "lr_schedule", "seed")
@@ -38,7 +38,7 @@ def run_label(config: RunConfig) -> str:
 # Settings a label always names; any other field is named only where the labelled runs differ in it.
 _ALWAYS = ("model", "micro_batch_size", "accum_steps")
 _SHORT = {"micro_batch_size": "b", "accum_steps": "k"}
-_NEVER = ("device", "data_dir", "download")  # where a run ran, not what it trained
+_NEVER = ("device", "data_dir", "download", "text_file_max_mb")  # where a run ran, not what it trained
 
 
 def run_labels(configs: Sequence[RunConfig]) -> list[str]:
@@ -71,66 +71,27 @@ def _summary(metrics: pd.DataFrame, evals: pd.DataFrame) -> dict[str, object]:
     }
 
 
-def _few(names: list[str]) -> str:
-    return ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
-
-
-def _object(status: object) -> dict:
-    if not isinstance(status, dict):
-        raise ValueError(f"holds a JSON {type(status).__name__}, not an object")
-    return status
-
-
-def _table(frame: pd.DataFrame, columns: tuple[str, ...], filled: tuple[str, ...]) -> pd.DataFrame:
-    """frame if it has every column, numbers only and finite `filled` cells in every row; else ValueError."""
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise ValueError(f"lacks {len(missing)} of its {len(columns)} columns ({_few(missing)}): "
-                         "its header row is missing or edited")
-    if len(frame):
-        text = [c for c in columns if not pd.api.types.is_numeric_dtype(frame[c])]
-        if text:
-            raise ValueError(f"holds text where numbers belong ({_few(text)})")
-        empty = [c for c in filled if not np.isfinite(frame[c].to_numpy(dtype=float)).all()]
-        if empty:
-            raise ValueError(f"has a row without {', '.join(empty)}: a truncated or edited row")
-    return frame
-
-
-def _read(store: RunStore, run_id: str) -> tuple[dict, RunConfig, pd.DataFrame, pd.DataFrame]:
-    """status, config, metrics and evals of a run, each checked to be what the run store writes;
-    ValueError naming the file that is not."""
-    readers = {
-        "status.json": lambda: _object(store.read_status(run_id)),
-        "config.json": lambda: store.read_config(run_id),
-        "metrics.csv": lambda: _table(store.read_metrics(run_id), STEP_COLUMNS, ("step", "skipped_total")),
-        "eval.csv": lambda: _table(store.read_evals(run_id), EVAL_COLUMNS, ("step",)),
-    }
-    parts = []
-    for name, read in readers.items():
-        try:
-            parts.append(read())
-        except (OSError, ValueError) as exc:  # ConfigError, JSON, pandas and decoding errors are ValueErrors
-            raise ValueError(f"{name}: {exc}") from exc
-    return tuple(parts)  # type: ignore[return-value]
-
-
 def describe_run(store: RunStore, run_id: str, live: Iterable[str] = ()) -> dict[str, object]:
-    """One table row for a run; a run that cannot be read is 'damaged' with the reason."""
+    """One table row for a run; a run that cannot be read is 'damaged' with the reason, one queued or
+    running on disk that no live process owns is 'interrupted'."""
     row: dict[str, object] = {"run_id": run_id}
     try:
-        status, config, metrics, evals = _read(store, run_id)
-    except ValueError as exc:
-        return {**row, "state": RunState.DAMAGED, "message": str(exc).strip()[:300]}
-    state = status.get("state", "?")
+        files = read_run(store, run_id)
+    except DamagedRun as exc:
+        return {**row, "state": RunState.DAMAGED, "message": str(exc)[:300]}
+    status, config = files.status, files.config
+    state, message = status["state"], status.get("message", "")
     if state not in FINAL_STATES and run_id not in set(live):
-        # Queued or running on disk, but no runner in this process owns it: the server stopped.
-        state = RunState.INTERRUPTED
-    row.update(state=state, name=status.get("name", ""), message=status.get("message", ""),
+        who = owner(store.path(run_id), status)  # another server, command line or worker trains it
+        if who is None:
+            state = RunState.INTERRUPTED  # no runner owns it any more: its server or command line stopped
+        else:
+            message = f"training in {who}"
+    row.update(state=state, name=status.get("name", ""), message=message,
                created=status.get("created", ""),
                label=run_label(config), **{k: getattr(config, k) for k in SETTINGS},
                effective_batch=config.effective_batch_size, world_size=config.world_size,
-               **_summary(metrics, evals))
+               **_summary(files.metrics, files.evals))
     return row
 
 

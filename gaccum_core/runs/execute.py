@@ -8,6 +8,7 @@ failure to release it (a CUDA error surfaces at the next synchronisation) fails 
 
 from __future__ import annotations
 
+import errno
 import os
 import traceback
 from typing import Callable
@@ -35,6 +36,8 @@ def failure_message(exc: BaseException, config: RunConfig) -> str:
         advice = (f"lower the micro-batch size and raise accumulation steps to keep the effective batch "
                   f"of {config.effective_batch_size}, e.g. micro_batch_size={max(b // 2, 1)} with accum_steps={k * 2}")
         return f"out of memory at micro_batch_size={b}: {advice}. ({text[:200]})"
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return text if "no space left on the device holding" in text else f"no space left on the device: {text}"
     if isinstance(exc, (ValueError, CompileError)):
         return text
     return f"{type(exc).__name__}: {text[:300]}"
@@ -50,6 +53,7 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
     writer, engine, kept = None, None, RowKeeper()  # kept: the step rows this process saw, for the warning
     try:
         if store is not None:
+            store.remove_temporaries(run_id)  # left by a kill or a full disk: this process alone writes the run
             store.update_status(run_id, state=RunState.RUNNING, started=now_iso(), device=device_name(device),
                                 world_size=ranks.world_size, pid=os.getpid())
         engine = Engine(config, device, ranks)
@@ -69,7 +73,10 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
         if store is None:
             raise
         outcome = RunState.FAILED, failure_message(exc, config)
-        store.write_traceback(run_id, traceback.format_exc())
+        try:
+            store.write_traceback(run_id, traceback.format_exc())
+        except OSError:
+            pass  # a full disk: the run still ends failed, its message says why
     finally:
         if writer is not None:
             writer.close()

@@ -9,9 +9,11 @@ only the complete lines appended since its last read.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Callable
@@ -23,24 +25,99 @@ EVALS_FILE = "eval.csv"
 SAMPLES_FILE = "samples.jsonl"
 
 
+TEMPORARY_GLOB = ".*.tmp"  # what replace_atomically names its temporary files: a kill can leave one
+FULL_BELOW = 1024 * 1024  # free bytes under which a failed write is put down to a full disk
+
+
+class DiskFullError(OSError):
+    """ENOSPC, in words that name the directory whose device is full."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def disk_full(directory: Path, at: str) -> DiskFullError:
+    """The error a write into a full disk raises here, whatever the writer raised (torch.save's C++
+    writer reports 'unexpected pos')."""
+    return DiskFullError(errno.ENOSPC, f"no space left on the device holding {directory.resolve()} (writing {at}): "
+                                       "free some space there, then resume the run", str(directory))
+
+
+def _is_full(directory: Path, exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    try:
+        return shutil.disk_usage(directory).free < FULL_BELOW
+    except OSError:
+        return False
+
+
 def replace_atomically(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
     """write() into a temporary file beside path, flush, fsync, rename over path: a kill at any moment
-    leaves the old file or the new one, and at worst a stray .tmp that nothing reads."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    leaves the old file or the new one, and at worst a stray .tmp that nothing reads (and the next
+    start removes). A full disk raises disk_full()'s OSError."""
+    fd, tmp = -1, ""
     try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, Exception) and _is_full(path.parent, exc):
+            raise disk_full(path.parent, path.name) from exc
         raise
 
 
 def write_text_atomically(path: Path, text: str) -> None:
     """Replace path's content with text (UTF-8), atomically."""
     replace_atomically(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def write_small_file(path: Path, text: str) -> None:
+    """Replace a small file's content (status.json): atomically, or, when the disk is full, over the old
+    bytes in place, which needs no new block while the text fits the file's last one; a run that
+    failed for want of space still ends `failed` on disk."""
+    try:
+        write_text_atomically(path, text)
+    except OSError as exc:
+        data = text.encode("utf-8")
+        if exc.errno != errno.ENOSPC or not path.exists() or len(data) > max(path.stat().st_size, 4096):
+            raise
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            if os.pwrite(fd, data, 0) != len(data):
+                raise
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
+
+
+def append_line(fd: int, line: str, name: str, directory: Path) -> None:
+    """Append one whole line to an open file (O_APPEND), or nothing: a write the disk cuts short is
+    taken back, so readers never see half a row."""
+    data = line.encode("utf-8")
+    end = os.lseek(fd, 0, os.SEEK_END)
+    try:
+        written = os.write(fd, data)  # one write() of one line: another process reads all of it or none
+        if written != len(data):
+            raise OSError(errno.ENOSPC, f"short write: {written} of {len(data)} bytes")
+    except OSError as exc:
+        os.ftruncate(fd, end)
+        raise (disk_full(directory, name) if _is_full(directory, exc) else exc) from exc
+
+
+def remove_temporaries(run_dir: Path) -> list[str]:
+    """Delete the temporary files kills and errors left in a run directory (call it only while this
+    process owns the run: nobody else is writing); their names."""
+    removed = []
+    for stray in run_dir.glob(TEMPORARY_GLOB):
+        stray.unlink(missing_ok=True)
+        removed.append(stray.name)
+    return removed
 
 
 def truncate_csv(path: Path, last_step: int) -> None:
@@ -61,27 +138,26 @@ def _csv_line(values: list[Any]) -> str:
 
 
 class CsvAppender:
-    """Appends whole rows to a CSV file, flushing each one for live readers."""
+    """Appends whole rows to a CSV file, each in one write() that live readers see at once."""
 
     def __init__(self, path: Path, columns: tuple[str, ...]) -> None:
-        self.columns = columns
-        new = not path.exists() or path.stat().st_size == 0
-        self._file = open(path, "a", encoding="utf-8", newline="")
-        if new:
+        self.path, self.columns = path, columns
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        if os.fstat(self._fd).st_size == 0:
             self._append(list(columns))
 
     def _append(self, values: list[Any]) -> None:
-        # One write() of one whole line, then flush: the line reaches the file in one piece.
-        self._file.write(_csv_line(values))
-        self._file.flush()
+        append_line(self._fd, _csv_line(values), self.path.name, self.path.parent)
 
     def append(self, row: Row) -> None:
         """Write one row (missing keys are empty cells)."""
         self._append([row.get(c) for c in self.columns])
 
     def close(self) -> None:
-        """Close the file."""
-        self._file.close()
+        """Close the file (idempotent)."""
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
 
 
 class CsvFollower:
@@ -123,8 +199,12 @@ class RunWriter:
         whole line per evaluation."""
         self.evals.append(row)
         if row.get("sample") is not None:
-            with open(self.run_dir / SAMPLES_FILE, "a", encoding="utf-8") as file:
-                file.write(json.dumps({"step": row["step"], "text": row["sample"]}) + "\n")
+            fd = os.open(self.run_dir / SAMPLES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                append_line(fd, json.dumps({"step": row["step"], "text": row["sample"]}) + "\n", SAMPLES_FILE,
+                            self.run_dir)
+            finally:
+                os.close(fd)
 
     def close(self) -> None:
         """Close both files."""

@@ -12,15 +12,14 @@ without reading files.
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 import time
 from collections import deque
 from types import MappingProxyType
 
-import psutil
-
 from gaccum_core.config import RunConfig
+from gaccum_core.runs.claim import Claim, RunBusyError, describe_process, training_pid
+from gaccum_core.runs.integrity import read_run
 from gaccum_core.runs.executors import EXECUTORS, SpareWorker, distributed, supervise, train_here
 from gaccum_core.runs.snapshot import RunSnapshot, TrackedRun
 from gaccum_core.runs.store import RunStore, now_iso
@@ -34,19 +33,7 @@ from gaccum_core.train.metrics import RowKeeper
 STOP_GRACE_S = 5.0  # a worker that has not stopped this long after the request is killed
 
 
-class RunBusyError(RuntimeError):
-    """The run is queued or running: it cannot be deleted now."""
-
-
-def _training_elsewhere(pid: int | None) -> bool:
-    """Whether another live gaccum process (a server, a CLI, a worker) holds a run on disk as running."""
-    if not pid or pid == os.getpid():
-        return False
-    try:
-        command = " ".join(psutil.Process(pid).cmdline())
-        return "gaccum" in command or "streamlit" in command
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
+__all__ = ["Runner", "RunBusyError", "STOP_GRACE_S"]
 
 
 class Runner:
@@ -67,6 +54,7 @@ class Runner:
         self.warm_spare = warm_spare and executor == "process"
         self._lock = threading.Lock()
         self._runs: dict[str, TrackedRun] = {}
+        self._claims: dict[str, Claim] = {}  # the runs this runner owns until they end
         self._queues: dict[str, deque[TrackedRun]] = {}
         self._workers: dict[str, threading.Thread] = {}
         self._spare = SpareWorker(keep=self.warm_spare)
@@ -75,6 +63,7 @@ class Runner:
     def submit(self, config: RunConfig, name: str | None = None, plan: dict | None = None) -> str:
         """Create the run on disk (with the plan that chose its micro-batch, if any) and queue it; returns the run id."""
         run_id = self.store.create(config, name, plan)
+        self._claims[run_id] = Claim(self.store.path(run_id))  # a new directory: nobody else knows it yet
         self._enqueue(self._track(run_id, config, name or ""))
         return run_id
 
@@ -85,10 +74,27 @@ class Runner:
             known = self._runs.get(run_id)
             if known is not None and known.state not in FINAL_STATES:
                 raise RunBusyError(f"run {run_id} is {known.state}: it cannot be resumed while it goes on")
-        config, status = self.store.read_config(run_id), self.store.read_status(run_id)
-        if status.get("state") not in FINAL_STATES and _training_elsewhere(status.get("pid")):
-            raise RunBusyError(f"run {run_id} is still training in process {status['pid']} (another server "
-                               "or command line): stop it there first")
+        run_dir = self.store.path(run_id)
+        if not run_dir.is_dir():
+            raise FileNotFoundError(2, "No such file or directory", str(run_dir))
+        claim = Claim(run_dir)  # before anything is read or written: a second resume is refused here
+        try:
+            run = self._prepare_resume(run_id, epochs, max_steps)
+        except BaseException:
+            claim.release()
+            raise
+        self._claims[run_id] = claim
+        self._enqueue(run)
+        return run_id
+
+    def _prepare_resume(self, run_id: str, epochs: int | None, max_steps: int | None) -> TrackedRun:
+        """Check that the claimed run can go on, then cut its rows back to its checkpoint: the run to queue."""
+        files = read_run(self.store, run_id)  # DamagedRun naming the file a hand or a full disk damaged
+        config, status = files.config, files.status
+        if status["state"] not in FINAL_STATES and training_pid(status.get("pid")):
+            # Unclaimed, yet its worker goes on: its runner died and it stops at its next micro-batch.
+            raise RunBusyError(f"run {run_id} is still training in {describe_process(status['pid'])}: "
+                               "wait for it to stop, or stop it there")
         longer = config.extended(epochs, max_steps)  # before anything is written: a shorter run is refused
         step, last_eval_step = self._resumable_at(run_id, longer)
         if status.get("state") == RunState.FINISHED and longer == config:
@@ -103,8 +109,7 @@ class Runner:
         run.rows.steps.extend(MappingProxyType(row) for row in self.store.metric_rows(run_id))
         run.rows.evals.extend(MappingProxyType(row) for row in self.store.eval_rows(run_id))
         self.store.update_status(run_id, state=RunState.QUEUED, message="")
-        self._enqueue(run)
-        return run_id
+        return run
 
     def _resumable_at(self, run_id: str, config: RunConfig) -> tuple[int, int]:
         """The step the run's checkpoint resumes at and the last step it had evaluated; CheckpointError
@@ -112,14 +117,22 @@ class Runner:
         try:
             checkpoint = self.store.load_checkpoint(run_id)
         except Exception as exc:  # a torn or foreign file: torch.load's errors have many types
-            raise CheckpointError(f"checkpoint.pt of run {run_id} cannot be read ({type(exc).__name__}: "
-                                  f"{str(exc).splitlines()[0][:200]})") from None
+            first = (str(exc).strip().splitlines() or [""])[0]  # an empty file's EOFError has no message
+            raise CheckpointError(f"checkpoint.pt of run {run_id} cannot be read ({type(exc).__name__}"
+                                  f"{': ' + first[:200] if first else ''})") from None
         if checkpoint is None:
             raise CheckpointError(f"run {run_id} has no checkpoint.pt: it stopped before its first checkpoint, "
                                   "or was written before checkpoints existed")
-        check_compatible(checkpoint, config.to_dict(), LENGTH_FIELDS)
-        counters = checkpoint["counters"]
-        return int(counters["step"]), int(counters.get("last_eval_step", counters["step"]))
+        if not isinstance(checkpoint, dict):
+            raise CheckpointError(f"checkpoint.pt of run {run_id} holds a {type(checkpoint).__name__}, "
+                                  "not a gaccum checkpoint")
+        check_compatible(checkpoint, config.to_dict(), LENGTH_FIELDS, RunConfig().to_dict())
+        try:
+            counters = checkpoint["counters"]
+            return int(counters["step"]), int(counters.get("last_eval_step", counters["step"]))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise CheckpointError(f"checkpoint.pt of run {run_id} lacks its step counters: not a whole gaccum "
+                                  "checkpoint") from None
 
     def _track(self, run_id: str, config: RunConfig, name: str) -> TrackedRun:
         """A queued run to track, on the device its config resolves to, its rows kept under the lock."""
@@ -147,14 +160,40 @@ class Runner:
                 queue.remove(run)
                 self._finish(run, RunState.STOPPED, "stopped before it started")
 
+    def abandon(self, run_id: str, message: str) -> None:
+        """Mark a run stopped now, on disk too, without waiting for its thread (the process is about to
+        exit: a second Ctrl-C); a run already ended is left as it ended."""
+        with self._lock:
+            run = self._runs[run_id]
+            run.stop_event.set()
+            if run.state not in FINAL_STATES:
+                self._finish(run, RunState.STOPPED, message)
+
     def delete(self, run_id: str) -> None:
         """Delete a run's directory and forget it, for every session; a run still going is refused."""
         with self._lock:
             run = self._runs.get(run_id)
             if run is not None and run.state not in FINAL_STATES:
                 raise RunBusyError(f"run {run_id} is {run.state}: stop it before deleting it")
-            self.store.delete(run_id)
+            run_dir = self.store.path(run_id)
+            with Claim(run_dir):  # refused while another server or command line owns it
+                pid = self._status_pid(run_id)
+                if training_pid(pid):
+                    raise RunBusyError(f"run {run_id} is still training in {describe_process(pid)}: "
+                                       "stop it before deleting it")
+                self.store.delete(run_id)
             self._runs.pop(run_id, None)
+
+    def _status_pid(self, run_id: str) -> object:
+        """The pid status.json names for a run on disk as not ended; None when it ended or does not parse
+        (a damaged run can always be deleted)."""
+        try:
+            status = self.store.read_status(run_id)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(status, dict) or status.get("state") in FINAL_STATES:
+            return None
+        return status.get("pid")
 
     def active_ids(self) -> tuple[str, ...]:
         """The runs queued or running, in submission order: cheap enough to poll every second."""
@@ -254,4 +293,7 @@ class Runner:
         except Exception as exc:  # the run directory was deleted or the disk is full: memory still says it
             run.message = f"{message} (status.json not updated: {type(exc).__name__}: {exc})".lstrip()
         finally:
+            claim = self._claims.pop(run.run_id, None)
+            if claim is not None:
+                claim.release()  # after the final state is on disk: a resume elsewhere reads it
             run.done_event.set()

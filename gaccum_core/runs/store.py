@@ -22,8 +22,8 @@ import pandas as pd
 import torch
 
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.files import (EVALS_FILE, METRICS_FILE, SAMPLES_FILE, CsvFollower, RunWriter, replace_atomically,
-                                    truncate_csv, write_text_atomically)
+from gaccum_core.runs.files import (EVALS_FILE, METRICS_FILE, SAMPLES_FILE, CsvFollower, RunWriter, remove_temporaries,
+                                    replace_atomically, truncate_csv, write_small_file, write_text_atomically)
 from gaccum_core.states import RunState
 from gaccum_core.train.metrics import ADDED_COLUMNS, ADDED_EVAL_COLUMNS, Row
 
@@ -112,7 +112,12 @@ class RunStore:
             raise StoreError(f"runs directory {self.root.resolve()} is not writable: choose another runs directory")
 
     def _write_status(self, run_dir: Path, status: dict[str, Any]) -> None:
-        write_text_atomically(run_dir / "status.json", json.dumps(status, indent=2) + "\n")
+        write_small_file(run_dir / "status.json", json.dumps(status, indent=2) + "\n")  # even on a full disk
+
+    def remove_temporaries(self, run_id: str) -> list[str]:
+        """Delete the temporary files a kill or a full disk left in the run's directory (only while this
+        process owns the run); their names."""
+        return remove_temporaries(self.path(run_id))
 
     def update_status(self, run_id: str, **fields: Any) -> dict[str, Any]:
         """Merge fields into status.json (atomically) and return the new status."""

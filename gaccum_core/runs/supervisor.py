@@ -57,6 +57,7 @@ def torchrun_command(config: RunConfig, launch: Launch, log_dir: Path | None, wo
 
 
 _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])  # `-m gaccum_core` from any working directory
+OWNER_ENV = "GACCUM_OWNER_PID"  # the server or CLI whose death stops every worker and rank it started
 
 
 def _popen(command: list[str], stdin: int | None = None) -> subprocess.Popen:
@@ -65,7 +66,7 @@ def _popen(command: list[str], stdin: int | None = None) -> subprocess.Popen:
     # the supervisor stops it through the stop file instead.
     return subprocess.Popen(command, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True, text=True, errors="replace",
-                            env={**os.environ, "PYTHONPATH": path})
+                            env={**os.environ, "PYTHONPATH": path, OWNER_ENV: str(os.getpid())})
 
 
 def spawn_spare() -> subprocess.Popen:

@@ -12,13 +12,17 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import NoReturn
+
+import psutil
 
 from gaccum_core.config import RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.runs.execute import execute
 from gaccum_core.runs.store import RunStore, now_iso
+from gaccum_core.runs.supervisor import OWNER_ENV
 from gaccum_core.states import RunState
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.distributed import Ranks, init_process_group, share_from_rank0, worker_device
@@ -26,18 +30,47 @@ from gaccum_core.train.distributed import Ranks, init_process_group, share_from_
 ORPHANED = "stopped: the process that started the run exited"
 
 
+OWNER_CHECK_S = 0.5  # how often a worker looks whether the process that started its run still lives
+
+
+class _Owner:
+    """The server or CLI that started the run (OWNER_ENV), which torchrun's ranks would otherwise outlive:
+    their parent is the torchrun agent, in a session of its own, which nothing stops when the CLI dies."""
+
+    def __init__(self, pid: int) -> None:
+        try:
+            self._process: psutil.Process | None = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            self._process = None  # gone before this worker started
+        self._checked, self._alive = 0.0, self._process is not None
+
+    def alive(self) -> bool:
+        """Whether it still runs (same pid and start time, not a zombie); looked at every OWNER_CHECK_S."""
+        now = time.monotonic()
+        if self._alive and now - self._checked >= OWNER_CHECK_S:
+            self._checked = now
+            try:
+                self._alive = self._process.is_running() and self._process.status() != psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                self._alive = False
+        return self._alive
+
+
 class _StopRequest:
-    """A run's stop check in a worker: the stop file on rank 0, or its parent process gone."""
+    """A run's stop check in a worker: the stop file on rank 0, its parent process gone, or the server or
+    CLI that started the run gone."""
 
     def __init__(self, stop_file: Path | None) -> None:
         self.parent, self.stop_file = os.getppid(), stop_file
+        owner = os.environ.get(OWNER_ENV, "")
+        self.owner = _Owner(int(owner)) if owner.isdigit() else None
 
     def orphaned(self) -> bool:
-        """The supervisor (server, CLI or torchrun agent) is gone."""
-        return os.getppid() != self.parent
+        """The supervisor (server, CLI or torchrun agent) or the process that started the run is gone."""
+        return os.getppid() != self.parent or (self.owner is not None and not self.owner.alive())
 
     def __call__(self) -> bool:
-        # A stat and a getppid per micro-batch: a few microseconds.
+        # A stat and a getppid per micro-batch (and the owner's /proc entry twice a second): microseconds.
         return self.orphaned() or (self.stop_file is not None and self.stop_file.exists())
 
 

@@ -78,7 +78,7 @@ class Engine:
 
     def resume_from(self, state: dict) -> None:
         """Continue from a checkpoint: weights, optimizer, schedule, scaler, RNGs, position, in-flight gradients."""
-        check_compatible(state, self.config.to_dict(), LENGTH_FIELDS)
+        check_compatible(state, self.config.to_dict(), LENGTH_FIELDS, RunConfig().to_dict())
         self.training = restore(state, self.model, self.opt, self.opt.params, self.device)
 
     def run(self, sink: MetricSink, should_stop: StopCheck = lambda: False,
@@ -95,10 +95,19 @@ class Engine:
         self._start = time.perf_counter() - training.wall_time_s
         target = self.total_steps if steps is None else counters.step + steps
         epochs = cfg.epochs if steps is None else None  # None: as many epochs as the steps take
-        evaluations = self._log_eval if evaluate else (lambda sink, epoch, counters: None)
+        # Evaluation asks should_stop too (one process only: in a data-parallel run rank 0 evaluates alone,
+        # and the others wait at the next step's collective for the stop they agree on there).
+        eval_stop = should_stop if not self.ranks.distributed else never
+        evaluations = ((lambda sink, epoch, counters: self._log_eval(sink, epoch, counters, eval_stop))
+                       if evaluate else (lambda sink, epoch, counters: True))
         save = on_checkpoint  # given to rank 0 only: the ranks' states are the same at every step's end
         self.model.train()
         epoch = begin.epoch
+        if cfg.eval_every and 0 < counters.step and counters.step % cfg.eval_every == 0 \
+                and counters.step > counters.last_eval_step:
+            # Resumed after a stop during this step's evaluation: do it now, as the run would have.
+            if not evaluations(sink, epoch, counters):
+                return self._stopped_between_windows(save)
         for epoch in itertools.count(begin.epoch) if epochs is None else range(begin.epoch, epochs):
             order = epoch_order(self.num_train, cfg.seed, epoch)
             windows = plan_epoch(self.num_train, self.global_micro_batch, cfg.accum_steps)
@@ -117,9 +126,8 @@ class Engine:
                 sink.log_step(row)
                 if not math.isfinite(row["loss"]) and not self.precision.uses_scaler:
                     raise Diverged(row["step"], row["loss"])
-                if cfg.eval_every and counters.step % cfg.eval_every == 0:
-                    evaluations(sink, epoch, counters)
-                if self.rows.stop_agreed:
+                due = cfg.eval_every and counters.step % cfg.eval_every == 0
+                if (due and not evaluations(sink, epoch, counters)) or self.rows.stop_agreed:
                     if save is not None:
                         save(self.checkpoint())
                     return RunState.STOPPED
@@ -127,15 +135,22 @@ class Engine:
                 if save is not None and periodic and counters.step < target:  # the last: at the end
                     save(self.checkpoint())
             if not cfg.eval_every and counters.step > counters.last_eval_step:
-                evaluations(sink, epoch, counters)
+                if not evaluations(sink, epoch, counters):
+                    return self._stopped_between_windows(save)
             if counters.step >= target:
                 break
             training.position = Position(epoch + 1, 0, 0)
-        if counters.step > counters.last_eval_step:
-            evaluations(sink, epoch, counters)
+        if counters.step > counters.last_eval_step and not evaluations(sink, epoch, counters):
+            return self._stopped_between_windows(save)
         if save is not None:
             save(self.checkpoint())
         return RunState.FINISHED
+
+    def _stopped_between_windows(self, save: CheckpointSink | None) -> RunState:
+        """Stopped during an evaluation: the checkpoint's last_eval_step is before it, so a resume redoes it."""
+        if save is not None:
+            save(self.checkpoint())
+        return RunState.STOPPED
 
     def _guarded_window(self, window: Window, order: torch.Tensor, epoch: int,
                         counters: Counters, should_stop: StopCheck) -> Row | None:
@@ -231,16 +246,22 @@ class Engine:
         divisors = micro_batch_divisors(self.config.reduction, counts, self.ranks.world_size, self.config.accum_steps)
         return sum(counts), lambda numbered: divisors[numbered[0]]
 
-    def _log_eval(self, sink: MetricSink, epoch: int, counters: Counters) -> None:
-        counters.last_eval_step = counters.step
+    def _log_eval(self, sink: MetricSink, epoch: int, counters: Counters, should_stop: StopCheck = never) -> bool:
+        """Evaluate and log the row; False (nothing logged) when should_stop() stopped the evaluation."""
         if not self.ranks.is_main:
-            return  # the model is the same on every rank: rank 0 evaluates and writes
+            counters.last_eval_step = counters.step
+            return True  # the model is the same on every rank: rank 0 evaluates and writes
         # Batches of b: on a one-thread CPU larger ones measured no faster (gpt tiny, pydoc, 4b: 0.20 s vs 0.19 s).
-        test_loss, accuracy = evaluate(self.model, self.data.test, self.config.micro_batch_size, self.precision,
-                                       self.device)
+        result = evaluate(self.model, self.data.test, self.config.micro_batch_size, self.precision, self.device,
+                          should_stop)
+        if result is None:
+            return False
+        counters.last_eval_step = counters.step
+        test_loss, accuracy = result
         text = self.config.is_text
         row = {"epoch": epoch, "step": counters.step, "test_loss": test_loss, "test_accuracy": accuracy,
                "perplexity": math.exp(min(test_loss, 700.0)) if text else None}
         if text:  # the run store writes the sample to samples.jsonl, not to eval.csv
             row["sample"] = sample_text(self.model, self.precision, self.device)
         sink.log_eval({**row, "wall_time_s": time.perf_counter() - self._start})
+        return True

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from gaccum_core.data import ImageSource
 from gaccum_core.data.text import IGNORE
 from gaccum_core.train.precision import Precision
+from gaccum_core.train.step import StopCheck, never
 
 SAMPLE_PROMPT = "The "  # every evaluation of a language run continues this, greedily
 SAMPLE_TOKENS = 80
@@ -15,13 +16,17 @@ SAMPLE_TOKENS = 80
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, test: ImageSource, batch_size: int, precision: Precision,
-             device: torch.device) -> tuple[float, float]:
-    """Mean test loss and accuracy over the whole test split: per image, or per target token of text."""
+             device: torch.device, should_stop: StopCheck = never) -> tuple[float, float] | None:
+    """Mean test loss and accuracy over the whole test split: per image, or per target token of text;
+    None when should_stop() asked to stop between two batches (a long evaluation is stopped, not waited for)."""
     model.eval()
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     count = torch.zeros((), device=device, dtype=torch.long)
     for begin in range(0, len(test), batch_size):
+        if should_stop():
+            model.train()
+            return None
         x, y = test.batch(torch.arange(begin, min(begin + batch_size, len(test))))
         x, y = x.to(device), y.to(device).flatten()
         with precision.autocast():

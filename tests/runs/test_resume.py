@@ -18,6 +18,7 @@ import torch
 
 from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.config import RunConfig
+from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
 
@@ -162,7 +163,7 @@ def test_what_cannot_resume_exactly_is_refused_with_a_message_naming_it(tmp_path
     with pytest.raises(CheckpointError, match="torch 1.13.0"):
         runner.resume(finished, max_steps=6)
     runner.store.checkpoint_path(finished).write_bytes(b"not a checkpoint")
-    with pytest.raises(CheckpointError, match="cannot be read"):
+    with pytest.raises(DamagedRun, match="checkpoint.pt of run .* is not a torch checkpoint"):
         runner.resume(finished, max_steps=6)
     runner.store.checkpoint_path(finished).unlink()
     with pytest.raises(CheckpointError, match="no checkpoint.pt"):

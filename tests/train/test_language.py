@@ -144,6 +144,44 @@ def test_text_files_that_cannot_be_used_say_so(tmp_path):
         assert caught.value.field == "text_file" and "\n" not in str(caught.value)
 
 
+def test_only_a_regular_file_within_the_size_limit_is_read_and_the_command_line_says_so(tmp_path, capsys):
+    """Issue 19 #11: a FIFO would block the reader for ever and /dev/zero never end; both are refused at
+    once, before reading, as is a file over text_file_max_mb (the message names the flag that raises it)."""
+    import os
+    import threading
+
+    from gaccum_core.cli import main
+
+    fifo = tmp_path / "pipe.txt"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.txt"
+    big.write_text(("words " * 20 + "\n\n") * 20_000)  # 2.3 MB (MiB)
+    cases = ((fifo, {}, "a regular file: this is a FIFO"), ("/dev/zero", {}, "a regular file: this is a character device"),
+             (big, {"text_file_max_mb": 2}, "a file of at most 2 MB: this one has 2.3 MB (raise text_file_max_mb"))
+    for path, limit, words in cases:
+        outcome = []
+        reader = threading.Thread(target=lambda: outcome.append(_refusal(lm(dataset="text", text_file=str(path),
+                                                                             **limit))), daemon=True)
+        reader.start()
+        reader.join(timeout=30)
+        assert outcome, f"reading {path} did not return within 30 s"
+        assert outcome[0].field == "text_file" and words in str(outcome[0]), outcome[0]
+    assert len(load_data(lm(dataset="text", text_file=str(big), text_file_max_mb=3)).train) > 0
+    code = main(["run", "--model", "gpt", "--dataset", "text", "--text-file", str(fifo), "--device", "cpu",
+                 "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "FIFO" in err[0] and "--text-file" in err[0], err
+    assert not (tmp_path / "runs").exists()
+
+
+def _refusal(config):
+    try:
+        load_data(config)
+    except ConfigError as exc:
+        return exc
+    raise AssertionError(f"{config.text_file} was accepted")
+
+
 def test_a_text_file_trains(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("\n\n".join(f"Paragraph {i}: " + "words " * (3 + 7 * i) for i in range(12)), encoding="utf-8")
