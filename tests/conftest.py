@@ -1,11 +1,18 @@
 """Fixtures shared by the tests."""
 
+import os
 import threading
 from typing import Iterator
 
 import pytest
 import torch
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+
+
+# Every process the suite starts (dashboard servers, workers, command lines; torchrun sets its ranks' own)
+# trains on one torch thread, as the test processes do: three test files share two cores, and a second
+# thread per process only contends for them.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(autouse=True)
