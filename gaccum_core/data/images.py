@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 import torch
-import torchvision
 
 from gaccum_core.config import IMAGE_DATASETS, RunConfig
 from gaccum_core.data.sources import DataError, ImageSource
@@ -164,6 +163,8 @@ def _fake_sizes(samples: int) -> tuple[int, int]:
 
 
 def _fake(samples: int, classes: int, side: int) -> tuple[LazyImages, LazyImages]:
+    import torchvision  # on use: importing it pulls in torch._dynamo, 2 s of every worker's start
+
     shape = (3, side, side)
     normalizer = _Normalizer(_STATS["fake"], scale=1.0)
     to_tensor = torchvision.transforms.ToTensor()
@@ -190,6 +191,8 @@ def _load_official(name: str, root: Path, download: bool) -> tuple[TensorImages,
 
 
 def _read_split(name: str, root: Path, download: bool, train: bool) -> TensorImages:
+    import torchvision  # on use, as in _fake
+
     spec = _OFFICIAL[name]
     dataset_class = getattr(torchvision.datasets, spec.class_name)
     try:

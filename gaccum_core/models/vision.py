@@ -10,7 +10,6 @@ from collections import OrderedDict
 
 import torch
 import torch.nn.functional as F
-import torchvision
 from torch import nn
 
 from gaccum_core.config import MODELS, RunConfig
@@ -118,6 +117,8 @@ def _conv_net(channels: int, size: int, num_classes: int, norm: str | None) -> n
 
 def _build_torchvision(name: str, input_shape: tuple[int, int, int], size: int,
                        num_classes: int) -> nn.Module:
+    import torchvision  # on use: importing it pulls in torch._dynamo, 2 s of every worker's start
+
     if name == "vit_b_16":
         if size % VIT_PATCH:
             raise ModelInputError(

@@ -47,9 +47,11 @@ class Claim:
         except BaseException:
             os.close(fd)
             raise
-        # Who holds it, for the message a second claimant gets (the lock, not this text, is the claim).
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:  # who holds it, for a second claimant's message: the lock, not this text, is the claim
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass  # a full disk: the claim holds all the same, the message then says "another process"
         self._fd: int | None = fd
 
     def release(self) -> None:

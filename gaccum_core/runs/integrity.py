@@ -11,16 +11,16 @@ from __future__ import annotations
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable
 
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.files import EVALS_FILE, METRICS_FILE
 from gaccum_core.runs.store import RunStore
 from gaccum_core.states import RunState
 from gaccum_core.train.metrics import EVAL_COLUMNS, STEP_COLUMNS
+
+if TYPE_CHECKING:  # pandas on use: `python -m gaccum_core worker` imports this module, and never a table
+    import pandas as pd
 
 _STATES = tuple(s.value for s in RunState if s not in (RunState.INTERRUPTED, RunState.DAMAGED))
 _TEXT_FIELDS = ("run_id", "name", "message", "created", "ended", "started", "device")
@@ -79,6 +79,9 @@ def check_lines(path: Path) -> None:
 
 def checked_table(frame: pd.DataFrame, columns: tuple[str, ...], filled: tuple[str, ...]) -> pd.DataFrame:
     """frame if it has every column, numbers only and finite `filled` cells in every row; else ValueError."""
+    import numpy as np
+    import pandas as pd
+
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise ValueError(f"lacks {len(missing)} of its {len(columns)} columns ({_few(missing)}): "

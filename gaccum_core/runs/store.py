@@ -16,9 +16,8 @@ import secrets
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import torch
 
 from gaccum_core.config import RunConfig
@@ -26,6 +25,9 @@ from gaccum_core.runs.files import (EVALS_FILE, METRICS_FILE, SAMPLES_FILE, CsvF
                                     replace_atomically, truncate_csv, write_small_file, write_text_atomically)
 from gaccum_core.states import RunState
 from gaccum_core.train.metrics import ADDED_COLUMNS, ADDED_EVAL_COLUMNS, Row
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SLUG_RE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -140,6 +142,8 @@ class RunStore:
     def read_metrics(self, run_id: str) -> pd.DataFrame:
         """metrics.csv as a DataFrame (one row per optimizer step); a run written before a column was
         added reads with that column's value for such runs."""
+        import pandas as pd  # on use: a worker process, which never reads a table, starts 0.5 s sooner
+
         frame = pd.read_csv(self.path(run_id) / METRICS_FILE)
         return frame.assign(**{c: v for c, v in ADDED_COLUMNS.items() if c not in frame.columns})
 
@@ -202,6 +206,8 @@ class RunStore:
 
     def read_evals(self, run_id: str) -> pd.DataFrame:
         """eval.csv as a DataFrame (an older run's reads with the columns added since, empty)."""
+        import pandas as pd  # on use, as in read_metrics
+
         frame = pd.read_csv(self.path(run_id) / EVALS_FILE)
         return frame.assign(**{c: v for c, v in ADDED_EVAL_COLUMNS.items() if c not in frame.columns})
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from gaccum_core.plan.search import FITS, UNAVAILABLE, Candidate, Options, mb
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from gaccum_core.plan.planner import Plan
 
 PALETTE = tuple(qualitative.Plotly)
@@ -161,6 +162,8 @@ def _headings(terse: bool) -> dict[str, str]:
 
 def plan_table(plan: Plan, terse: bool = False) -> pd.DataFrame:
     """The candidates in the order measured, with readable column names (terse: the terminal's)."""
+    import pandas as pd  # on use: every command line imports this module (0.5 s), few print a plan
+
     frame = pd.DataFrame(plan.rows())
     headings = {column: heading for column, heading in _headings(terse).items() if column in frame}
     return frame[list(headings)].rename(columns=headings)
@@ -182,6 +185,8 @@ def format_table(plan: Plan) -> str:
 
 def plan_csv(plan: Plan) -> str:
     """Every column of every candidate (memory parts, allocator figures, messages) as CSV."""
+    import pandas as pd  # on use, as in plan_table
+
     return pd.DataFrame(plan.rows()).to_csv(index=False)
 
 

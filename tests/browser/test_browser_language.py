@@ -65,7 +65,10 @@ def test_a_gpt_run_in_the_browser_charts_against_tokens_and_shows_generated_text
         assert charts["training loss"]["x_title"] == "optimizer step"
 
         page.get_by_text("tokens seen", exact=True).click()
-        page.wait_for_function(f"() => ({CHARTS_JS})()['training loss']?.x_title === 'tokens seen'", timeout=WAIT_MS)
+        # Each chart is redrawn in its turn: wait for all of them (reading after the first was a race).
+        page.wait_for_function(f"""() => {{ const charts = ({CHARTS_JS})();
+            return ['training loss', 'throughput', 'validation perplexity'].every(
+                name => charts[name]?.x_title === 'tokens seen'); }}""", timeout=WAIT_MS)
         charts = page.evaluate(CHARTS_JS)
         (run_dir,) = runs.iterdir()
         with open(run_dir / "metrics.csv", newline="") as file:
