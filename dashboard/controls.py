@@ -170,6 +170,9 @@ class Controls(FieldWidgets):
             if dataset in ("mnist", "fashionmnist", "cifar10"):
                 self.add("data_dir", st.text_input)
                 self.add("download", st.checkbox)
+            if dataset == "imagefolder":
+                self.add("data_dir", st.text_input, help="a folder with one sub-folder of images per class, "
+                         "or train/ and val/ (or test/) each holding such sub-folders")
             self.add("image_size", st.number_input, step=8)
         self._describe_dataset(text)
 

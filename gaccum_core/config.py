@@ -20,7 +20,7 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 LR_SCHEDULES = ("constant", "cosine")
 MODELS = ("mlp", "cnn", "cnn_bn", "cnn_gn", "resnet18", "resnet50",
           "mobilenet_v3_small", "efficientnet_b0", "vit_b_16", "gpt")
-IMAGE_DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake")
+IMAGE_DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake", "imagefolder")
 TEXT_DATASETS = ("pydoc", "text")
 DATASETS = IMAGE_DATASETS + TEXT_DATASETS
 TEXT_MODELS = ("gpt",)
@@ -36,7 +36,8 @@ _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
 FIELD_HELP = {
     "model": "model to train: " + ", ".join(MODELS),
-    "dataset": "data set: digits (bundled, no download), mnist, fashionmnist, cifar10 (from data_dir), fake; "
+    "dataset": "data set: digits (bundled, no download), mnist, fashionmnist, cifar10 (from data_dir), fake, "
+               "imagefolder (your images in data_dir, one sub-folder per class); "
                "text for gpt: pydoc (Python's documentation topics, bundled) or text (text_file)",
     "micro_batch_size": "samples per forward/backward pass (b)",
     "accum_steps": "micro-batches accumulated per optimizer step (k); effective batch = b*k",
@@ -59,7 +60,8 @@ FIELD_HELP = {
     "max_steps": "stop after this many optimizer steps (0 = no limit)",
     "seed": "seed for the initial weights and the sample order",
     "device": "auto, cpu, cuda or cuda:N",
-    "data_dir": "where mnist, fashionmnist and cifar10 are read from",
+    "data_dir": "where mnist, fashionmnist and cifar10 are read from; for imagefolder, the folder of class "
+                "folders (or of train/ and val/ each holding them)",
     "download": "download mnist/fashionmnist/cifar10 into data_dir when missing",
     "image_size": "resize images to this size for the model (0 = the data set's own size; fake: generated size)",
     "fake_samples": "training samples of the fake data set (its test split is a fifth of that)",

@@ -20,11 +20,11 @@ from gaccum_core.plan.search import mb, most_measurements
 from dashboard.ui import FieldWidgets
 
 LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)"}
-TRAIN_FIELDS = ("model", "dataset", "image_size", "fake_samples", "text_file", "text_file_max_mb", "max_seq_len",
-                "gpt_preset", "optimizer", "device", "micro_batch_size", "accum_steps", "amp", "clear_cache",
-                "compile")  # what "Use these settings" sets on Train
-BASE_FIELDS = ("model", "dataset", "image_size", "fake_samples", "text_file", "text_file_max_mb", "max_seq_len",
-               "gpt_preset", "optimizer", "device")
+TRAIN_FIELDS = ("model", "dataset", "data_dir", "image_size", "fake_samples", "text_file", "text_file_max_mb",
+                "max_seq_len", "gpt_preset", "optimizer", "device", "micro_batch_size", "accum_steps", "amp",
+                "clear_cache", "compile")  # what "Use these settings" sets on Train
+BASE_FIELDS = ("model", "dataset", "data_dir", "image_size", "fake_samples", "text_file", "text_file_max_mb",
+               "max_seq_len", "gpt_preset", "optimizer", "device")
 DEFAULT = default_request()
 
 st.set_page_config(page_title="gaccum · Plan", layout="wide")
@@ -61,6 +61,8 @@ with st.sidebar:
     else:
         if dataset == "fake":
             controls.add("fake_samples", st.number_input, DEFAULT.base.fake_samples, step=256)
+        if dataset in ("mnist", "fashionmnist", "cifar10", "imagefolder"):
+            controls.add("data_dir", st.text_input, DEFAULT.base.data_dir)
         controls.add("image_size", st.number_input, DEFAULT.base.image_size, step=8)
     controls.add("optimizer", st.selectbox, DEFAULT.base.optimizer, options=cfg.OPTIMIZERS,
                  help="sgd, adam or adamw: its state (momentum, Adam's moments) counts in the memory")

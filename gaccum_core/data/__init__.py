@@ -1,5 +1,5 @@
 """Data sets by name as batch sources: sources (what every data set is), images (digits, torchvision's,
-fake), text (pydoc, a text file, byte-level), load (any of them by name).
+fake), folders (your own images, one folder per class), text (pydoc, a text file, byte-level), load (any of them by name).
 
 Imports only the shared vocabulary (config, seeding, presets).
 """

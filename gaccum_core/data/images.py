@@ -27,7 +27,7 @@ _STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 DIGITS_SPLIT_SEED = 0
 
 
-class _Normalizer:
+class Normalizer:
     """Maps raw pixel values to (value / scale - mean) / std, per channel, in place."""
 
     def __init__(self, stats: tuple[Sequence[float], Sequence[float]], scale: float) -> None:
@@ -45,7 +45,7 @@ class TensorImages:
     """Images (N, C, H, W) and labels (N,) held in memory, kept in their source dtype."""
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, num_classes: int,
-                 normalizer: _Normalizer) -> None:
+                 normalizer: Normalizer) -> None:
         if images.dim() != 4 or images.shape[0] != labels.shape[0]:
             raise ValueError(f"images {tuple(images.shape)} and labels {tuple(labels.shape)} do not match")
         self.images = images
@@ -69,7 +69,7 @@ class LazyImages:
     """A map-style dataset of (float image tensor in [0, 1], int label), read sample by sample."""
 
     def __init__(self, dataset: Any, num_classes: int, input_shape: tuple[int, int, int],
-                 normalizer: _Normalizer) -> None:
+                 normalizer: Normalizer) -> None:
         self.dataset = dataset
         self.num_classes = num_classes
         self.input_shape = input_shape
@@ -152,7 +152,7 @@ def _digits() -> tuple[TensorImages, TensorImages]:
     raw = load_digits()
     images = torch.from_numpy(raw.images).to(torch.uint8).unsqueeze(1)  # (1797, 1, 8, 8), 0..16
     labels = torch.from_numpy(raw.target).to(torch.int64)
-    normalizer = _Normalizer(_STATS["digits"], scale=16.0)
+    normalizer = Normalizer(_STATS["digits"], scale=16.0)
     train_idx, test_idx = digits_split(images.shape[0])
     return (TensorImages(images[train_idx], labels[train_idx], 10, normalizer),
             TensorImages(images[test_idx], labels[test_idx], 10, normalizer))
@@ -166,7 +166,7 @@ def _fake(samples: int, classes: int, side: int) -> tuple[LazyImages, LazyImages
     import torchvision  # on use: importing it pulls in torch._dynamo, 2 s of every worker's start
 
     shape = (3, side, side)
-    normalizer = _Normalizer(_STATS["fake"], scale=1.0)
+    normalizer = Normalizer(_STATS["fake"], scale=1.0)
     to_tensor = torchvision.transforms.ToTensor()
     n_train, n_test = _fake_sizes(samples)
     # FakeData seeds each sample from index + random_offset, so the test offset keeps the sets apart.
@@ -206,7 +206,7 @@ def _read_split(name: str, root: Path, download: bool, train: bool) -> TensorIma
     # MNIST-style data is (N, H, W); CIFAR's is numpy (N, H, W, C).
     images = images.unsqueeze(1) if images.dim() == 3 else images.permute(0, 3, 1, 2).contiguous()
     labels = torch.as_tensor(dataset.targets, dtype=torch.int64)
-    return TensorImages(images, labels, 10, _Normalizer(_STATS[name], scale=255.0))
+    return TensorImages(images, labels, 10, Normalizer(_STATS[name], scale=255.0))
 
 
 def _fetch_error(name: str, root: Path, download: bool, exc: BaseException) -> DataError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gaccum_core.config import DATASETS, TEXT_DATASETS, RunConfig
+from gaccum_core.data.folders import describe_folder, folder_sources
 from gaccum_core.data.images import describe_images, image_sources
 from gaccum_core.data.sources import DataBundle, DataError
 from gaccum_core.data.text import describe_text, text_sources
@@ -17,14 +18,17 @@ def load_data(config: RunConfig) -> DataBundle:
         return DataBundle(name, train, test, VOCAB, (config.max_seq_len,))
     if name not in DATASETS:
         raise DataError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}")
-    train, test = image_sources(config)
+    train, test = folder_sources(config) if name == "imagefolder" else image_sources(config)
     return DataBundle(name, train, test, train.num_classes, train.input_shape)
 
 
 def describe_dataset(config: RunConfig) -> str:
-    """One line such as 'digits: 1437 train / 360 test, 1×8×8, 10 classes' (reads no image files)."""
+    """One line such as 'digits: 1437 train / 360 test, 1×8×8, 10 classes' (reads no image files but an
+    image folder's, decoded once and cached for the run that follows)."""
     if config.dataset in TEXT_DATASETS:
         return describe_text(config)
+    if config.dataset == "imagefolder":
+        return describe_folder(config)
     if config.dataset not in DATASETS:
         raise DataError(f"unknown dataset {config.dataset!r}: choose one of {', '.join(DATASETS)}")
     return describe_images(config)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 import torchvision
 
 from gaccum_core import config
@@ -39,6 +40,11 @@ def test_every_configured_dataset_loads_and_matches_its_description(name: str, t
     """Every name the config accepts must be one load_data can load and describe_dataset can describe,
     with the same shape and classes (describe_dataset reads no files, so it could drift from load_data)."""
     cfg = RunConfig(dataset=name, data_dir=str(tmp_path), fake_samples=10)
+    if name == "imagefolder":  # two class folders of three 10×10 PNGs
+        for label in ("a", "b"):
+            (tmp_path / label).mkdir()
+            for i in range(3):
+                Image.new("RGB", (10, 10), (40 * i, 0, 0)).save(tmp_path / label / f"{i}.png")
     bundle = load_data(cfg)
     assert bundle.name == name and len(bundle.train) > 0 and len(bundle.test) > 0
     x, y = bundle.train.batch(torch.arange(2))
@@ -46,7 +52,8 @@ def test_every_configured_dataset_loads_and_matches_its_description(name: str, t
     dims = "×".join(str(d) for d in bundle.input_shape)
     description = describe_dataset(cfg)
     assert description.startswith(f"{name}: ")
-    assert description.endswith(f", {dims}, {bundle.num_classes} classes"), description
+    # An image folder's line goes on with its class names: "…, 2 classes (a, b)".
+    assert description.removesuffix(" (a, b)").endswith(f", {dims}, {bundle.num_classes} classes"), description
 
 
 def test_an_unknown_dataset_is_refused_naming_every_choice() -> None:
