@@ -11,7 +11,7 @@ from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError, validate_run_id
-from dashboard.ui import chart_cache, get_runner, widget
+from dashboard.ui import chart_cache, get_runner, plain, widget
 
 st.set_page_config(page_title="gaccum · Runs", layout="wide")
 st.title("Runs")
@@ -41,6 +41,14 @@ st.dataframe(shown, hide_index=True, width="stretch",
                             "perplexity": st.column_config.NumberColumn(format="%.2f"),
                             "world_size": st.column_config.NumberColumn(
                                 "processes", help="data-parallel processes (DDP world size)")})
+# Why a run cannot be read, and where a run is trained, said above the fold (the message column is far right).
+for _, row in table[table["state"] == RunState.DAMAGED].iterrows():
+    st.warning(plain(f"Damaged: {row['message']}. Delete the run, or repair the file by hand."))
+if "message" in table.columns:
+    elsewhere = table[(table["state"] == RunState.RUNNING) & ~table["run_id"].isin(live)]
+    for _, row in elsewhere.iterrows():
+        st.info(plain(f"{row['run_id']} is {row['message']}: stop it there (it cannot be resumed or deleted "
+                      "from here meanwhile)."))
 linked = st.query_params.get("run")
 if linked is not None and "runs_selected" not in st.session_state:
     try:  # ?run=<id> links to one run; the id is checked before any path is built from it

@@ -28,7 +28,9 @@ def describe_process(pid: int) -> str:
         command = " ".join(psutil.Process(pid).cmdline())
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return f"process {pid}"
-    return f"process {pid} ({command[:120]})" if command else f"process {pid}"
+    if len(command) > 120:
+        command = command[:119] + "…"
+    return f"process {pid} ({command})" if command else f"process {pid}"
 
 
 class Claim:
