@@ -31,6 +31,7 @@ DEFAULTS = cfg.RunConfig(model="cnn")
 LABELS = {
     "model": "Model",
     "dataset": "Dataset",
+    "own_model": "Your model",
     "text_file": "Text file",
     "text_file_max_mb": "Largest text file (MB)",
     "gpt_preset": "GPT size",
@@ -87,6 +88,20 @@ def _preset_caption(preset: str) -> str:
     shape = GPT_PRESETS[preset]
     return (f"gpt {preset}: {millions(shape.parameters)} parameters, {shape.layers} layers × {shape.width} wide, "
             f"{shape.heads} heads, sequences of up to {shape.max_len} tokens (bytes)")
+
+
+OWN_MODEL = "your own…"  # the Model box's last choice: a text box then takes timm:NAME
+
+
+def _show_own_model() -> None:
+    """A model kept by name (a run in progress adopted, the Plan page's settings) that is not a built-in:
+    the Model box shows 'your own…' and the text box under it the name."""
+    kept = st.session_state.get("_keep_cfg_model")
+    if kept is not None and kept not in cfg.MODELS and kept != OWN_MODEL:
+        st.session_state["_keep_cfg_own_model"] = kept
+        st.session_state["_keep_cfg_model"] = OWN_MODEL
+        st.session_state.pop("cfg_model", None)
+        st.session_state.pop("cfg_own_model", None)
 
 
 def file_stamp(path: str) -> tuple[int, int] | None:
@@ -152,7 +167,13 @@ class Controls(FieldWidgets):
 
     def _model_and_data(self) -> None:
         st.header("Model and data")
-        model = self.add("model", st.selectbox, options=cfg.MODELS)
+        _show_own_model()
+        model = self.add("model", st.selectbox, options=[*cfg.MODELS, OWN_MODEL])
+        if model == OWN_MODEL:
+            own = self.add("own_model", st.text_input, "", placeholder="timm:resnet18",
+                           help="timm:NAME: any timm image model, untrained (timm.list_models() names them)")
+            model = self.values["model"] = own.strip()
+            del self.values["own_model"]
         dataset = self.add("dataset", st.selectbox, options=cfg.DATASETS)
         text = dataset in cfg.TEXT_DATASETS
         if text or model in cfg.TEXT_MODELS:

@@ -24,6 +24,13 @@ IMAGE_DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake", "imagefo
 TEXT_DATASETS = ("pydoc", "text")
 DATASETS = IMAGE_DATASETS + TEXT_DATASETS
 TEXT_MODELS = ("gpt",)
+TIMM_PREFIX = "timm:"  # timm:NAME, any timm image model, untrained
+_TIMM_NAME_RE = re.compile(r"^timm:[A-Za-z0-9_.\-]{1,100}$")
+
+
+def is_timm(model: str) -> bool:
+    """Whether model names a timm model (timm:NAME); the name itself is checked against timm when built."""
+    return model.startswith(TIMM_PREFIX)
 GPT_PRESET_NAMES = tuple(GPT_PRESETS)
 
 # Far beyond any real run; catches a typo like 3200000 before it allocates anything.
@@ -35,7 +42,7 @@ _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
 
 FIELD_HELP = {
-    "model": "model to train: " + ", ".join(MODELS),
+    "model": "model to train: " + ", ".join(MODELS) + ", or timm:NAME (any timm image model, untrained)",
     "dataset": "data set: digits (bundled, no download), mnist, fashionmnist, cifar10 (from data_dir), fake, "
                "imagefolder (your images in data_dir, one sub-folder per class); "
                "text for gpt: pydoc (Python's documentation topics, bundled) or text (text_file)",
@@ -220,7 +227,11 @@ def _check_types(cfg: RunConfig) -> None:
 
 
 def _check_choices(cfg: RunConfig) -> None:
-    for name, choices in (("model", MODELS), ("dataset", DATASETS), ("reduction", REDUCTIONS),
+    if is_timm(cfg.model) and not _TIMM_NAME_RE.match(cfg.model):
+        raise ConfigError("model", cfg.model, "timm:NAME with a timm model name (letters, digits, _ . -)")
+    if cfg.model not in MODELS and not is_timm(cfg.model):
+        raise ConfigError("model", cfg.model, "one of " + ", ".join(MODELS) + ", or timm:NAME (any timm image model)")
+    for name, choices in (("dataset", DATASETS), ("reduction", REDUCTIONS),
                           ("amp", AMP_MODES), ("clear_cache", CLEAR_CACHE_MODES),
                           ("compile", COMPILE_MODES), ("optimizer", OPTIMIZERS),
                           ("lr_schedule", LR_SCHEDULES), ("gpt_preset", GPT_PRESET_NAMES)):

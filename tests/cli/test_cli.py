@@ -35,7 +35,7 @@ def test_run_prints_its_directory_last_and_exits_zero(tmp_path, capsys):
     (["--lr", "nan"], "--lr=nan"),
     (["--lr", "0"], "--lr=0.0"),
     (["--amp", "fp8"], "invalid choice: 'fp8'"),
-    (["--model", "gpt9"], "invalid choice: 'gpt9'"),
+    (["--model", "gpt9"], "--model='gpt9' is not allowed: one of mlp, cnn, cnn_bn, cnn_gn, resnet18"),
     (["--micro-batch-size", "100000"], "--micro-batch-size=100000"),
     (["--micro-batch-size", "5000"], "at most 1437"),
     (["--model", "vit_b_16"], "multiple of 16"),

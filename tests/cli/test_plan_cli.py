@@ -99,7 +99,9 @@ def test_plan_bad_values_are_one_line_errors_naming_the_flag(flags, prefix, caps
 @pytest.mark.parametrize("flags,expected", [
     # argparse rejects these before the planner sees them: its line reads "argument --flag: ...".
     (["--effective-batch", "abc", "--memory-budget-mb", "10"], "--effective-batch='abc' is not allowed: an integer"),
-    (["--effective-batch", "32", "--memory-budget-mb", "10", "--model", "nope"], "--model: invalid choice: 'nope'"),
+    # --model takes timm:NAME too, so the config refuses an unknown model, naming every choice.
+    (["--effective-batch", "32", "--memory-budget-mb", "10", "--model", "nope"],
+     "--model='nope' is not allowed: one of mlp, cnn"),
     (["--memory-budget-mb", "10"], "the following arguments are required: --effective-batch"),
 ])
 def test_plan_values_argparse_refuses_are_one_line_errors_naming_the_flag(flags, expected, capsys):
