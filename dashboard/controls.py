@@ -90,7 +90,7 @@ def _preset_caption(preset: str) -> str:
             f"{shape.heads} heads, sequences of up to {shape.max_len} tokens (bytes)")
 
 
-OWN_MODEL = "your own…"  # the Model box's last choice: a text box then takes timm:NAME
+OWN_MODEL = "your own…"  # the Model box's last choice: a text box then takes timm:NAME or MODULE:FUNCTION
 
 
 def _show_own_model() -> None:
@@ -170,8 +170,9 @@ class Controls(FieldWidgets):
         _show_own_model()
         model = self.add("model", st.selectbox, options=[*cfg.MODELS, OWN_MODEL])
         if model == OWN_MODEL:
-            own = self.add("own_model", st.text_input, "", placeholder="timm:resnet18",
-                           help="timm:NAME: any timm image model, untrained (timm.list_models() names them)")
+            own = self.add("own_model", st.text_input, "", placeholder="timm:resnet18 or my_models.py:build",
+                           help="timm:NAME (any timm image model, untrained), or your factory MODULE:FUNCTION "
+                                "or FILE.py:FUNCTION, called with input_shape=(C, H, W) and num_classes=N")
             model = self.values["model"] = own.strip()
             del self.values["own_model"]
         dataset = self.add("dataset", st.selectbox, options=cfg.DATASETS)

@@ -31,6 +31,15 @@ _TIMM_NAME_RE = re.compile(r"^timm:[A-Za-z0-9_.\-]{1,100}$")
 def is_timm(model: str) -> bool:
     """Whether model names a timm model (timm:NAME); the name itself is checked against timm when built."""
     return model.startswith(TIMM_PREFIX)
+
+
+# MODULE:FUNCTION (a dotted module on the Python path) or FILE.py:FUNCTION: your own model factory.
+_FACTORY_RE = re.compile(r"^(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[^:\n]+\.py):[A-Za-z_]\w*$")
+
+
+def is_factory(model: str) -> bool:
+    """Whether model names your own factory (MODULE:FUNCTION or FILE.py:FUNCTION)."""
+    return not is_timm(model) and bool(_FACTORY_RE.match(model))
 GPT_PRESET_NAMES = tuple(GPT_PRESETS)
 
 # Far beyond any real run; catches a typo like 3200000 before it allocates anything.
@@ -42,7 +51,8 @@ _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
 
 FIELD_HELP = {
-    "model": "model to train: " + ", ".join(MODELS) + ", or timm:NAME (any timm image model, untrained)",
+    "model": "model to train: " + ", ".join(MODELS) + ", timm:NAME (any timm image model, untrained), or "
+             "MODULE:FUNCTION / FILE.py:FUNCTION (your factory, called with input_shape=(C, H, W), num_classes=N)",
     "dataset": "data set: digits (bundled, no download), mnist, fashionmnist, cifar10 (from data_dir), fake, "
                "imagefolder (your images in data_dir, one sub-folder per class); "
                "text for gpt: pydoc (Python's documentation topics, bundled) or text (text_file)",
@@ -229,8 +239,9 @@ def _check_types(cfg: RunConfig) -> None:
 def _check_choices(cfg: RunConfig) -> None:
     if is_timm(cfg.model) and not _TIMM_NAME_RE.match(cfg.model):
         raise ConfigError("model", cfg.model, "timm:NAME with a timm model name (letters, digits, _ . -)")
-    if cfg.model not in MODELS and not is_timm(cfg.model):
-        raise ConfigError("model", cfg.model, "one of " + ", ".join(MODELS) + ", or timm:NAME (any timm image model)")
+    if cfg.model not in MODELS and not is_timm(cfg.model) and not is_factory(cfg.model):
+        raise ConfigError("model", cfg.model, "one of " + ", ".join(MODELS) + ", timm:NAME (any timm image model), "
+                          "or MODULE:FUNCTION / FILE.py:FUNCTION (your own factory)")
     for name, choices in (("dataset", DATASETS), ("reduction", REDUCTIONS),
                           ("amp", AMP_MODES), ("clear_cache", CLEAR_CACHE_MODES),
                           ("compile", COMPILE_MODES), ("optimizer", OPTIMIZERS),

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gaccum_core.config import MODELS, RunConfig, is_timm
+from gaccum_core.config import MODELS, RunConfig, is_factory, is_timm
+from gaccum_core.models.factory import build_factory_model
 from gaccum_core.models.gpt import build_gpt
 from gaccum_core.models.timm_zoo import build_timm
 from gaccum_core.seeding import seeded
@@ -57,12 +58,15 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int,
     """An untrained model taking (N, *input_shape) float batches; seed torch before calling."""
     size = model_input_size(name, input_shape, image_size)
     channels, height, width = input_shape
-    builtin = name in BUILTIN_MODELS or is_timm(name)  # timm takes any number of channels (in_chans)
+    # timm (in_chans) and your factory (input_shape) take the data set's channels as they are.
+    builtin = name in BUILTIN_MODELS or is_timm(name) or is_factory(name)
     if not builtin and channels not in (1, 3):
         raise ModelInputError(f"{name} takes 1- or 3-channel images; the input is "
                               f"{_dims(input_shape)}: use a built-in model ({', '.join(BUILTIN_MODELS)})")
     if is_timm(name):
         net = build_timm(name, channels, size, num_classes)
+    elif is_factory(name):
+        net = build_factory_model(name, (channels, size, size), num_classes)
     elif builtin:
         net = _build_builtin(name, channels, size, num_classes)
     else:
@@ -82,7 +86,7 @@ def build_seeded_model(config: RunConfig, input_shape: tuple[int, int, int], num
 
 
 def _check_name(name: str) -> None:
-    if name not in MODEL_NAMES and not is_timm(name):
+    if name not in MODEL_NAMES and not is_timm(name) and not is_factory(name):
         raise ValueError(f"model={name!r} is not allowed: one of {', '.join(MODEL_NAMES)}")
 
 
