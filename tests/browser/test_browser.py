@@ -8,7 +8,7 @@ from typing import Iterator
 
 import psutil
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from chromium import LOSS_POINTS_JS, dashboard_browser, loss_points
 from gaccum_core.train.metrics import STEP_COLUMNS
@@ -16,16 +16,29 @@ from gaccum_core.train.metrics import STEP_COLUMNS
 pytestmark = [pytest.mark.timeout(600), pytest.mark.browser]
 
 
-@contextmanager
-def dashboard_page(runs: Path) -> Iterator[tuple[str, Page]]:
-    """A dashboard on a free loopback port storing runs in `runs`, and a Chromium page to drive it."""
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Iterator[tuple[Path, str, Browser]]:
+    """One dashboard (worker processes, as in the product) and one Chromium for this file's tests: a server
+    start costs seconds of CPU on a machine the whole suite shares."""
+    runs = tmp_path_factory.mktemp("browser") / "runs"
     with dashboard_browser(runs) as (url, browser):
-        yield url, browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        yield runs, url, browser
 
 
-def test_a_tiny_run_from_the_browser(tmp_path):
-    runs = tmp_path / "runs"
-    with dashboard_page(runs) as (url, page):
+@contextmanager
+def dashboard_page(served: tuple[Path, str, Browser]) -> Iterator[tuple[str, Page]]:
+    """A fresh page (its own Streamlit session) on the file's dashboard."""
+    _, url, browser = served
+    page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    try:
+        yield url, page
+    finally:
+        page.close()
+
+
+def test_a_tiny_run_from_the_browser(served):
+    runs = served[0]
+    with dashboard_page(served) as (url, page):
         page.goto(f"{url}/Train")
         b = page.get_by_role("spinbutton", name="Micro-batch size b")
         expect(b).to_have_value("32", timeout=60_000)
@@ -57,9 +70,8 @@ def test_a_tiny_run_from_the_browser(tmp_path):
 
 
 
-def test_the_lab_pages_in_the_browser(tmp_path):
-    runs = tmp_path / "runs"
-    with dashboard_page(runs) as (url, page):
+def test_the_lab_pages_in_the_browser(served):
+    with dashboard_page(served) as (url, page):
         page.goto(f"{url}/Equivalence")
         page.locator(".st-key-eq_run button").click()
         expect(page.get_by_text("equal up to float rounding")).to_be_visible(timeout=120_000)
