@@ -89,11 +89,12 @@ def write_small_file(path: Path, text: str) -> None:
             raise
         fd = os.open(path, os.O_WRONLY)
         try:
-            if os.pwrite(fd, data, 0) != len(data):
-                raise
-            os.ftruncate(fd, len(data))
+            written = os.pwrite(fd, data, 0)
+            os.ftruncate(fd, written)
         finally:
             os.close(fd)
+        if written != len(data):
+            raise exc
 
 
 def append_line(fd: int, line: str, name: str, directory: Path) -> None:

@@ -126,7 +126,7 @@ class Runner:
         if not isinstance(checkpoint, dict):
             raise CheckpointError(f"checkpoint.pt of run {run_id} holds a {type(checkpoint).__name__}, "
                                   "not a gaccum checkpoint")
-        check_compatible(checkpoint, config.to_dict(), LENGTH_FIELDS, RunConfig().to_dict())
+        check_compatible(checkpoint, config.to_dict(), LENGTH_FIELDS)
         try:
             counters = checkpoint["counters"]
             return int(counters["step"]), int(counters.get("last_eval_step", counters["step"]))

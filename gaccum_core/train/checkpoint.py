@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from gaccum_core.config import RunConfig
+
 FORMAT = 1
 
 
@@ -110,8 +112,7 @@ def restore(state: dict[str, Any], model: torch.nn.Module, opt: Any, params: lis
                          [loss.to(device) for loss in state["in_flight"]], float(state["wall_time_s"]))
 
 
-def check_compatible(state: dict[str, Any], config: dict[str, Any], length_fields: tuple[str, ...],
-                     defaults: dict[str, Any] | None = None) -> None:
+def check_compatible(state: dict[str, Any], config: dict[str, Any], length_fields: tuple[str, ...]) -> None:
     """Refuse a checkpoint this run cannot continue exactly: other format, torch or settings."""
     if state.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint.pt has format {state.get('format')!r}, this gaccum reads {FORMAT}")
@@ -119,7 +120,7 @@ def check_compatible(state: dict[str, Any], config: dict[str, Any], length_field
         raise CheckpointError(f"checkpoint.pt was written by torch {state.get('torch_version')}, this is "
                               f"torch {torch.__version__}: kernels may differ, so the resumed run would not be exact")
     # A setting added since the checkpoint was written reads as its default, as config.json's does.
-    saved = {**(defaults or {}), **state.get("config", {})}
+    saved = {**RunConfig().to_dict(), **state.get("config", {})}
     changed = sorted(k for k in set(saved) | set(config)
                      if k not in length_fields and saved.get(k) != config.get(k))
     if changed:

@@ -78,7 +78,7 @@ class Engine:
 
     def resume_from(self, state: dict) -> None:
         """Continue from a checkpoint: weights, optimizer, schedule, scaler, RNGs, position, in-flight gradients."""
-        check_compatible(state, self.config.to_dict(), LENGTH_FIELDS, RunConfig().to_dict())
+        check_compatible(state, self.config.to_dict(), LENGTH_FIELDS)
         self.training = restore(state, self.model, self.opt, self.opt.params, self.device)
 
     def run(self, sink: MetricSink, should_stop: StopCheck = lambda: False,
@@ -128,9 +128,7 @@ class Engine:
                     raise Diverged(row["step"], row["loss"])
                 due = cfg.eval_every and counters.step % cfg.eval_every == 0
                 if (due and not evaluations(sink, epoch, counters)) or self.rows.stop_agreed:
-                    if save is not None:
-                        save(self.checkpoint())
-                    return RunState.STOPPED
+                    return self._stopped_between_windows(save)
                 periodic = cfg.checkpoint_every and counters.step % cfg.checkpoint_every == 0
                 if save is not None and periodic and counters.step < target:  # the last: at the end
                     save(self.checkpoint())
@@ -147,7 +145,8 @@ class Engine:
         return RunState.FINISHED
 
     def _stopped_between_windows(self, save: CheckpointSink | None) -> RunState:
-        """Stopped during an evaluation: the checkpoint's last_eval_step is before it, so a resume redoes it."""
+        """Stopped at a window's end (or during an evaluation, whose step the checkpoint's last_eval_step then
+        precedes, so a resume redoes it): checkpoint, and say so."""
         if save is not None:
             save(self.checkpoint())
         return RunState.STOPPED
