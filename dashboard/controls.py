@@ -175,6 +175,7 @@ class Controls(FieldWidgets):
                                 "or FILE.py:FUNCTION, called with input_shape=(C, H, W) and num_classes=N")
             model = self.values["model"] = own.strip()
             del self.values["own_model"]
+            self.slots["model"] = self.slots.pop("own_model")  # a refusal shows under the name typed
         dataset = self.add("dataset", st.selectbox, options=cfg.DATASETS)
         text = dataset in cfg.TEXT_DATASETS
         if text or model in cfg.TEXT_MODELS:
