@@ -26,6 +26,18 @@ DATASETS = IMAGE_DATASETS + TEXT_DATASETS
 TEXT_MODELS = ("gpt",)
 TIMM_PREFIX = "timm:"  # timm:NAME, any timm image model, untrained
 _TIMM_NAME_RE = re.compile(r"^timm:[A-Za-z0-9_.\-]{1,100}$")
+HF_PREFIX = "hf:"  # hf:DIR, a Hugging Face causal language model saved in a local directory
+MAX_SEQ_LEN = 1 << 20  # far beyond any model's positions; hf: models are checked against their own when loaded
+
+
+def is_hf(model: str) -> bool:
+    """Whether model names a Hugging Face causal LM directory (hf:DIR); the directory is checked when loaded."""
+    return model.startswith(HF_PREFIX)
+
+
+def is_language_model(model: str) -> bool:
+    """Whether model is a causal language model (gpt, or hf:DIR) that trains on a text data set."""
+    return model in TEXT_MODELS or is_hf(model)
 
 
 def is_timm(model: str) -> bool:
@@ -39,7 +51,7 @@ _FACTORY_RE = re.compile(r"^(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[^:\n]+\.py):[A-Z
 
 def is_factory(model: str) -> bool:
     """Whether model names your own factory (MODULE:FUNCTION or FILE.py:FUNCTION)."""
-    return not is_timm(model) and bool(_FACTORY_RE.match(model))
+    return not is_timm(model) and not is_hf(model) and bool(_FACTORY_RE.match(model))
 GPT_PRESET_NAMES = tuple(GPT_PRESETS)
 
 # Far beyond any real run; catches a typo like 3200000 before it allocates anything.
@@ -51,11 +63,13 @@ _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
 
 FIELD_HELP = {
-    "model": "model to train: " + ", ".join(MODELS) + ", timm:NAME (any timm image model, untrained), or "
-             "MODULE:FUNCTION / FILE.py:FUNCTION (your factory, called with input_shape=(C, H, W), num_classes=N)",
+    "model": "model to train: " + ", ".join(MODELS) + ", timm:NAME (any timm image model, untrained), "
+             "MODULE:FUNCTION / FILE.py:FUNCTION (your factory, called with input_shape=(C, H, W), num_classes=N), "
+             "or hf:DIR (a Hugging Face causal language model saved in DIR with its tokenizer; never downloaded)",
     "dataset": "data set: digits (bundled, no download), mnist, fashionmnist, cifar10 (from data_dir), fake, "
-               "imagefolder (your images in data_dir, one sub-folder per class); "
-               "text for gpt: pydoc (Python's documentation topics, bundled) or text (text_file)",
+               "imagefolder (your images in data_dir, one sub-folder per class), MODULE:FUNCTION / "
+               "FILE.py:FUNCTION (your function returning (train, test) datasets of (image tensor, int label)); "
+               "text for gpt and hf:DIR: pydoc (Python's documentation topics, bundled) or text (text_file)",
     "micro_batch_size": "samples per forward/backward pass (b)",
     "accum_steps": "micro-batches accumulated per optimizer step (k); effective batch = b*k",
     "reduction": "loss reduction: mean (exact: each micro-batch's summed loss over the window's samples, or "
@@ -89,9 +103,14 @@ FIELD_HELP = {
     "checkpoint_every": "write checkpoint.pt every N optimizer steps, besides on Stop and at the end "
                         "(0 = only then); a killed run resumes from the last one",
     "nnodes": "machines in a data-parallel job (the command line's --node-rank and --rdzv-endpoint join them)",
-    "text_file": "the UTF-8 file the text data set reads, split on blank lines into documents",
+    "text_file": "the file the text data set reads: UTF-8 text split on blank lines into documents, or .jsonl, "
+                 "one JSON object a line whose text_field is a document",
+    "text_field": "the field of each .jsonl line that holds its document's text",
+    "no_dropout": "turn the model's dropout off (every dropout layer's p, and an hf: model's dropout settings, "
+                  "set to 0): accumulated and big-batch steps then compute the same function",
     "text_file_max_mb": "the largest text file read, in MB (checked before reading: a larger one is refused)",
-    "max_seq_len": "longest sequence (tokens) of the text data sets: documents are cut into chunks of this length",
+    "max_seq_len": "longest sequence (tokens) of the text data sets: documents are cut into chunks of this length "
+                   "(at most the positions the model embeds)",
     "gpt_preset": "size of the gpt model: " + ", ".join(preset_words(name) for name in GPT_PRESETS)
                   + "; tiny suits the CPU, gpt2 is GPT-2 small's shape",
     "sync_every_micro_batch": "all-reduce gradients after every micro-batch instead of once per window "
@@ -105,6 +124,12 @@ class ConfigError(ValueError):
     def __init__(self, field: str, value: Any, allowed: str) -> None:
         self.field, self.value, self.allowed = field, value, allowed
         super().__init__(f"{field}={value!r} is not allowed: {allowed}")
+
+
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """'TypeName: the first line of its message' (at most limit characters): a foreign error inside a one-line message."""
+    text = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {text[:limit]}" if text else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -144,8 +169,10 @@ class RunConfig:
     sync_every_micro_batch: bool = False
     text_file: str = ""
     text_file_max_mb: int = 256
+    text_field: str = "text"
     max_seq_len: int = 128
     gpt_preset: str = "tiny"
+    no_dropout: bool = False
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -239,10 +266,17 @@ def _check_types(cfg: RunConfig) -> None:
 def _check_choices(cfg: RunConfig) -> None:
     if is_timm(cfg.model) and not _TIMM_NAME_RE.match(cfg.model):
         raise ConfigError("model", cfg.model, "timm:NAME with a timm model name (letters, digits, _ . -)")
-    if cfg.model not in MODELS and not is_timm(cfg.model) and not is_factory(cfg.model):
+    if is_hf(cfg.model) and not cfg.model.removeprefix(HF_PREFIX).strip():
+        raise ConfigError("model", cfg.model, "hf:DIR with the directory of a saved Hugging Face causal language model")
+    if cfg.model not in MODELS and not is_timm(cfg.model) and not is_factory(cfg.model) and not is_hf(cfg.model):
         raise ConfigError("model", cfg.model, "one of " + ", ".join(MODELS) + ", timm:NAME (any timm image model), "
-                          "or MODULE:FUNCTION / FILE.py:FUNCTION (your own factory)")
-    for name, choices in (("dataset", DATASETS), ("reduction", REDUCTIONS),
+                          "MODULE:FUNCTION / FILE.py:FUNCTION (your own factory) or hf:DIR (a saved causal LM)")
+    if cfg.dataset not in DATASETS and not is_factory(cfg.dataset):
+        raise ConfigError("dataset", cfg.dataset, "one of " + ", ".join(DATASETS) + ", or MODULE:FUNCTION / "
+                          "FILE.py:FUNCTION (your function returning (train, test) datasets)")
+    if not re.match(r"^\w{1,100}$", cfg.text_field):
+        raise ConfigError("text_field", cfg.text_field, "a JSON field name (letters, digits, _)")
+    for name, choices in (("reduction", REDUCTIONS),
                           ("amp", AMP_MODES), ("clear_cache", CLEAR_CACHE_MODES),
                           ("compile", COMPILE_MODES), ("optimizer", OPTIMIZERS),
                           ("lr_schedule", LR_SCHEDULES), ("gpt_preset", GPT_PRESET_NAMES)):
@@ -296,13 +330,15 @@ def _check_ranges(cfg: RunConfig) -> None:
 
 def _check_task(cfg: RunConfig) -> None:
     """A text model needs a text data set and an image model an image one; the sequence fits the preset."""
-    if cfg.model in TEXT_MODELS and not cfg.is_text:
+    if is_language_model(cfg.model) and not cfg.is_text:
         raise ConfigError("dataset", cfg.dataset, f"a text data set for {cfg.model}: " + ", ".join(TEXT_DATASETS))
-    if cfg.is_text and cfg.model not in TEXT_MODELS:
+    if cfg.is_text and not is_language_model(cfg.model):
         raise ConfigError("model", cfg.model, f"a language model for the {cfg.dataset} text data set: "
-                          + ", ".join(TEXT_MODELS))
+                          + ", ".join(TEXT_MODELS) + " or hf:DIR")
     if cfg.dataset == "text" and not cfg.text_file.strip():
-        raise ConfigError("text_file", cfg.text_file, "the path of a UTF-8 text file (required with dataset text)")
-    if cfg.is_text:
+        raise ConfigError("text_file", cfg.text_file, "the path of a UTF-8 text or .jsonl file (required with dataset text)")
+    if cfg.model == "gpt":
         most = GPT_PRESETS[cfg.gpt_preset].max_len
         _int_range(cfg, "max_seq_len", 1, most, f" (the positions gpt {cfg.gpt_preset} embeds)")
+    else:  # an hf: model's own positions are read from its config.json when it is loaded
+        _int_range(cfg, "max_seq_len", 1, MAX_SEQ_LEN)

@@ -13,8 +13,8 @@ from gaccum_core.config import FIELD_HELP, ConfigError, RunConfig
 
 # RunConfig fields whose flag takes one of a fixed set of values: the config module's tuple of them.
 _CHOICES = {"reduction": "REDUCTIONS", "amp": "AMP_MODES", "clear_cache": "CLEAR_CACHE_MODES",
-            "compile": "COMPILE_MODES", "optimizer": "OPTIMIZERS", "lr_schedule": "LR_SCHEDULES",
-            "dataset": "DATASETS"}  # model: a name or timm:NAME, checked by the config
+            "compile": "COMPILE_MODES", "optimizer": "OPTIMIZERS", "lr_schedule": "LR_SCHEDULES"}
+# model and dataset: a name, or your own (timm:NAME, hf:DIR, MODULE:FUNCTION), checked by the config
 
 # argparse takes only -N and -N.N for negative numbers; anything else after a flag (--lr -inf,
 # --lr -1e-3) would be read as an unknown flag, hiding the bad value behind "expected one argument".

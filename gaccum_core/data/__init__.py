@@ -1,7 +1,8 @@
 """Data sets by name as batch sources: sources (what every data set is), images (digits, torchvision's,
-fake), folders (your own images, one folder per class), text (pydoc, a text file, byte-level), load (any of them by name).
+fake), folders (your own images, one folder per class), user (your own dataset function), text (pydoc,
+a text or .jsonl file) with tokens (bytes, or an hf: model's tokenizer), load (any of them by name).
 
-Imports only the shared vocabulary (config, seeding, presets).
+Imports only the shared vocabulary (config, seeding, hfdir, usercode).
 """
 
 from gaccum_core.exports import lazy_exports

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from gaccum_core.config import DATASETS, TEXT_DATASETS, RunConfig
+from gaccum_core.config import DATASETS, TEXT_DATASETS, RunConfig, is_factory
 from gaccum_core.data.folders import describe_folder, folder_sources
 from gaccum_core.data.images import describe_images, image_sources
 from gaccum_core.data.sources import DataBundle, DataError
 from gaccum_core.data.text import describe_text, text_sources
-from gaccum_core.presets import VOCAB
+from gaccum_core.data.tokens import tokens_for
+from gaccum_core.data.user import describe_user, user_sources
 
 
 def load_data(config: RunConfig) -> DataBundle:
@@ -15,7 +16,11 @@ def load_data(config: RunConfig) -> DataBundle:
     name = config.dataset
     if name in TEXT_DATASETS:
         train, test = text_sources(config)
-        return DataBundle(name, train, test, VOCAB, (config.max_seq_len,))
+        tokens = tokens_for(config)
+        return DataBundle(name, train, test, tokens.vocab_size, (config.max_seq_len,), tokens)
+    if is_factory(name):
+        train, test = user_sources(config)
+        return DataBundle(name, train, test, train.num_classes, train.input_shape)
     if name not in DATASETS:
         raise DataError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}")
     train, test = folder_sources(config) if name == "imagefolder" else image_sources(config)
@@ -29,6 +34,8 @@ def describe_dataset(config: RunConfig) -> str:
         return describe_text(config)
     if config.dataset == "imagefolder":
         return describe_folder(config)
+    if is_factory(config.dataset):
+        return describe_user(config)
     if config.dataset not in DATASETS:
         raise DataError(f"unknown dataset {config.dataset!r}: choose one of {', '.join(DATASETS)}")
     return describe_images(config)

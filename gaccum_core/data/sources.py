@@ -4,7 +4,7 @@ a data set that cannot be had raises."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -36,3 +36,4 @@ class DataBundle:
     test: ImageSource
     num_classes: int
     input_shape: tuple[int, ...]  # (C, H, W) of images; (max_seq_len,) of text
+    tokens: Any = None  # text: how ids become text again (data.tokens), for the samples a language run shows

@@ -1,16 +1,18 @@
-"""Text as token sequences of different lengths, byte-level, offline.
+"""Text as token sequences of different lengths, offline: bytes for gpt, the model's tokenizer for hf:DIR.
 
 `pydoc`: the Python documentation topics every Python ships (`pydoc_data.topics`, 79 documents);
-`text`: any UTF-8 file, split on blank lines into documents. Each document is cut into chunks of at
-most max_seq_len + 1 bytes (a chunk of L bytes gives L - 1 next-token targets), so a document's
-last chunk is shorter: micro-batches hold different numbers of target tokens, which is where a mean
-of per-micro-batch means goes wrong. Every tenth document (by sorted title for pydoc, by position for
-a file) is held out for validation: a fixed split.
+`text`: any UTF-8 file, split on blank lines into documents, or a .jsonl file, one document a line
+(its text_field). Each document's tokens (see tokens.py) are cut into chunks of at most
+max_seq_len + 1 (a chunk of L tokens gives L - 1 next-token targets), so a document's last chunk is
+shorter: micro-batches hold different numbers of target tokens, which is where a mean of
+per-micro-batch means goes wrong. Every tenth document (by sorted title for pydoc, by position for a
+file) is held out for validation: a fixed split.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import stat
@@ -18,18 +20,21 @@ import stat
 import torch
 
 from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.data.tokens import BYTE_PAD, ByteTokens, ModelTokens, tokens_for
 
-PAD = 0          # input id of padding: byte 0 never occurs in text
+PAD = BYTE_PAD   # input id of gpt's padding
 IGNORE = -100    # cross_entropy's ignore_index: padding has no target
 VALIDATION_EVERY = 10
+Tokens = ByteTokens | ModelTokens
 
 
 class TokenSequences:
-    """Byte sequences addressed by index; batch() pads to the micro-batch's longest."""
+    """Token sequences addressed by index; batch() pads to the micro-batch's longest with `pad`."""
 
-    def __init__(self, chunks: list[bytes]) -> None:
-        self.chunks = [torch.frombuffer(bytearray(c), dtype=torch.uint8).long() for c in chunks]
+    def __init__(self, chunks: list[list[int]], pad: int = PAD) -> None:
+        self.chunks = [torch.tensor(c, dtype=torch.long) for c in chunks]
         self.targets = torch.tensor([len(c) - 1 for c in chunks], dtype=torch.long)  # per sequence
+        self.pad = pad
 
     def __len__(self) -> int:
         return len(self.chunks)
@@ -39,10 +44,10 @@ class TokenSequences:
         return int(self.targets[indices].sum())
 
     def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs (N, T) padded with PAD and targets (N, T) with IGNORE where padded; T = longest - 1."""
+        """Inputs (N, T) padded with self.pad and targets (N, T) with IGNORE where padded; T = longest - 1."""
         rows = [self.chunks[int(i)] for i in indices]
         width = max((len(r) for r in rows), default=2) - 1  # no rows: a data-parallel rank's empty share
-        inputs = torch.full((len(rows), width), PAD, dtype=torch.long)
+        inputs = torch.full((len(rows), width), self.pad, dtype=torch.long)
         targets = torch.full((len(rows), width), IGNORE, dtype=torch.long)
         for n, row in enumerate(rows):
             inputs[n, :len(row) - 1] = row[:-1]
@@ -50,19 +55,19 @@ class TokenSequences:
         return inputs, targets
 
 
-def chunked(documents: list[bytes], max_seq_len: int) -> list[bytes]:
-    """Each document cut into pieces of max_seq_len + 1 bytes (its last piece shorter); pieces of
-    fewer than 2 bytes, which hold no target, are dropped."""
+def chunked(documents: list[list[int]], max_seq_len: int) -> list[list[int]]:
+    """Each document's tokens cut into pieces of max_seq_len + 1 (its last piece shorter); pieces of
+    fewer than 2 tokens, which hold no target, are dropped."""
     size = max_seq_len + 1
     pieces = [doc[i:i + size] for doc in documents for i in range(0, len(doc), size)]
     return [p for p in pieces if len(p) >= 2]
 
 
-def pydoc_documents() -> list[bytes]:
-    """The pydoc topics, sorted by title, as UTF-8 bytes."""
+def pydoc_documents() -> list[str]:
+    """The pydoc topics, sorted by title."""
     from pydoc_data.topics import topics
 
-    return [topics[title].encode("utf-8") for title in sorted(topics)]
+    return [topics[title] for title in sorted(topics)]
 
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
@@ -95,37 +100,71 @@ def _read_regular_file(path: str, max_mb: int) -> bytes:
         return file.read(limit)
 
 
-def file_documents(path: str, max_mb: int = 256) -> list[bytes]:
-    """A UTF-8 file's paragraphs (split on blank lines); ConfigError naming text_file when unusable."""
+def file_documents(path: str, max_mb: int = 256, field: str = "text") -> list[str]:
+    """The documents of a UTF-8 file: its paragraphs (split on blank lines), or a .jsonl file's lines'
+    `field`; ConfigError naming text_file (or text_field) when unusable."""
     try:
         text = _read_regular_file(path, max_mb).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError("text_file", path, f"UTF-8 text: byte {exc.start} is not UTF-8") from None
-    documents = [p.strip().encode("utf-8") for p in re.split(r"\n\s*\n", text) if len(p.strip()) >= 2]
+    if path.lower().endswith(".jsonl"):
+        documents = [d.strip() for d in _jsonl_documents(path, text, field) if len(d.strip()) >= 2]
+        unit = "lines with text"
+    else:
+        documents = [p.strip() for p in re.split(r"\n\s*\n", text) if len(p.strip()) >= 2]
+        unit = "paragraphs separated by a blank line"
     if len(documents) < 2:
-        raise ConfigError("text_file", path, "a file with at least 2 paragraphs separated by a blank line, one for "
-                          f"training and one for validation: it has {len(documents)}")
+        raise ConfigError("text_file", path, f"a file with at least 2 {unit}, one for training and one for "
+                          f"validation: it has {len(documents)}")
     return documents
 
 
-def split(documents: list[bytes], max_seq_len: int) -> tuple[TokenSequences, TokenSequences]:
-    """(train, validation) sequences: every VALIDATION_EVERY-th document is held out (at least one)."""
+def _jsonl_documents(path: str, text: str, field: str) -> list[str]:
+    """Each non-blank line's `field`: ConfigError naming the first line that is not a JSON object with it."""
+    documents = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError("text_file", path, f"JSON Lines, one JSON object a line: line {number} is not "
+                              f"JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(record, dict) or not isinstance(record.get(field), str):
+            has = (f"its fields are {', '.join(map(repr, list(record)[:8]))}" if isinstance(record, dict)
+                   else f"it is a JSON {type(record).__name__}")
+            raise ConfigError("text_field", field, f"a text field of every line of {path}: line {number} has no "
+                              f"string {field!r} ({has}; set text_field, --text-field, to the one holding the text)")
+        documents.append(record[field])
+    return documents
+
+
+def split(documents: list[list[int]], max_seq_len: int, pad: int = PAD) -> tuple[TokenSequences, TokenSequences]:
+    """(train, validation) sequences of tokenised documents: every VALIDATION_EVERY-th is held out (at least one)."""
     held = set(range(0, len(documents), VALIDATION_EVERY)) if len(documents) >= VALIDATION_EVERY else {0}
     train = [d for i, d in enumerate(documents) if i not in held]
     validation = [d for i, d in enumerate(documents) if i in held]
-    return TokenSequences(chunked(train, max_seq_len)), TokenSequences(chunked(validation, max_seq_len))
+    return TokenSequences(chunked(train, max_seq_len), pad), TokenSequences(chunked(validation, max_seq_len), pad)
 
 
 def text_sources(config: RunConfig) -> tuple[TokenSequences, TokenSequences]:
-    """(train, validation) token sequences of pydoc (cached per length) or of config.text_file."""
+    """(train, validation) token sequences of pydoc (cached per tokenizer and length) or of config.text_file."""
+    tokens = tokens_for(config)  # ConfigError naming model for an hf: directory without a usable tokenizer
     if config.dataset == "pydoc":
-        return _pydoc(config.max_seq_len)
-    return split(file_documents(config.text_file, config.text_file_max_mb), config.max_seq_len)  # ConfigError naming text_file
+        return _pydoc(tokens, config.max_seq_len)
+    documents = file_documents(config.text_file, config.text_file_max_mb, config.text_field)
+    return split(_encoded(tokens, documents), config.max_seq_len, tokens.pad)
+
+
+def _encoded(tokens: Tokens, documents: list[str]) -> list[list[int]]:
+    if isinstance(tokens, ModelTokens):
+        return tokens.encode_many(documents)
+    return [tokens.encode(d) for d in documents]
 
 
 @functools.lru_cache(maxsize=4)
-def _pydoc(max_seq_len: int) -> tuple[TokenSequences, TokenSequences]:
-    return split(pydoc_documents(), max_seq_len)
+def _pydoc(tokens: Tokens, max_seq_len: int) -> tuple[TokenSequences, TokenSequences]:
+    return split(_encoded(tokens, pydoc_documents()), max_seq_len, tokens.pad)
 
 
 def describe_text(config: RunConfig) -> str:
@@ -133,4 +172,4 @@ def describe_text(config: RunConfig) -> str:
     train, test = text_sources(config)
     return (f"{config.dataset}: {len(train)} train / {len(test)} validation sequences of up to "
             f"{config.max_seq_len} tokens, {int(train.targets.sum()):,} / {int(test.targets.sum()):,} "
-            "target tokens, bytes")
+            f"target tokens, {tokens_for(config).name}")

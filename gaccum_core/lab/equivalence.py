@@ -24,7 +24,7 @@ from gaccum_core.data import load_data
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.loss import summed_cross_entropy
 from gaccum_core.train.memory import clear_cache, is_out_of_memory
-from gaccum_core.models.vision import build_seeded_model
+from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.precision import Precision
 from gaccum_core.train.step import Optimization, accumulate, accumulate_step
 from gaccum_core.data.text import IGNORE

@@ -1,11 +1,13 @@
-"""Models by name: image classifiers (vision) and the byte-level GPT (gpt).
+"""Models by name (build): image classifiers (vision, timm_zoo, your factory), the byte-level GPT (gpt) and
+Hugging Face causal LMs saved on disk (hf).
 
-Imports only the shared vocabulary (config, seeding).
+Imports only the shared vocabulary (config, seeding, hfdir).
 """
 
 from gaccum_core.exports import lazy_exports
 
 __all__, __getattr__ = lazy_exports(__name__, {
-    "vision": ("build_model", "build_seeded_model", "model_input_size", "ModelInputError", "BUILTIN_MODELS"),
+    "build": ("build_seeded_model", "active_dropout", "dropout_off"),
+    "vision": ("build_model", "model_input_size", "ModelInputError", "BUILTIN_MODELS"),
     "gpt": ("GPT", "build_gpt"),
 })

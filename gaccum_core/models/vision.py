@@ -12,11 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gaccum_core.config import MODELS, RunConfig, is_factory, is_timm
+from gaccum_core.config import MODELS, is_factory, is_timm
 from gaccum_core.models.factory import build_factory_model
-from gaccum_core.models.gpt import build_gpt
 from gaccum_core.models.timm_zoo import build_timm
-from gaccum_core.seeding import seeded
 
 MODEL_NAMES = MODELS  # one list of names, owned by the config that validates them
 BUILTIN_MODELS = ("mlp", "cnn", "cnn_bn", "cnn_gn")
@@ -76,13 +74,6 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int,
     if not adapter.size and not adapter.to_rgb:
         return net  # nothing to adapt: no extra module on the hot path
     return nn.Sequential(OrderedDict(adapter=adapter, net=net))
-
-
-def build_seeded_model(config: RunConfig, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
-    """config.model with its initial weights drawn from config.seed, the process's global RNG left alone."""
-    if config.model == "gpt":
-        return seeded(config.seed, lambda: build_gpt(config.gpt_preset))
-    return seeded(config.seed, lambda: build_model(config.model, input_shape, num_classes, config.image_size))
 
 
 def _check_name(name: str) -> None:

@@ -13,7 +13,7 @@ import statistics
 
 import torch
 
-from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.config import ConfigError, RunConfig, first_line
 from gaccum_core.train.memory import MB, SavedBytesPeak, clear_cache, is_out_of_memory, optimizer_state_bytes, tensor_bytes
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import RowKeeper
@@ -98,13 +98,8 @@ def measure(base: RunConfig, options: Options, micro_batch_size: int, effective_
 
 def _failure(options: Options, micro_batch_size: int, k: int, exc: BaseException) -> Candidate:
     if is_out_of_memory(exc) or (exc.__cause__ is not None and is_out_of_memory(exc.__cause__)):
-        return Candidate(options, micro_batch_size, k, OUT_OF_MEMORY, detail={"message": _first_line(exc)})
+        return Candidate(options, micro_batch_size, k, OUT_OF_MEMORY, detail={"message": first_line(exc, 300)})
     # A BatchNorm model cannot train on micro-batches of one sample: a larger b may work.
     larger = isinstance(exc, ConfigError) and exc.field == "micro_batch_size"
     return Candidate(options, micro_batch_size, k, FAILED,
-                     detail={"message": _first_line(exc), "larger_may_work": larger})
-
-
-def _first_line(exc: BaseException) -> str:
-    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return f"{type(exc).__name__}: {text[:300]}"
+                     detail={"message": first_line(exc, 300), "larger_may_work": larger})

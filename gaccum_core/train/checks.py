@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.config import ConfigError, RunConfig, is_hf
 from gaccum_core.data import load_data
+from gaccum_core.models.hf import check_hf  # imports transformers only when it checks a model
 from gaccum_core.models.vision import build_model
 from gaccum_core.train.device import max_processes, option_unavailable, resolve_device
 
@@ -40,6 +41,8 @@ def preflight(config: RunConfig) -> None:
     _check_options(config, device)
     _check_processes(config, device)
     data = load_data(config)
+    if is_hf(config.model):  # its config, positions, vocabulary and weights file, without loading the weights
+        check_hf(config, data.num_classes)
     check_micro_batch(config, len(data.train))
     if not config.is_text:  # an image model must take the images at this size; gpt takes any max_seq_len it embeds
         build_model(config.model, data.input_shape, data.num_classes, config.image_size)

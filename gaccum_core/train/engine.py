@@ -20,7 +20,7 @@ import torch
 from gaccum_core import faults
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import load_data
-from gaccum_core.models.vision import build_seeded_model
+from gaccum_core.models.build import build_seeded_model
 from gaccum_core.states import RunState
 from gaccum_core.train.accumulation import (MicroBatch, Window, epoch_order, micro_batch_divisors, plan_epoch,
                                             planned_steps)
@@ -261,6 +261,6 @@ class Engine:
         row = {"epoch": epoch, "step": counters.step, "test_loss": test_loss, "test_accuracy": accuracy,
                "perplexity": math.exp(min(test_loss, 700.0)) if text else None}
         if text:  # the run store writes the sample to samples.jsonl, not to eval.csv
-            row["sample"] = sample_text(self.model, self.precision, self.device)
+            row["sample"] = sample_text(self.model, self.data.tokens, self.precision, self.device)
         sink.log_eval({**row, "wall_time_s": time.perf_counter() - self._start})
         return True

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from gaccum_core.data import ImageSource
-from gaccum_core.data.text import IGNORE
+from gaccum_core.data.text import IGNORE, Tokens
 from gaccum_core.train.precision import Precision
 from gaccum_core.train.step import StopCheck, never
 
@@ -41,12 +41,12 @@ def evaluate(model: torch.nn.Module, test: ImageSource, batch_size: int, precisi
     return loss_sum.item() / total, correct.item() / total
 
 
-def sample_text(model: torch.nn.Module, precision: Precision, device: torch.device) -> str:
-    """A greedy continuation of SAMPLE_PROMPT by a language model: the Train page shows one per
-    evaluation, so a user sees that the model learns."""
+def sample_text(model: torch.nn.Module, tokens: Tokens, precision: Precision, device: torch.device) -> str:
+    """A greedy continuation of SAMPLE_PROMPT by a language model, in its own tokens: the Train page shows
+    one per evaluation, so a user sees that the model learns."""
     model.eval()
-    prompt = torch.tensor(list(SAMPLE_PROMPT.encode("utf-8")), device=device)
+    text, ids = tokens.prompt(SAMPLE_PROMPT)
     with precision.autocast():
-        ids = model.generate(prompt, SAMPLE_TOKENS)
+        new = model.generate(torch.tensor(ids, device=device), SAMPLE_TOKENS)
     model.train()
-    return SAMPLE_PROMPT + bytes(ids.tolist()).decode("utf-8", errors="replace")
+    return text + tokens.decode(new.tolist())

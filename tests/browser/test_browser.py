@@ -44,7 +44,7 @@ def test_a_tiny_run_from_the_browser(served):
         expect(b).to_have_value("32", timeout=60_000)
         b.fill("16")  # typed exactly; the effective batch follows
         b.press("Enter")
-        expect(page.get_by_test_id("stMetricValue").first).to_have_text("64")
+        expect(page.get_by_test_id("stMetricValue").first).to_have_text("64", timeout=60_000)
         steps = page.get_by_role("spinbutton", name="Max optimizer steps (0 = no limit)")
         steps.fill("12")
         steps.press("Enter")

@@ -62,6 +62,6 @@ def test_a_tiny_plan_in_the_browser_and_its_settings_on_the_train_page(tmp_path:
         page.get_by_role("button", name="Use these settings").click()
         expect(page).to_have_url(re.compile(r"/Train$"), timeout=WAIT_MS)
         expect(page.get_by_role("spinbutton", name="Micro-batch size b")).to_have_value(b, timeout=WAIT_MS)
-        expect(page.get_by_role("spinbutton", name="Accumulation steps k")).to_have_value(k)
-        expect(page.get_by_test_id("stMetricValue").first).to_have_text("24")
+        expect(page.get_by_role("spinbutton", name="Accumulation steps k")).to_have_value(k, timeout=WAIT_MS)
+        expect(page.get_by_test_id("stMetricValue").first).to_have_text("24", timeout=WAIT_MS)
         browser.close()

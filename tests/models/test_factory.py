@@ -9,7 +9,7 @@ import torch
 
 from gaccum_core.cli import main
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.models.vision import build_seeded_model
+from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import NullSink
 from images import write_pngs

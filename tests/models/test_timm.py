@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 from gaccum_core.cli import main
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import load_data
-from gaccum_core.models.vision import build_seeded_model
+from gaccum_core.models.build import build_seeded_model
 from gaccum_core.states import RunState
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import NullSink

@@ -20,7 +20,7 @@ from gaccum_core.config import RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.train.distributed import Ranks, share
 from gaccum_core.train.engine import Engine
-from gaccum_core.models.vision import build_seeded_model
+from gaccum_core.models.build import build_seeded_model
 from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
 

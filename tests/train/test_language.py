@@ -23,7 +23,7 @@ EPOCH_DOCUMENTS = 10
 @pytest.fixture(scope="module")
 def epoch_text(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("text") / "ten_topics.txt"
-    path.write_text("\n\n".join(d.decode("utf-8") for d in pydoc_documents()[:EPOCH_DOCUMENTS]), encoding="utf-8")
+    path.write_text("\n\n".join(pydoc_documents()[:EPOCH_DOCUMENTS]), encoding="utf-8")
     return str(path)
 
 
@@ -195,7 +195,7 @@ def test_the_step_is_the_per_token_mean_of_the_whole_window():
     import torch.nn.functional as F
 
     from gaccum_core.train.accumulation import epoch_order
-    from gaccum_core.models.vision import build_seeded_model
+    from gaccum_core.models.build import build_seeded_model
 
     config = lm(micro_batch_size=2, accum_steps=4, momentum=0.0, max_steps=1)
     accumulated, _ = trained(config)

@@ -18,7 +18,7 @@ from gaccum_core.lab.pitfalls.catalog import BASE_CONFIG, PITFALLS
 from gaccum_core.lab.pitfalls.kit import Kit
 from gaccum_core.lab.pitfalls.loops import LOOPS, Loop, big_batch, exact
 from gaccum_core.lab.pitfalls.result import PitfallResult, Snapshot, compare
-from gaccum_core.models.vision import build_seeded_model
+from gaccum_core.models.build import build_seeded_model
 
 # #7's correct column trains another model (against its own big batch): no loss weighting fixes BatchNorm.
 _CORRECT_SIDE = {"batchnorm_small_micro_batches": {"model": "cnn_gn"}}
