@@ -33,6 +33,11 @@ class CausalLM(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """The logits; padding (id -1) is masked out of attention and fed as id 0, which it cannot affect."""
+        if ids.shape[0] == 0:
+            # A data-parallel rank's empty share of a last window: attention cannot reshape zero rows, so one
+            # dummy token goes through and none of its logits come out; backward then gives every parameter
+            # a zero gradient, and DDP's all-reduce still hears from this rank.
+            return self(torch.zeros(1, 1, dtype=ids.dtype, device=ids.device))[:0]
         mask = ids.ne(MASKED)
         return self.model(input_ids=ids.clamp(min=0), attention_mask=mask.long(), use_cache=False).logits
 

@@ -101,9 +101,11 @@ def _resume_if_checkpointed(store: RunStore | None, run_id: str, engine: Engine,
     if checkpoint is not None:
         counters = engine.training.counters
         store.truncate_rows(run_id, counters.step, counters.last_eval_step)
-    segments = list(store.read_status(run_id).get("segments", []))
-    segments.append({"started": now_iso(), "from_step": engine.training.counters.step})
-    store.update_status(run_id, total_steps=engine.total_steps, segments=segments)
+    status = store.read_status(run_id)
+    segments = [*status.get("segments", []), {"started": now_iso(), "from_step": engine.training.counters.step}]
+    # Where the initial weights came from (an hf: model's file, or its config and the seed): said once, at the start.
+    origin = {} if "weights" in status else {"weights": getattr(engine.model, "origin", "initialised with the run's seed")}
+    store.update_status(run_id, total_steps=engine.total_steps, segments=segments, **origin)
 
 
 def _end_segment(store: RunStore, run_id: str, state: RunState, step: int) -> None:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pandas on use: `python -m gaccum_core worker` imports this 
     import pandas as pd
 
 _STATES = tuple(s.value for s in RunState if s not in (RunState.INTERRUPTED, RunState.DAMAGED))
-_TEXT_FIELDS = ("run_id", "name", "message", "created", "ended", "started", "device")
+_TEXT_FIELDS = ("run_id", "name", "message", "created", "ended", "started", "device", "weights")
 
 
 class DamagedRun(ValueError):
