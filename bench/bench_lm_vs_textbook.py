@@ -1,5 +1,9 @@
 """Throughput of the engine on a language model (every metric recorded to CSV) against a textbook nanoGPT-style loop.
 
+With --model hf:DIR (or hf:tiny, a tiny Llama-style model and tokenizer built in a temporary directory
+as the tests build theirs) the textbook loop is a plain Transformers-style loop instead: the Hugging Face
+model called with input_ids and attention_mask, the loss from its logits, backward, step.
+
 The language-model counterpart of bench_engine_vs_textbook.py: gpt (tiny by default) on the bundled
 pydoc text, on the CPU. The textbook loop is plain PyTorch written the way nanoGPT writes it: for each
 window of k micro-batches, count the window's target tokens, then for each micro-batch a forward under
@@ -18,7 +22,7 @@ time by more than 3% was disturbed (its involuntary context switches are printed
 ratio and the median over undisturbed repeats are printed beside the plain wall-clock one.
 
     python bench/bench_lm_vs_textbook.py [--micro-batch-size 8] [--accum-steps 4] [--max-seq-len 128]
-        [--steps 40] [--repeats 4] [--processes 3] [--preset tiny] [--amp off]
+        [--steps 40] [--repeats 4] [--processes 3] [--preset tiny] [--amp off] [--model gpt|hf:DIR|hf:tiny]
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gaccum_core.train.accumulation import epoch_order  # noqa: E402
-from gaccum_core.config import RunConfig  # noqa: E402
+from gaccum_core.config import RunConfig, is_hf  # noqa: E402
+from gaccum_core.hfdir import MASKED  # noqa: E402
 from gaccum_core.train.engine import Engine  # noqa: E402
 from gaccum_core.train.evaluation import SAMPLE_PROMPT, SAMPLE_TOKENS  # noqa: E402
 from gaccum_core.runs.store import RunStore  # noqa: E402
@@ -62,6 +67,7 @@ def textbook_run(config: RunConfig) -> tuple[dict, torch.nn.Module]:
     validation pass and a greedy sample; returns its timing and the trained model."""
     engine = Engine(config)  # only for its identical initial model and data (sequences, padding)
     model, train, val = engine.model, engine.data.train, engine.data.test
+    forward = _transformers_forward(model.model) if is_hf(config.model) else model
     if config.optimizer == "sgd":
         optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
                                     weight_decay=config.weight_decay)
@@ -83,7 +89,7 @@ def textbook_run(config: RunConfig) -> tuple[dict, torch.nn.Module]:
             for m in range(0, len(window), b):
                 x, y = train.batch(window[m:m + b])
                 with ctx:
-                    logits = model(x)
+                    logits = forward(x)
                 loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1),
                                        ignore_index=IGNORE, reduction="sum") / window_tokens
                 loss.backward()
@@ -98,25 +104,40 @@ def textbook_run(config: RunConfig) -> tuple[dict, torch.nn.Module]:
         if steps == config.max_steps:
             break
     train_seconds = time.perf_counter() - start
-    _validate(model, val, b, ctx)
-    prompt = torch.tensor(list(SAMPLE_PROMPT.encode("utf-8")))
+    _validate(model, forward, val, b, ctx)
+    _, ids = engine.data.tokens.prompt(SAMPLE_PROMPT)
     model.eval()
     with ctx:
-        model.generate(prompt, SAMPLE_TOKENS)
+        if is_hf(config.model):  # Transformers' own greedy generate, with its cache
+            prompt = torch.tensor([ids])
+            model.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=SAMPLE_TOKENS,
+                                 do_sample=False, pad_token_id=model.model.config.eos_token_id)
+        else:
+            model.generate(torch.tensor(ids), SAMPLE_TOKENS)
     model.train()
     return {"tokens": tokens, "wall": time.perf_counter() - start, "cpu": time.thread_time() - cpu,
             "train_wall": train_seconds, "preempted": _preemptions() - preempted}, model
 
 
+def _transformers_forward(model: torch.nn.Module):
+    """A Transformers user's forward: padded input_ids with their attention_mask, the output's logits. Without
+    the key/value cache, as the engine runs it: building one in training is work the engine does not do, and
+    this loop is the yardstick (with it, measured, the plain loop is ~1.3x slower)."""
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        real = x != MASKED
+        return model(input_ids=torch.where(real, x, 0), attention_mask=real.long(), use_cache=False).logits
+    return forward
+
+
 @torch.no_grad()
-def _validate(model: torch.nn.Module, val, batch_size: int, ctx) -> float:
+def _validate(model: torch.nn.Module, forward, val, batch_size: int, ctx) -> float:
     """nanoGPT's estimate_loss over the whole validation split: mean loss per target token."""
     model.eval()
     loss, count = 0.0, 0
     for begin in range(0, len(val), batch_size):
         x, y = val.batch(torch.arange(begin, min(begin + batch_size, len(val))))
         with ctx:
-            logits = model(x)
+            logits = forward(x)
         loss += F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1),
                                 ignore_index=IGNORE, reduction="sum").item()
         count += int((y != IGNORE).sum())
@@ -173,6 +194,8 @@ def main() -> None:
     """Alternate both loops in several fresh processes; print tokens/s and the engine/textbook ratio."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="tiny", help="gpt preset")
+    parser.add_argument("--model", default="gpt", help="gpt, hf:DIR, or hf:tiny (a tiny Llama built here)")
+    parser.add_argument("--text-file", default="", help="train on this text or .jsonl file instead of pydoc")
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--accum-steps", type=int, default=4)
     parser.add_argument("--max-seq-len", type=int, default=128)
@@ -187,7 +210,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads; 1 keeps a shared 2-core box quiet")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    config = RunConfig(model="gpt", dataset="pydoc", gpt_preset=args.preset, max_seq_len=args.max_seq_len,
+    if args.model == "hf:tiny":  # built once by the parent; its workers get the directory
+        args.model = _tiny_hf_model()
+        sys.argv = [a if a != "hf:tiny" else args.model for a in sys.argv]
+    config = RunConfig(model=args.model, dataset="text" if args.text_file else "pydoc", text_file=args.text_file,
+                       gpt_preset=args.preset, max_seq_len=args.max_seq_len,
                        micro_batch_size=args.micro_batch_size, accum_steps=args.accum_steps, reduction="mean",
                        optimizer=args.optimizer, lr=args.lr, grad_clip=args.grad_clip, amp=args.amp,
                        max_steps=args.steps, device="cpu")
@@ -197,7 +224,8 @@ def main() -> None:
             os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[-args.threads:])
         print(json.dumps(_pairs(config, args.repeats)))
         return
-    print(f"model=gpt {config.gpt_preset} dataset=pydoc max_seq_len={config.max_seq_len} b={config.micro_batch_size} "
+    described = f"gpt {config.gpt_preset}" if config.model == "gpt" else f"{config.model} (textbook: a Transformers-style loop)"
+    print(f"model={described} dataset={config.dataset} max_seq_len={config.max_seq_len} b={config.micro_batch_size} "
           f"k={config.accum_steps} steps/repeat={config.max_steps or 'one epoch'} optimizer={config.optimizer} "
           f"grad_clip={config.grad_clip} amp={config.amp} threads={args.threads} processes={args.processes} "
           f"repeats/process={args.repeats} torch={torch.__version__}")
@@ -248,6 +276,14 @@ def main() -> None:
           f"{min(moved):.1e})")
     if not same:
         sys.exit(1)
+
+
+def _tiny_hf_model() -> str:
+    """hf:DIR of a tiny Llama-style model (weights and a BPE tokenizer trained on pydoc), in a temporary directory."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from hfmodels import save_model
+
+    return "hf:" + str(save_model(Path(tempfile.mkdtemp(prefix="gaccum-bench-hf-")) / "tiny-llama"))
 
 
 def _quartiles(values: list[float], spec: str = ".3f") -> str:
