@@ -1,5 +1,5 @@
-"""The command line, `python -m gaccum_core run|resume|plan|doctor|worker`: one module per command
-(run, plan, resume, worker, doctor_command), what they share in args, the progress bars in progress,
+"""The command line, `python -m gaccum_core run|plan|check|worker|resume|doctor`: one module per command
+(run, plan, check, worker, resume, doctor), what they share in args, the progress bars in progress,
 and main, which builds the parser from them.
 """
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pandas as pd
 import torch
 from torch import nn
-from torchvision.ops import StochasticDepth
 
 from gaccum_core.train.accumulation import epoch_order, micro_batch_divisors, plan_epoch, planned_steps
 from gaccum_core.config import RunConfig
@@ -28,25 +27,22 @@ from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.precision import Precision
 from gaccum_core.train.step import Optimization, accumulate, accumulate_step
 from gaccum_core.data.text import IGNORE
+from gaccum_core.lab.verdict import MODULE_COLUMNS, TOLERANCES, find_reasons, module_table, verdict_text
 
 COLUMNS = ["name", "shape", "numel", "max_abs_diff", "rel_l2", "cosine"]
 SIDE_BY_SIDE_COLUMNS = ["step", "loss_big", "loss_accum", "weight_distance"]
-# fp32 rounds at 6e-8 relative; one pass over b·k samples and k passes over b add the same terms
-# in another order, which moves a gradient by ~1e-7 (mlp) to ~1e-6 (cnn), while BatchNorm or
-# dropout move it by ~1. Under autocast every matmul rounds its output to 8 (bf16) or 11 (fp16)
-# mantissa bits, 4e-3 / 5e-4 relative, and the big batch rounds one sum over b·k samples where
-# accumulation rounds k sums of b: a few such roundings (measured 2e-3 / 4e-4) stay under 2e-2.
-TOLERANCES = {"off": 1e-5, "fp16": 2e-2, "bf16": 2e-2}
-_PRECISION_NAMES = {"off": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
 
 @dataclass(frozen=True)
 class GradientReport:
-    """Per-parameter differences between the big-batch and the accumulated gradient, and a verdict."""
+    """Per-parameter and per-module differences between the big-batch and the accumulated gradient,
+    a verdict, and the short names of the causes found when they differ."""
 
     table: pd.DataFrame  # one row per parameter tensor, columns COLUMNS
     verdict: str
     equal: bool
+    modules: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=MODULE_COLUMNS))
+    reasons: tuple[str, ...] = ()  # e.g. ("BatchNorm", "dropout"); empty when equal
 
 
 class ReferenceTooLarge(RuntimeError):
@@ -197,47 +193,13 @@ def _compare(config: RunConfig) -> GradientReport:
     table = pd.DataFrame([_difference(*row) for row in zip(names, big, accumulated)], columns=COLUMNS)
     # NaN compares False, so a non-finite error counts as a difference.
     differs = ~(table["rel_l2"] < TOLERANCES[config.amp])
-    verdict = _verdict(config, bench.model, table, differs, len(x)) + (f". Note: {note}" if note else "")
-    return GradientReport(table, verdict, not differs.any())
-
-
-def _verdict(config: RunConfig, model: nn.Module, table: pd.DataFrame, differs: pd.Series, samples: int) -> str:
-    """'equal up to float rounding' with the largest error, or the layers that differ and why."""
-    bound = f"the {_PRECISION_NAMES[config.amp]} tolerance {TOLERANCES[config.amp]:g}"
-    if not differs.any():
-        return (f"equal up to float rounding: the largest relative L2 error over {len(table)} parameter "
-                f"tensors is {table['rel_l2'].max():.2g}, below {bound}")
-    layers = list(dict.fromkeys(name.rpartition(".")[0] or name for name in table.loc[differs, "name"]))
-    return (f"not equal: {int(differs.sum())} of {len(table)} parameter tensors differ beyond {bound}, "
-            f"in layers {_quoted(layers)}; likely reason: {_likely_reason(config, model, samples)}")
-
-
-def _likely_reason(config: RunConfig, model: nn.Module, samples: int) -> str:
-    """The layers that make a micro-batch's gradient depend on more than its own samples, or rounding."""
-    modules = list(model.named_modules())
-    norms = [name for name, m in modules if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    drops = [name for name, m in modules if isinstance(m, (nn.modules.dropout._DropoutNd, StochasticDepth))
-             and m.training and m.p > 0]
     reasons = []
-    if norms:
-        reasons.append(f"BatchNorm layers {_quoted(norms)} normalise each micro-batch of "
-                       f"{config.micro_batch_size} with its own statistics, not the whole batch of {samples}")
-    if drops:
-        reasons.append(f"dropout layers {_quoted(drops)} are active in train mode and draw different "
-                       "random masks for the big batch and for the micro-batches")
-    if config.reduction == "mean_per_micro_batch":
-        reasons.append("the textbook weighting (reduction mean_per_micro_batch) gives each micro-batch 1/k of the "
-                       "step whatever its sample or token count, where one big batch weights every one equally")
-    if reasons:
-        return "; ".join(reasons)
-    if config.amp != "off":
-        return "reduced precision rounding (compare in fp32 to confirm)"
-    return "unknown (no BatchNorm or dropout found: look for layers that mix samples or draw random numbers)"
-
-
-def _quoted(names: list[str], limit: int = 8) -> str:
-    shown = ", ".join(f"'{name or '(model)'}'" for name in names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    if differs.any():  # after both gradients: the buffer probe's forward must not move what they start from
+        finite = all(bool(torch.isfinite(g).all()) for g in big + accumulated)
+        reasons = find_reasons(config, bench.model, x[:config.micro_batch_size], len(x), finite)
+    modules = module_table(table, differs, reasons)
+    verdict = verdict_text(config, table, modules, reasons) + (f" Note: {note}." if note else "")
+    return GradientReport(table, verdict, not differs.any(), modules, tuple(r.name for r in reasons))
 
 
 def _train_one_step(opt: Optimization, model: nn.Module, x: torch.Tensor, y: torch.Tensor,

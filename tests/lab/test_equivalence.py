@@ -1,13 +1,16 @@
 """The equivalence check: accumulation matches the big batch where it should, and says why where not."""
 
+import pandas as pd
 import pytest
 import torch
 from torch import nn
 
+import gaccum_core.models.build
 import gaccum_core.models.vision
 from gaccum_core.config import RunConfig
-from gaccum_core.lab.equivalence import (COLUMNS, SIDE_BY_SIDE_COLUMNS, ReferenceTooLarge, compare_gradients,
-                                     largest_fitting_effective_batch, train_side_by_side)
+from gaccum_core.lab.equivalence import (COLUMNS, SIDE_BY_SIDE_COLUMNS, GradientReport, ReferenceTooLarge,
+                                     compare_gradients, largest_fitting_effective_batch, train_side_by_side)
+from gaccum_core.lab.verdict import MODULE_COLUMNS, Reason, find_reasons, module_reason
 
 
 def config(**fields):
@@ -23,16 +26,32 @@ def test_mlp_fp32_accumulated_gradient_equals_the_big_batch(reduction):
     assert table.loc[0, "shape"] == "64×64" and table.loc[0, "numel"] == 4096
     assert report.equal
     assert (table["rel_l2"] < 1e-5).all() and (table["cosine"] > 0.99999).all()
-    assert report.verdict.startswith("equal up to float rounding")
+    assert report.verdict.startswith("equal up to float rounding") and report.reasons == ()
+    modules = report.modules
+    assert list(modules.columns) == MODULE_COLUMNS and modules["module"].tolist() == ["1", "3", "5"]
+    assert modules["parameters"].tolist() == [2, 2, 2] and modules["numel"].tolist() == [4160, 4160, 650]
+    assert modules["equal"].all() and (modules["reason"] == "").all()
+    assert modules.loc[0, "worst_rel_l2"] == table.loc[:1, "rel_l2"].max()
+
+
+def test_a_report_made_the_old_way_still_has_an_empty_module_view():
+    report = GradientReport(pd.DataFrame(columns=COLUMNS), "equal up to float rounding", True)
+    assert list(report.modules.columns) == MODULE_COLUMNS and report.modules.empty and report.reasons == ()
 
 
 def test_batchnorm_makes_micro_batches_differ_and_the_verdict_names_its_layers():
     report = compare_gradients(config(model="cnn_bn", micro_batch_size=2, accum_steps=8))
     assert not report.equal
     assert (report.table["rel_l2"] > 1e-3).any()
-    # cnn_bn on 8×8 digits: conv 0, BatchNorm2d 1, relu, conv 3, BatchNorm2d 4, ...
+    assert report.verdict.startswith("differs: BatchNorm (") and report.reasons == ("BatchNorm",)
+    # cnn_bn on 8×8 digits: conv 0, BatchNorm2d 1, relu, conv 3, BatchNorm2d 4, ..., linear 8
     assert "BatchNorm layers '1', '4'" in report.verdict
     assert "micro-batch of 2" in report.verdict and "batch of 16" in report.verdict
+    reasons = dict(zip(report.modules["module"], report.modules["reason"]))
+    assert reasons == {"0": "via BatchNorm", "1": "BatchNorm", "3": "via BatchNorm", "4": "BatchNorm",
+                       "8": "via BatchNorm"}
+    # BatchNorm's running statistics change in every forward, but are BatchNorm's, not another reason.
+    assert "buffer" not in report.verdict
 
 
 def _mlp_with_dropout(p):
@@ -43,16 +62,74 @@ def _mlp_with_dropout(p):
     return build
 
 
-def test_active_dropout_is_blamed(monkeypatch):
-    monkeypatch.setattr(gaccum_core.models.vision, "build_model", _mlp_with_dropout(0.5))
+def test_active_dropout_is_blamed_with_how_to_turn_it_off(monkeypatch):
+    monkeypatch.setattr(gaccum_core.models.build, "build_model", _mlp_with_dropout(0.5))
     report = compare_gradients(config())
-    assert not report.equal
-    assert "dropout layers '3'" in report.verdict and "BatchNorm" not in report.verdict
+    assert not report.equal and report.reasons == ("dropout",)
+    assert report.verdict.startswith("differs: dropout (") and "Dropout layers '3'" in report.verdict
+    assert "--no-dropout" in report.verdict and '"Dropout off" box' in report.verdict
+    assert report.modules["reason"].tolist() == ["via dropout", "via dropout"]
+    assert compare_gradients(config(no_dropout=True)).equal
 
 
 def test_dropout_with_p_zero_changes_nothing(monkeypatch):
-    monkeypatch.setattr(gaccum_core.models.vision, "build_model", _mlp_with_dropout(0.0))
+    monkeypatch.setattr(gaccum_core.models.build, "build_model", _mlp_with_dropout(0.0))
     assert compare_gradients(config()).equal
+
+
+class _Counted(nn.Module):
+    """A BatchNorm, then a scale times the forward passes seen so far (a buffer updated in forward)."""
+
+    def __init__(self, features, num_classes):
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(features, 16), nn.BatchNorm1d(16), nn.Linear(16, num_classes))
+        self.scale = nn.Linear(num_classes, num_classes)
+        self.register_buffer("steady", torch.full((2,), float("nan")))  # NaN, unchanged: not a change
+        self.scale.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.scale.calls += 1
+        return self.scale(self.body(x)) * self.scale.calls
+
+
+def test_a_buffer_updated_in_forward_is_named_and_batchnorm_statistics_are_not(monkeypatch):
+    monkeypatch.setattr(gaccum_core.models.build, "build_model",
+                        lambda name, shape, classes, size=0: _Counted(shape[0] * shape[1] * shape[2], classes))
+    report = compare_gradients(config())
+    assert report.reasons == ("BatchNorm", "a buffer updated in forward")
+    assert report.verdict.startswith("differs: BatchNorm, a buffer updated in forward (")
+    assert "buffers 'scale.calls'" in report.verdict and "running_mean" not in report.verdict
+    assert "steady" not in report.verdict
+    reasons = dict(zip(report.modules["module"], report.modules["reason"]))
+    assert reasons == {"body.1": "via BatchNorm, a buffer updated in forward",
+                       "body.2": "BatchNorm; via a buffer updated in forward",
+                       "body.3": "via BatchNorm, a buffer updated in forward",
+                       "scale": "a buffer updated in forward; via BatchNorm"}
+
+
+def _mlp(batch_norm):
+    layers = [nn.Flatten(), nn.Linear(64, 8)] + ([nn.BatchNorm1d(8)] if batch_norm else []) + [nn.Linear(8, 10)]
+    return nn.Sequential(*layers).train()
+
+
+@pytest.mark.parametrize("amp", ["fp16", "bf16"])
+def test_reduced_precision_is_the_reason_only_when_nothing_else_is_found(amp):
+    x = torch.zeros(2, 1, 8, 8)
+    assert [r.name for r in find_reasons(config(amp=amp), _mlp(False), x, 32, True)] == ["reduced precision"]
+    assert [r.name for r in find_reasons(config(amp=amp), _mlp(True), x, 32, True)] == ["BatchNorm"]
+    assert [r.name for r in find_reasons(config(), _mlp(False), x, 32, True)] == ["unknown cause"]
+    assert [r.name for r in find_reasons(config(), _mlp(False), x, 32, False)] == ["non-finite gradients"]
+    textbook = find_reasons(config(amp=amp, reduction="mean_per_micro_batch"), _mlp(False), x, 32, True)
+    assert [r.name for r in textbook] == ["textbook weighting"]
+
+
+def test_a_module_reason_puts_its_own_causes_first_then_those_elsewhere_then_the_model_wide():
+    reasons = [Reason("BatchNorm", ("block.norm",), ""), Reason("dropout", ("block.drop", "head.drop"), ""),
+               Reason("textbook weighting", (), "")]
+    assert module_reason("block.norm", reasons) == "BatchNorm; via dropout; textbook weighting"
+    assert module_reason("head", reasons) == "dropout; via BatchNorm; textbook weighting"
+    assert module_reason("block.normalise", reasons) == "via BatchNorm, dropout; textbook weighting"
+    assert module_reason("", reasons) == "BatchNorm, dropout; textbook weighting"  # the model holds them all
 
 
 @pytest.mark.parametrize("amp", ["fp16", "bf16"])
@@ -61,7 +138,7 @@ def test_reduced_precision_rounds_a_little_and_counts_as_equal(amp):
     worst = report.table["rel_l2"].max()
     assert 1e-5 < worst < 2e-2  # visible rounding, far below a real difference
     assert report.equal
-    assert "equal up to float rounding" in report.verdict and f"{amp} tolerance" in report.verdict
+    assert report.verdict.startswith("equal up to float rounding") and f"{amp} tolerance" in report.verdict
 
 
 def test_fp16_overflow_of_the_scaled_loss_is_reported_and_backed_off():
@@ -121,7 +198,7 @@ CPU_OOM = RuntimeError("[enforce fail at alloc_cpu.cpp:121] DefaultCPUAllocator:
 
 @pytest.mark.parametrize("error", [CUDA_OOM, CPU_OOM], ids=["cuda", "cpu"])
 def test_a_reference_too_large_names_the_largest_that_fits(monkeypatch, error):
-    monkeypatch.setattr(gaccum_core.models.vision, "build_model", _out_of_memory_above(20, error))
+    monkeypatch.setattr(gaccum_core.models.build, "build_model", _out_of_memory_above(20, error))
     cfg = config(micro_batch_size=8, accum_steps=8)  # tries 64, 32, then 16 fits
     assert largest_fitting_effective_batch(cfg) == 16
     with pytest.raises(ReferenceTooLarge) as raised:
@@ -133,7 +210,7 @@ def test_a_reference_too_large_names_the_largest_that_fits(monkeypatch, error):
 
 
 def test_when_not_even_a_micro_batch_fits_the_message_says_so(monkeypatch):
-    monkeypatch.setattr(gaccum_core.models.vision, "build_model", _out_of_memory_above(4, CUDA_OOM))
+    monkeypatch.setattr(gaccum_core.models.build, "build_model", _out_of_memory_above(4, CUDA_OOM))
     with pytest.raises(ReferenceTooLarge, match="not even one micro-batch fits") as raised:
         compare_gradients(config())
     assert raised.value.largest_fitting == 0
@@ -141,6 +218,6 @@ def test_when_not_even_a_micro_batch_fits_the_message_says_so(monkeypatch):
 
 
 def test_other_errors_are_not_mistaken_for_out_of_memory(monkeypatch):
-    monkeypatch.setattr(gaccum_core.models.vision, "build_model", _out_of_memory_above(20, RuntimeError("shape mismatch")))
+    monkeypatch.setattr(gaccum_core.models.build, "build_model", _out_of_memory_above(20, RuntimeError("shape mismatch")))
     with pytest.raises(RuntimeError, match="shape mismatch"):
         compare_gradients(config(micro_batch_size=8, accum_steps=8))
