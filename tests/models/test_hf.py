@@ -12,6 +12,7 @@ from gaccum_core.data import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.checks import preflight
 from gaccum_core.train.engine import Engine
+from gaccum_core.train.metrics import RowKeeper
 from hfmodels import VOCAB, copy_model, saved_model
 
 # Paragraphs of 3 to 40 words: chunks of up to 33 tokens, so micro-batches hold different token counts.
@@ -34,17 +35,6 @@ def corpus(tmp_path_factory):
     return root
 
 
-class Rows:
-    def __init__(self):
-        self.steps, self.evals = [], []
-
-    def log_step(self, row):
-        self.steps.append(row)
-
-    def log_eval(self, row):
-        self.evals.append(row)
-
-
 def lm(directory, text_file, **changes):
     values = dict(model=f"hf:{directory}", dataset="text", text_file=str(text_file), max_seq_len=32, device="cpu",
                   optimizer="sgd", lr=0.05, momentum=0.0, eval_every=10**9, checkpoint_every=0)
@@ -53,7 +43,7 @@ def lm(directory, text_file, **changes):
 
 def trained(config):
     engine = Engine(config)
-    rows = Rows()
+    rows = RowKeeper()
     engine.run(rows)
     return torch.cat([p.detach().flatten() for p in engine.model.parameters()]), rows
 

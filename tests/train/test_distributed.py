@@ -20,6 +20,7 @@ from gaccum_core.config import RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.train.distributed import Ranks, share
 from gaccum_core.train.engine import Engine
+from gaccum_core.train.metrics import RowKeeper
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
@@ -50,25 +51,12 @@ WAIT_S = 120.0  # generous: only a hung job gets near it
 # --- helpers ---------------------------------------------------------------------------------------
 
 
-class _Rows:
-    """A sink keeping the reference run's step rows."""
-
-    def __init__(self) -> None:
-        self.steps: list[dict] = []
-
-    def log_step(self, row: dict) -> None:
-        self.steps.append(row)
-
-    def log_eval(self, row: dict) -> None:
-        pass
-
-
 @functools.lru_cache(maxsize=None)
 def _reference(config: RunConfig) -> tuple[dict[str, torch.Tensor], list[dict]]:
     """One process in the test process: its final parameters and its step rows."""
     assert config.world_size == 1
     engine = Engine(config)
-    rows = _Rows()
+    rows = RowKeeper()
     assert engine.run(rows) == RunState.FINISHED
     return {k: v.detach().clone() for k, v in engine.model.state_dict().items()}, rows.steps
 

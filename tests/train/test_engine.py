@@ -6,26 +6,13 @@ import torch
 
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.train.engine import Engine
-from gaccum_core.train.metrics import STEP_COLUMNS
-
-
-class ListSink:
-    """Keeps every row, for assertions."""
-
-    def __init__(self):
-        self.steps, self.evals = [], []
-
-    def log_step(self, row):
-        self.steps.append(row)
-
-    def log_eval(self, row):
-        self.evals.append(row)
+from gaccum_core.train.metrics import RowKeeper, STEP_COLUMNS
 
 
 def train(**fields):
     """Run one engine on the CPU and return (engine, sink)."""
     engine = Engine(RunConfig(device="cpu", **fields))
-    sink = ListSink()
+    sink = RowKeeper()
     assert engine.run(sink) == "finished"
     return engine, sink
 
@@ -109,7 +96,7 @@ def test_stop_takes_effect_within_one_micro_batch():
         calls.append(1)
         return len(calls) > 11  # stop during the second window
 
-    sink = ListSink()
+    sink = RowKeeper()
     assert engine.run(sink, should_stop) == "stopped"
     assert len(sink.steps) == 1
     assert all(p.grad is None for p in engine.model.parameters())
@@ -134,4 +121,4 @@ def test_batchnorm_on_a_one_sample_micro_batch_is_explained():
     # resnet18 shrinks 8x8 digits to 1x1: with one sample, BatchNorm sees one value per channel.
     engine = Engine(RunConfig(device="cpu", model="resnet18", micro_batch_size=1, accum_steps=2, max_steps=1))
     with pytest.raises(ConfigError, match="BatchNorm"):
-        engine.run(ListSink())
+        engine.run(RowKeeper())

@@ -10,6 +10,7 @@ from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.data.text import pydoc_documents
 from gaccum_core.train.engine import Engine
+from gaccum_core.train.metrics import RowKeeper
 from gaccum_core.runs.files import RunWriter
 from gaccum_core.runs.store import RunStore
 
@@ -27,17 +28,6 @@ def epoch_text(tmp_path_factory) -> str:
     return str(path)
 
 
-class Rows:
-    def __init__(self):
-        self.steps, self.evals = [], []
-
-    def log_step(self, row):
-        self.steps.append(row)
-
-    def log_eval(self, row):
-        self.evals.append(row)
-
-
 def lm(**changes):
     values = dict(model="gpt", dataset="pydoc", max_seq_len=SEQ, device="cpu", optimizer="sgd", lr=0.05,
                   eval_every=10**9, checkpoint_every=0)
@@ -46,7 +36,7 @@ def lm(**changes):
 
 def trained(config):
     engine = Engine(config)
-    rows = Rows()
+    rows = RowKeeper()
     engine.run(rows)
     return torch.cat([p.detach().flatten() for p in engine.model.parameters()]), rows
 
