@@ -16,8 +16,9 @@ import torch
 
 from gaccum_core import config as cfg
 from gaccum_core.data import describe_dataset
+from gaccum_core.hfdir import directory_version, hf_directory
+from dashboard.choices import OWN_LABELS, choose, empty_refusal, model_note, text_settings, wants_text
 from dashboard.ui import FieldWidgets
-from gaccum_core.presets import GPT_PRESETS, millions
 from gaccum_core.train.device import max_processes, resolve_device
 
 _CLI_OR_UI = re.compile(r"pass --[a-z-]+ \(CLI\) or tick '([a-z_]+)' \(UI\)")
@@ -31,8 +32,11 @@ DEFAULTS = cfg.RunConfig(model="cnn")
 LABELS = {
     "model": "Model",
     "dataset": "Dataset",
-    "own_model": "Your model",
+    "own_model": OWN_LABELS["model"],
+    "own_dataset": OWN_LABELS["dataset"],
+    "no_dropout": "Dropout off",
     "text_file": "Text file",
+    "text_field": "JSON field holding the text",
     "text_file_max_mb": "Largest text file (MB)",
     "gpt_preset": "GPT size",
     "max_seq_len": "Sequence length (tokens)",
@@ -80,30 +84,6 @@ def _device_of() -> torch.device:
         return torch.device("cpu")
 
 
-def _preset_label(preset: str) -> str:
-    return f"{preset} · {millions(GPT_PRESETS[preset].parameters)} parameters"
-
-
-def _preset_caption(preset: str) -> str:
-    shape = GPT_PRESETS[preset]
-    return (f"gpt {preset}: {millions(shape.parameters)} parameters, {shape.layers} layers × {shape.width} wide, "
-            f"{shape.heads} heads, sequences of up to {shape.max_len} tokens (bytes)")
-
-
-OWN_MODEL = "your own…"  # the Model box's last choice: a text box then takes timm:NAME or MODULE:FUNCTION
-
-
-def _show_own_model() -> None:
-    """A model kept by name (a run in progress adopted, the Plan page's settings) that is not a built-in:
-    the Model box shows 'your own…' and the text box under it the name."""
-    kept = st.session_state.get("_keep_cfg_model")
-    if kept is not None and kept not in cfg.MODELS and kept != OWN_MODEL:
-        st.session_state["_keep_cfg_own_model"] = kept
-        st.session_state["_keep_cfg_model"] = OWN_MODEL
-        st.session_state.pop("cfg_model", None)
-        st.session_state.pop("cfg_own_model", None)
-
-
 def file_stamp(path: str) -> tuple[int, int] | None:
     """(modification time, size) of a file, so a cached description follows its edits; None if unreadable."""
     try:
@@ -113,9 +93,18 @@ def file_stamp(path: str) -> tuple[int, int] | None:
     return info.st_mtime_ns, info.st_size
 
 
+def file_stamps(config: cfg.RunConfig) -> tuple:
+    """The versions of the files that settings read, for a cache key: the text file, an hf: model's
+    directory, your data set's FILE.py (ConfigError naming model for an hf: directory that is not one)."""
+    text = file_stamp(config.text_file) if config.dataset == "text" else None
+    tokenizer = directory_version(hf_directory(config.model)) if cfg.is_hf(config.model) else None
+    where = config.dataset.rpartition(":")[0] if cfg.is_factory(config.dataset) else ""
+    return text, tokenizer, file_stamp(where) if where.endswith(".py") else None
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
-def _description(config_json: str, stamp: tuple[int, int] | None) -> str:
-    """describe_dataset, remembered per settings (and text file version): a text set is read and cut to describe it."""
+def _description(config_json: str, stamps: tuple) -> str:
+    """describe_dataset, remembered per settings and file versions: a text set is read and cut to describe it."""
     return describe_dataset(cfg.RunConfig.from_json(config_json))
 
 
@@ -129,7 +118,8 @@ def _devices() -> list[str]:
 _HINTS = (
     ("dataset", "text data set", ". Pick pydoc (bundled) or text (your own file) under Dataset, "
                                  "or an image model under Model"),
-    ("model", "language model", ". Pick gpt under Model, or an image data set under Dataset"),
+    ("model", "language model", ". Pick gpt under Model (or your own… and type hf:DIR), "
+                                "or an image data set under Dataset"),
     ("max_seq_len", "positions", ". Shorten the sequences, or pick a larger GPT size"),
 )
 
@@ -139,6 +129,7 @@ class Controls(FieldWidgets):
 
     def __init__(self) -> None:
         super().__init__("cfg_", LABELS, DEFAULTS)
+        self.problem: tuple[str, str] | None = None  # (field, message) of a refusal found while drawing
 
     @staticmethod
     def in_page_words(message: str) -> str:
@@ -152,6 +143,9 @@ class Controls(FieldWidgets):
         label = LABELS.get(exc.field)
         if label is None:
             return str(exc)
+        empty = empty_refusal(exc)
+        if empty:
+            return empty
         hint = next((h for field, words, h in _HINTS if field == exc.field and words in exc.allowed), "")
         return f"{label} = {exc.value!r} is not allowed: {exc.allowed}{hint}"
 
@@ -167,25 +161,15 @@ class Controls(FieldWidgets):
 
     def _model_and_data(self) -> None:
         st.header("Model and data")
-        _show_own_model()
-        model = self.add("model", st.selectbox, options=[*cfg.MODELS, OWN_MODEL])
-        if model == OWN_MODEL:
-            own = self.add("own_model", st.text_input, "", placeholder="timm:resnet18 or my_models.py:build",
-                           help="timm:NAME (any timm image model, untrained), or your factory MODULE:FUNCTION "
-                                "or FILE.py:FUNCTION, called with input_shape=(C, H, W) and num_classes=N")
-            model = self.values["model"] = own.strip()
-            del self.values["own_model"]
-            self.slots["model"] = self.slots.pop("own_model")  # a refusal shows under the name typed
-        dataset = self.add("dataset", st.selectbox, options=cfg.DATASETS)
+        model = choose(self, "model")
+        refused = model_note(self, model)
+        if refused:
+            self.problem = "model", refused
+        self.add("no_dropout", st.checkbox)
+        dataset = choose(self, "dataset")
         text = dataset in cfg.TEXT_DATASETS
-        if text or model in cfg.TEXT_MODELS:
-            if dataset == "text":
-                self.add("text_file", st.text_input, placeholder="path/to/notes.txt (UTF-8, paragraphs split by blank lines)")
-                self.add("text_file_max_mb", st.number_input, step=64)
-            preset = self.add("gpt_preset", st.selectbox, options=cfg.GPT_PRESET_NAMES, format_func=_preset_label)
-            if preset in GPT_PRESETS:
-                st.caption(_preset_caption(preset))
-            self.add("max_seq_len", st.number_input, step=16)
+        if wants_text(model, dataset):
+            text_settings(self, model, dataset)
         if not text:  # image settings: a text data set has none
             if dataset == "fake":
                 self.add("fake_samples", st.number_input, step=256)
@@ -201,17 +185,17 @@ class Controls(FieldWidgets):
 
     def _describe_dataset(self, text: bool) -> None:
         """A line on the data set chosen; described even while the model does not suit it (the
-        message under Dataset or Model says so), left out while a data setting is refused."""
+        message under Dataset or Model says so), left out while a data setting is refused. An hf:
+        model's text is described in its tokenizer's tokens."""
         values = dict(self.values)
-        if text:
-            values["model"] = cfg.TEXT_MODELS[0]
-        elif values["model"] in cfg.TEXT_MODELS:
+        if text and not cfg.is_language_model(values["model"]):
+            values["model"] = "gpt"
+        elif not text and cfg.is_language_model(values["model"]):
             values["model"] = DEFAULTS.model
         try:
             config = cfg.RunConfig(**values)
-            stamp = file_stamp(config.text_file) if config.dataset == "text" else None
-            st.caption(_description(config.to_json(), stamp))
-        except ValueError:  # the message under the refused control says why
+            st.caption(_description(config.to_json(), file_stamps(config)))
+        except (ValueError, OSError):  # the message under the refused control says why
             pass
 
     def _batch(self) -> None:

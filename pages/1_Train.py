@@ -4,7 +4,7 @@
 import streamlit as st
 
 from dashboard import live_chart
-from dashboard.controls import Controls, file_stamp
+from dashboard.controls import Controls, file_stamps
 from gaccum_core.runs.catalog import run_labels
 from gaccum_core.views.axes import TOKEN_AXES, X_AXES, tokens_axis_note
 from gaccum_core.views.charts import ALL_CHARTS, CHARTS, LOG_BY_DEFAULT
@@ -38,17 +38,17 @@ if st.session_state.get("adopted_from"):
 
 
 @st.cache_data(show_spinner="Checking the settings…", max_entries=64)
-def _preflight(config_json: str, text_file_stamp: tuple[int, int] | None) -> None:
+def _preflight(config_json: str, stamps: tuple) -> None:
     """preflight, remembered for settings that pass; a failure is not cached, so data placed in the
-    data directory after the error shows is seen on the next rerun. A text file is checked again
-    whenever it changes (its stamp is part of the key)."""
+    data directory after the error shows is seen on the next rerun. A text file, an hf: model's
+    directory or your data set's file is checked again whenever it changes (its stamp is in the key)."""
     preflight(RunConfig.from_json(config_json))
 
 
 def check(config: RunConfig) -> tuple[str, str] | None:
     """(field, message) for settings that cannot run here, or None: model, data, device, batch."""
     try:
-        _preflight(config.to_json(), file_stamp(config.text_file) if config.dataset == "text" else None)
+        _preflight(config.to_json(), file_stamps(config))
     except ConfigError as exc:  # a text file that cannot be used names text_file
         return exc.field, controls.explain(exc)
     except DataError as exc:  # data set missing or unreadable: shown under the data directory
@@ -58,12 +58,12 @@ def check(config: RunConfig) -> tuple[str, str] | None:
     return None
 
 
-config, problem = None, None
+config, problem = None, controls.problem  # an hf: directory refused under its name comes first
 try:
     config = config_from(values)
-    problem = check(config)
+    problem = problem or check(config)
 except ConfigError as exc:
-    problem = exc.field, controls.explain(exc)
+    problem = problem or (exc.field, controls.explain(exc))
 if problem:
     controls.error(*problem)
     st.error(f"Cannot start: {problem[1]}")

@@ -4,19 +4,28 @@ import streamlit as st
 
 from gaccum_core import config as cfg
 from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.data import DataError
 from gaccum_core.lab.equivalence import ReferenceTooLarge, compare_gradients, train_side_by_side
+from gaccum_core.train.checks import preflight
 from gaccum_core.views.lab import gradient_figure, side_by_side_figures
-from dashboard.ui import widget
+from dashboard.choices import choose, model_note, text_settings, wants_text
+from dashboard.controls import LABELS, Controls, file_stamps
+from dashboard.ui import FieldWidgets, widget
 
 st.set_page_config(page_title="gaccum · Equivalence", layout="wide")
 st.title("Equivalence check")
 st.write("The same b·k samples, once as one big batch and once as k accumulated micro-batches of b, "
          "from the same weights: do the gradients and the training agree?")
 
+fields = FieldWidgets("eq_", LABELS, RunConfig(model="mlp"))  # model and data, each with a slot for its message
 left, middle, right = st.columns(3)
 with left:
-    model = widget(st.selectbox, "Model", "eq_model", "mlp", options=cfg.MODELS)
-    dataset = widget(st.selectbox, "Dataset", "eq_dataset", "digits", options=cfg.DATASETS)
+    model = choose(fields, "model")
+    refused = model_note(fields, model)
+    fields.add("no_dropout", st.checkbox)
+    dataset = choose(fields, "dataset")
+    if wants_text(model, dataset):
+        text_settings(fields, model, dataset)
 with middle:
     b = widget(st.slider, "Micro-batch size b", "eq_b", 8, min_value=1, max_value=256)
     k = widget(st.slider, "Accumulation steps k", "eq_k", 4, min_value=1, max_value=64)
@@ -26,10 +35,31 @@ with right:
     amp = widget(st.radio, "Mixed precision", "eq_amp", "off", options=cfg.AMP_MODES, horizontal=True)
     steps = widget(st.number_input, "Optimizer steps to train both", "eq_steps", 20, min_value=1, max_value=500)
 
+
+@st.cache_data(show_spinner="Checking the model and data…", max_entries=64)
+def _preflight(config_json: str, stamps: tuple) -> None:
+    """preflight, remembered for settings that pass (and the versions of the files they read)."""
+    preflight(RunConfig.from_json(config_json))  # failures are not cached
+
+
+def refuse(exc: ConfigError) -> None:
+    """The refusal under its control when the page has one, and above the results."""
+    message = Controls.explain(exc)
+    if exc.field in fields.slots:
+        fields.error(exc.field, message)
+    st.error(message)
+
+
+if refused:  # shown under the model's name
+    st.error(refused)
+    st.stop()
 try:
-    config = RunConfig(model=model, dataset=dataset, micro_batch_size=b, accum_steps=k, reduction=reduction,
-                       amp=amp, lr=0.05)
+    config = RunConfig(**fields.values, micro_batch_size=b, accum_steps=k, reduction=reduction, amp=amp, lr=0.05)
+    _preflight(config.to_json(), file_stamps(config))
 except ConfigError as exc:
+    refuse(exc)
+    st.stop()
+except (DataError, ValueError) as exc:  # the data set is missing, or the model cannot take its images
     st.error(str(exc))
     st.stop()
 
@@ -44,6 +74,9 @@ if st.button("Compare", type="primary", key="eq_run"):
         st.error(str(exc))
         st.info(f"The largest effective batch whose reference fits here is {exc.largest_fitting}: "
                 f"set k to {max(exc.largest_fitting // b, 1)}.")
+    except ConfigError as exc:  # your model or data set refused when loaded
+        st.session_state.pop("eq_report", None)
+        refuse(exc)
     except (ValueError, RuntimeError) as exc:
         st.error(f"{type(exc).__name__}: {exc}")
 

@@ -6,7 +6,8 @@ import dataclasses
 import streamlit as st
 import torch
 
-from dashboard.controls import CLEAR_LABELS, LABELS as TRAIN_LABELS
+from dashboard.choices import choose, empty_refusal, model_note, text_settings, wants_text
+from dashboard.controls import CLEAR_LABELS, LABELS as TRAIN_LABELS, file_stamps
 from gaccum_core import config as cfg
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import DataError
@@ -20,11 +21,10 @@ from gaccum_core.plan.search import mb, most_measurements
 from dashboard.ui import FieldWidgets
 
 LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)"}
-TRAIN_FIELDS = ("model", "dataset", "data_dir", "image_size", "fake_samples", "text_file", "text_file_max_mb",
-                "max_seq_len", "gpt_preset", "optimizer", "device", "micro_batch_size", "accum_steps", "amp",
-                "clear_cache", "compile")  # what "Use these settings" sets on Train
-BASE_FIELDS = ("model", "dataset", "data_dir", "image_size", "fake_samples", "text_file", "text_file_max_mb",
-               "max_seq_len", "gpt_preset", "optimizer", "device")
+BASE_FIELDS = ("model", "dataset", "data_dir", "image_size", "fake_samples", "text_file", "text_field",
+               "text_file_max_mb", "max_seq_len", "gpt_preset", "optimizer", "device")
+TRAIN_FIELDS = (*BASE_FIELDS, "micro_batch_size", "accum_steps", "amp", "clear_cache",
+                "compile")  # what "Use these settings" sets on Train
 DEFAULT = default_request()
 
 st.set_page_config(page_title="gaccum · Plan", layout="wide")
@@ -32,43 +32,43 @@ st.title("Plan")
 st.write("For an effective batch E and a memory budget: the largest micro-batch b dividing E that fits, per "
          "option combination, found by training a few steps of each candidate; then the fastest setting that "
          f"leaves {DEFAULT.margin:.0%} of the budget free.")
-controls = FieldWidgets("plan_", LABELS)  # each input with the slot for its message, under it
+controls = FieldWidgets("plan_", LABELS, DEFAULT.base)  # each input with the slot for its message, under it
 
 
 def explain(exc: ConfigError) -> tuple[str, str]:
     """(field, message in the page's words) for a refused value."""
     label = LABELS.get(exc.field, exc.field)
+    empty = empty_refusal(exc)
+    if empty:
+        return exc.field, empty
     if exc.value in (None, ""):
         return exc.field, f"{label} is empty: choose {exc.allowed}"
     return exc.field, f"{label} = {exc.value!r} is not allowed: {exc.allowed}"
 
 
 @st.cache_data(show_spinner="Checking the model and data…", max_entries=64)
-def _preflight(config_json: str) -> None:
+def _preflight(config_json: str, stamps: tuple) -> None:
+    """preflight, remembered for settings that pass (and the versions of the files they read)."""
     preflight(RunConfig.from_json(config_json))  # failures are not cached
 
 
 with st.sidebar:
     st.header("Run")
-    controls.add("model", st.selectbox, DEFAULT.base.model, options=cfg.MODELS)
-    dataset = controls.add("dataset", st.selectbox, DEFAULT.base.dataset, options=cfg.DATASETS)
-    if dataset in cfg.TEXT_DATASETS or controls.values["model"] in cfg.TEXT_MODELS:  # a language model's settings
-        if dataset == "text":
-            controls.add("text_file", st.text_input, DEFAULT.base.text_file)
-            controls.add("text_file_max_mb", st.number_input, DEFAULT.base.text_file_max_mb, step=64)
-        controls.add("gpt_preset", st.selectbox, DEFAULT.base.gpt_preset, options=cfg.GPT_PRESET_NAMES)
-        controls.add("max_seq_len", st.number_input, DEFAULT.base.max_seq_len, step=32)
-    else:
+    model = choose(controls, "model")
+    refused = model_note(controls, model)
+    dataset = choose(controls, "dataset")
+    if wants_text(model, dataset):  # a language model's settings
+        text_settings(controls, model, dataset)
+    if dataset not in cfg.TEXT_DATASETS:
         if dataset == "fake":
-            controls.add("fake_samples", st.number_input, DEFAULT.base.fake_samples, step=256)
+            controls.add("fake_samples", st.number_input, step=256)
         if dataset in ("mnist", "fashionmnist", "cifar10", "imagefolder"):
-            controls.add("data_dir", st.text_input, DEFAULT.base.data_dir)
-        controls.add("image_size", st.number_input, DEFAULT.base.image_size, step=8)
-    controls.add("optimizer", st.selectbox, DEFAULT.base.optimizer, options=cfg.OPTIMIZERS,
+            controls.add("data_dir", st.text_input)
+        controls.add("image_size", st.number_input, step=8)
+    controls.add("optimizer", st.selectbox, options=cfg.OPTIMIZERS,
                  help="sgd, adam or adamw: its state (momentum, Adam's moments) counts in the memory")
     gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    device = resolve_device(controls.add("device", st.selectbox, DEFAULT.base.device,
-                                         options=["auto", "cpu", *gpus]))
+    device = resolve_device(controls.add("device", st.selectbox, options=["auto", "cpu", *gpus]))
     st.header("Target")
     controls.add("effective_batch", st.number_input, DEFAULT.effective_batch, step=1,
                  help="samples per optimizer step; each candidate b divides it, k = E / b")
@@ -85,14 +85,15 @@ with st.sidebar:
     controls.add("compile", st.multiselect, list(DEFAULT.compile), options=["off", "default"])
 
 values = controls.values
-request, problem = None, None
+request, problem = None, ("model", refused) if refused else None  # an hf: directory refused under its name
 try:
     base = RunConfig(**{f: values[f] for f in BASE_FIELDS if f in values}, micro_batch_size=1, accum_steps=1)
     request = PlanRequest(base, values["effective_batch"], values["memory_budget_mb"], tuple(values["amp"]),
                           tuple(values["clear_cache"]), tuple(values["compile"]))
-    _preflight(base.to_json())
+    if problem is None:
+        _preflight(base.to_json(), file_stamps(base))
 except ConfigError as exc:
-    problem = explain(exc)
+    problem = problem or explain(exc)
 except DataError as exc:  # the data set is missing or unreadable
     problem = "dataset", str(exc)
 except ValueError as exc:  # the model cannot take the images

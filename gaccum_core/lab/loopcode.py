@@ -67,7 +67,7 @@ def _unit(cfg: RunConfig) -> str:
 
 def _header(cfg: RunConfig) -> list[str]:
     amp = {"off": "fp32", "fp16": "fp16 autocast + GradScaler", "bf16": "bf16 autocast"}[cfg.amp]
-    model = f"gpt ({cfg.gpt_preset})" if cfg.is_text else cfg.model
+    model = f"gpt ({cfg.gpt_preset})" if cfg.model == "gpt" else cfg.model
     unit = _unit(cfg)
     held = f"{unit} (of up to {cfg.max_seq_len} tokens)" if cfg.is_text else unit
     lines = [f"# The loop gaccum runs for {model} on {cfg.dataset}, {amp}: b={cfg.micro_batch_size} x "

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import io
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import pandas as pd
 
-from gaccum_core.config import RunConfig
+from gaccum_core.config import HF_PREFIX, RunConfig, is_factory, is_hf
 from gaccum_core.runs.claim import owner
 from gaccum_core.runs.integrity import DamagedRun, read_run
 from gaccum_core.runs.store import RunStore
@@ -18,9 +19,17 @@ SETTINGS = ("model", "dataset", "micro_batch_size", "accum_steps", "reduction", 
             "grad_clip", "clear_cache", "compile", "optimizer", "lr", "lr_schedule", "seed")
 
 
+def short_model(model: str) -> str:
+    """A model's name without the folders of its path: hf:DIR and FILE.py:FUNCTION by their last part."""
+    if is_hf(model):
+        return HF_PREFIX + Path(model.removeprefix(HF_PREFIX)).name
+    where, _, function = model.rpartition(":")
+    return f"{Path(where).name}:{function}" if is_factory(model) and where.endswith(".py") else model
+
+
 def run_label(config: RunConfig) -> str:
     """A short legend text naming what usually differs between compared runs."""
-    model = f"gpt-{config.gpt_preset}" if config.is_text else config.model
+    model = f"gpt-{config.gpt_preset}" if config.model == "gpt" else short_model(config.model)
     parts = [model, f"b={config.micro_batch_size}", f"k={config.accum_steps}"]
     if config.amp != "off":
         parts.append(config.amp)
@@ -45,7 +54,7 @@ def run_labels(configs: Sequence[RunConfig]) -> list[str]:
     """One legend text per run: model, b and k, plus every other setting in which these runs differ."""
     fields = [f.name for f in dataclasses.fields(RunConfig) if f.name not in _ALWAYS + _NEVER]
     differing = [name for name in fields if len({getattr(c, name) for c in configs}) > 1]
-    return [" ".join([c.model, *(f"{_SHORT[n]}={getattr(c, n)}" for n in _ALWAYS[1:]),
+    return [" ".join([short_model(c.model), *(f"{_SHORT[n]}={getattr(c, n)}" for n in _ALWAYS[1:]),
                       *(f"{n}={getattr(c, n)}" for n in differing)]) for c in configs]
 
 

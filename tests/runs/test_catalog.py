@@ -63,6 +63,15 @@ def test_run_label_names_what_differs():
     assert run_label(RunConfig(model="cnn", micro_batch_size=8, accum_steps=4, amp="fp16")) == "cnn b=8 k=4 fp16"
 
 
+def test_labels_name_your_own_models_by_the_end_of_their_path_and_gpt_by_its_size():
+    hf = RunConfig(model="hf:/home/me/models/tiny-llama/", dataset="pydoc", micro_batch_size=2, accum_steps=4)
+    factory = RunConfig(model="/home/me/code/my_models.py:build", micro_batch_size=2, accum_steps=4)
+    gpt = RunConfig(model="gpt", dataset="pydoc", gpt_preset="mini", micro_batch_size=2, accum_steps=4)
+    assert [run_label(c) for c in (hf, factory, gpt)] == [
+        "hf:tiny-llama b=2 k=4", "my_models.py:build b=2 k=4", "gpt-mini b=2 k=4"]
+    assert run_labels([hf, factory])[0].startswith("hf:tiny-llama b=2 k=4 ")
+
+
 def test_the_table_and_labels_name_the_processes_of_a_data_parallel_run(tmp_path):
     """A 2-process run: world_size 2 and effective batch N·b·k in the table, 'N=2' in its label."""
     from gaccum_core.runs.store import RunStore

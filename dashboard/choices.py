@@ -1,0 +1,121 @@
+"""The model and data set settings the Train, Plan and Equivalence pages share: a box of built-ins
+ending in 'your own…' that reveals a text box, where an hf: model's weights come from, and the settings
+of a language model (text file, JSON field, GPT size, sequence length).
+
+Each draws through a page's FieldWidgets, so a refusal shows under the control that holds the value.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from gaccum_core import config as cfg
+from gaccum_core.config import ConfigError
+from gaccum_core.hfdir import hf_directory
+from gaccum_core.models.hf import model_config, weights_file
+from gaccum_core.presets import GPT_PRESETS, millions
+from dashboard.ui import FieldWidgets
+
+OWN = "your own…"  # the last choice of the Model and Dataset boxes: a text box under it takes any other name
+BUILT_INS = {"model": cfg.MODELS, "dataset": cfg.DATASETS}
+OWN_LABELS = {"model": "Your model", "dataset": "Your data set"}  # the text boxes' labels
+PLACEHOLDERS = {"model": "timm:resnet18, my_models.py:build or hf:path/to/model_dir",
+                "dataset": "my_data.py:load or my_package.data:load"}
+FORMS = {"model": "timm:NAME, MODULE:FUNCTION, FILE.py:FUNCTION or hf:path/to/model_dir",
+         "dataset": "MODULE:FUNCTION or FILE.py:FUNCTION"}
+OWN_HELP = {
+    "model": "timm:NAME (any timm image model, untrained); your factory MODULE:FUNCTION or FILE.py:FUNCTION, "
+             "called with input_shape=(C, H, W) and num_classes=N; or hf:path/to/model_dir, a Hugging Face "
+             "causal language model saved there with its tokenizer (never downloaded; trains on pydoc or text)",
+    "dataset": "your function MODULE:FUNCTION or FILE.py:FUNCTION, called with no arguments, returning "
+               "(train, test) datasets whose items are (float image tensor (C, H, W), int label)",
+}
+
+
+def _show_own(prefix: str, field: str) -> None:
+    """A name kept (a run in progress adopted, the Plan page's settings) that is not a built-in: the box
+    shows 'your own…' and the text box under it the name."""
+    kept = st.session_state.get(f"_keep_{prefix}{field}")
+    if kept is not None and kept not in BUILT_INS[field] and kept != OWN:
+        st.session_state[f"_keep_{prefix}own_{field}"] = kept
+        st.session_state[f"_keep_{prefix}{field}"] = OWN
+        st.session_state.pop(f"{prefix}{field}", None)
+        st.session_state.pop(f"{prefix}own_{field}", None)
+
+
+def choose(fields: FieldWidgets, field: str) -> str:
+    """The box of `field` ("model" or "dataset"): its built-ins, then 'your own…', which reveals a text box
+    (field own_model / own_dataset). Returns the name chosen or typed; a refusal shows under what was typed."""
+    _show_own(fields.prefix, field)
+    name = fields.add(field, st.selectbox, options=[*BUILT_INS[field], OWN])
+    if name != OWN:
+        return name
+    own = f"own_{field}"
+    typed = fields.add(own, st.text_input, "", placeholder=PLACEHOLDERS[field], help=OWN_HELP[field])
+    fields.values[field] = typed.strip()
+    del fields.values[own]
+    fields.slots[field] = fields.slots.pop(own)
+    return fields.values[field]
+
+
+def empty_refusal(exc: ConfigError) -> str | None:
+    """For a 'your own…' box left empty, what to type in it (rather than every name allowed); else None."""
+    if exc.field in OWN_LABELS and exc.value == "":
+        return f"{OWN_LABELS[exc.field]} is empty: type {FORMS[exc.field]}"
+    return None
+
+
+def hf_origin(model: str) -> str:
+    """Where an hf: model's weights come from, read off its directory's file names (nothing is loaded);
+    ConfigError naming model for a directory that does not exist or holds no config.json."""
+    if not (hf_directory(model) / "config.json").is_file():
+        model_config(model)  # refuses the directory, naming config.json, before it would import transformers
+    found = weights_file(model)
+    return (f"weights from {found.name}" if found is not None
+            else "no weights file: initialised from config.json with the run's seed")
+
+
+def model_note(fields: FieldWidgets, model: str) -> str | None:
+    """Under an hf: model's name, where its weights come from. A directory that cannot be one is refused
+    there instead: returns that message (the page's first problem), else None."""
+    if not cfg.is_hf(model):
+        return None
+    try:
+        origin = hf_origin(model)
+    except ConfigError as exc:
+        message = f"{OWN_LABELS['model']} = {model!r} is not allowed: {exc.allowed}"
+        fields.error("model", message)
+        return message
+    st.caption(origin[0].upper() + origin[1:])
+    return None
+
+
+def wants_text(model: str, dataset: str) -> bool:
+    """Whether the text settings apply: a language model, or a text data set (whichever the other is)."""
+    return cfg.is_language_model(model) or dataset in cfg.TEXT_DATASETS
+
+
+def _preset_label(preset: str) -> str:
+    return f"{preset} · {millions(GPT_PRESETS[preset].parameters)} parameters"
+
+
+def _preset_caption(preset: str) -> str:
+    shape = GPT_PRESETS[preset]
+    return (f"gpt {preset}: {millions(shape.parameters)} parameters, {shape.layers} layers × {shape.width} wide, "
+            f"{shape.heads} heads, sequences of up to {shape.max_len} tokens (bytes)")
+
+
+def text_settings(fields: FieldWidgets, model: str, dataset: str) -> None:
+    """A language run's settings: the text file (and the field of a .jsonl file's lines), gpt's size, the
+    sequence length."""
+    if dataset == "text":
+        path = fields.add("text_file", st.text_input,
+                          placeholder="notes.txt (paragraphs split by blank lines) or notes.jsonl")
+        if path.strip().lower().endswith(".jsonl"):
+            fields.add("text_field", st.text_input)
+        fields.add("text_file_max_mb", st.number_input, step=64)
+    if model == "gpt":
+        preset = fields.add("gpt_preset", st.selectbox, options=cfg.GPT_PRESET_NAMES, format_func=_preset_label)
+        if preset in GPT_PRESETS:
+            st.caption(_preset_caption(preset))
+    fields.add("max_seq_len", st.number_input, step=16)
