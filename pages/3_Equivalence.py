@@ -83,6 +83,9 @@ if st.button("Compare", type="primary", key="eq_run"):
 report, side = st.session_state.get("eq_report"), st.session_state.get("eq_side")
 if report is not None:
     (st.success if report.equal else st.warning)(report.verdict)
+    if not report.equal:  # which modules differ, and the cause found in each
+        st.dataframe(report.modules[~report.modules["equal"]], hide_index=True, width="stretch",
+                     column_config={"worst_rel_l2": st.column_config.NumberColumn("worst relative L2", format="%.1e")})
     st.plotly_chart(gradient_figure(report.table), key="eq_gradients", theme=None)
     with st.expander("Per tensor: max |difference|, relative L2 error, cosine similarity"):
         st.dataframe(report.table, hide_index=True, width="stretch")

@@ -21,6 +21,10 @@ _GET_TEXT_BATCH_DOC = (
     "# to the longest sequence: x the token ids (padding 0), y the next token at every position (-100",
     "# where padded: no target). A sequence of L tokens holds L - 1 targets.",
 )
+# An hf: model's batches pad with -1, which its wrapper turns into the attention mask.
+_GET_HF_BATCH_DOC = (_GET_TEXT_BATCH_DOC[0],
+                     "# to the longest sequence: x the token ids (padding -1: model(x) masks it out of attention), y the",
+                     "# next token at every position (-100 where padded: no target). A sequence of L tokens holds L - 1 targets.")
 IGNORE_INDEX = -100  # cross_entropy's ignore_index, the targets of padding (gaccum_core.data.text.IGNORE)
 
 
@@ -65,6 +69,12 @@ def _unit(cfg: RunConfig) -> str:
     return "sequences" if cfg.is_text else "samples"
 
 
+def _batch_doc(cfg: RunConfig) -> tuple[str, ...]:
+    if not cfg.is_text:
+        return _GET_BATCH_DOC
+    return _GET_TEXT_BATCH_DOC if cfg.model == "gpt" else _GET_HF_BATCH_DOC
+
+
 def _header(cfg: RunConfig) -> list[str]:
     amp = {"off": "fp32", "fp16": "fp16 autocast + GradScaler", "bf16": "bf16 autocast"}[cfg.amp]
     model = f"gpt ({cfg.gpt_preset})" if cfg.model == "gpt" else cfg.model
@@ -73,7 +83,7 @@ def _header(cfg: RunConfig) -> list[str]:
     lines = [f"# The loop gaccum runs for {model} on {cfg.dataset}, {amp}: b={cfg.micro_batch_size} x "
              f"k={cfg.accum_steps} = {cfg.effective_batch_size}",
              f"# {held} per optimizer step, the same {unit} one batch of b*k would hold.",
-             *(_GET_TEXT_BATCH_DOC if cfg.is_text else _GET_BATCH_DOC), ""]
+             *(_batch_doc(cfg)), ""]
     stdlib = ["import gc"] if cfg.clear_cache != "off" else []
     stdlib += ["import math"] if cfg.lr_schedule == "cosine" else []
     return lines + stdlib + ([""] if stdlib else []) + ["import torch", "import torch.nn.functional as F"]
