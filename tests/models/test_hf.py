@@ -182,3 +182,12 @@ def test_preflight_checks_an_hf_run_without_loading_its_weights(llama, corpus, m
     with pytest.raises(ConfigError) as caught:
         preflight(lm(llama, corpus / "notes.txt", micro_batch_size=10_000))
     assert caught.value.field == "micro_batch_size"
+
+
+@pytest.mark.parametrize("amp", ["fp16", "bf16"])
+def test_an_hf_model_trains_under_autocast_with_its_loss_in_fp32(llama, corpus, amp):
+    """Autocast on the CPU (fp16 with a GradScaler), with clipping: finite losses, the scale in the rows."""
+    _, rows = trained(lm(llama, corpus / "notes.txt", micro_batch_size=2, accum_steps=2, amp=amp, grad_clip=1.0,
+                         max_steps=3))
+    assert len(rows.steps) == 3 and all(torch.isfinite(torch.tensor(r["loss"])) for r in rows.steps)
+    assert (rows.steps[0]["scale"] is not None) == (amp == "fp16")
