@@ -100,10 +100,17 @@ def start_a_long_mlp_run(page, url: str, wait_ms: float = 90_000) -> None:
     start.click()
 
 
+# For a server whose runs a test watches live: each of a run's first 2000 optimizer steps sleeps 0.1 s (a
+# "slow" fault, which its workers inherit), so a long mlp run trains ~10 steps a second (new points at every
+# one-second refresh of the charts) instead of taking one of the two cores the whole suite shares.
+PACED_RUNS = {"GACCUM_FAULTS": ",".join(f"slow@{step}:0*0.1" for step in range(1, 2001))}
+
+
 @contextmanager
-def dashboard_browser(runs: Path, executor: str = "process") -> Iterator[tuple[str, Browser]]:
+def dashboard_browser(runs: Path, executor: str = "process",
+                      env: Mapping[str, str] | None = None) -> Iterator[tuple[str, Browser]]:
     """A dashboard storing runs in `runs` (created here), training in worker processes (the product's
-    default) or in its threads, and Debian's Chromium to drive it."""
+    default) or in its threads, and Debian's Chromium to drive it; env adds to the server's environment."""
     import shutil
 
     from playwright.sync_api import sync_playwright
@@ -111,7 +118,7 @@ def dashboard_browser(runs: Path, executor: str = "process") -> Iterator[tuple[s
     # In CI Chromium is installed by .ci/run; a machine without it fails here rather than skipping.
     assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: apt-get install -y chromium"
     runs.mkdir()
-    with dashboard(runs, env={"GACCUM_EXECUTOR": executor}) as url, sync_playwright() as play:
+    with dashboard(runs, env={**(env or {}), "GACCUM_EXECUTOR": executor}) as url, sync_playwright() as play:
         browser = play.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             yield url, browser

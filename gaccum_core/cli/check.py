@@ -8,8 +8,7 @@ import dataclasses
 import shlex
 import sys
 import textwrap
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from gaccum_core.cli.args import Commands, add_config_flags, config_from_args, flag_error
 from gaccum_core.config import ConfigError, RunConfig
@@ -18,6 +17,9 @@ from gaccum_core.lab.equivalence import GradientReport, ReferenceTooLarge, compa
 from gaccum_core.lab.verdict import PRECISION_NAMES
 from gaccum_core.models.vision import ModelInputError
 from gaccum_core.train.checks import preflight
+
+if TYPE_CHECKING:  # pandas is imported on use: every command line, worker and rank loads this module
+    import pandas as pd
 
 WIDTH = 100  # the terminal the output is laid out for
 DATA_DIR_SETS = ("mnist", "fashionmnist", "cifar10", "imagefolder")  # the data sets read from --data-dir

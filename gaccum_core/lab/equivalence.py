@@ -11,9 +11,8 @@ import copy
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import pandas as pd
 import torch
 from torch import nn
 
@@ -29,6 +28,9 @@ from gaccum_core.train.step import Optimization, accumulate, accumulate_step
 from gaccum_core.data.text import IGNORE
 from gaccum_core.lab.verdict import MODULE_COLUMNS, TOLERANCES, find_reasons, module_table, verdict_text
 
+if TYPE_CHECKING:  # pandas is imported on use: the command line loads this module in every process
+    import pandas as pd
+
 COLUMNS = ["name", "shape", "numel", "max_abs_diff", "rel_l2", "cosine"]
 SIDE_BY_SIDE_COLUMNS = ["step", "loss_big", "loss_accum", "weight_distance"]
 
@@ -41,7 +43,7 @@ class GradientReport:
     table: pd.DataFrame  # one row per parameter tensor, columns COLUMNS
     verdict: str
     equal: bool
-    modules: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=MODULE_COLUMNS))
+    modules: pd.DataFrame = field(default_factory=lambda: _frame([], MODULE_COLUMNS))
     reasons: tuple[str, ...] = ()  # e.g. ("BatchNorm", "dropout"); empty when equal
 
 
@@ -56,6 +58,12 @@ class ReferenceTooLarge(RuntimeError):
         else:
             advice = "not even one micro-batch fits: lower micro_batch_size"
         super().__init__(f"the big-batch reference of {effective_batch} samples does not fit in memory; {advice}")
+
+
+def _frame(rows: list, columns: list[str]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=columns)
 
 
 def compare_gradients(config: RunConfig) -> GradientReport:
@@ -190,7 +198,7 @@ def _compare(config: RunConfig) -> GradientReport:
     x, y = bench.samples(0, 0, config.effective_batch_size)
     big, accumulated, note = _gradients_both_ways(bench, x, y)
     names = [name for name, p in bench.model.named_parameters() if p.requires_grad]
-    table = pd.DataFrame([_difference(*row) for row in zip(names, big, accumulated)], columns=COLUMNS)
+    table = _frame([_difference(*row) for row in zip(names, big, accumulated)], COLUMNS)
     # NaN compares False, so a non-finite error counts as a difference.
     differs = ~(table["rel_l2"] < TOLERANCES[config.amp])
     reasons = []
@@ -228,4 +236,4 @@ def _side_by_side(config: RunConfig, steps: int) -> pd.DataFrame:
         distance = math.sqrt(sum(torch.sum((p.double() - q.double()) ** 2).item()
                                  for p, q in zip(opts["big"].params, opts["accumulating"].params)))
         rows.append(dict(zip(SIDE_BY_SIDE_COLUMNS, (step, loss_big / count, loss_accum / count, distance))))
-    return pd.DataFrame(rows, columns=SIDE_BY_SIDE_COLUMNS)
+    return _frame(rows, SIDE_BY_SIDE_COLUMNS)

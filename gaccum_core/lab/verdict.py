@@ -7,13 +7,16 @@ pass changes, the textbook weighting; reduced precision only when none of those 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import torch
 from torch import nn
 
 from gaccum_core.config import RunConfig
 from gaccum_core.models.build import active_dropout
+
+if TYPE_CHECKING:  # pandas is imported on use: the command line loads this module in every process
+    import pandas as pd
 
 MODULE_COLUMNS = ["module", "parameters", "numel", "worst_rel_l2", "equal", "reason"]
 # fp32 rounds at 6e-8 relative; one pass over b·k samples and k passes over b add the same terms
@@ -98,6 +101,8 @@ def module_table(table: pd.DataFrame, differs: pd.Series, reasons: list[Reason])
         rows.append({"module": owner or ROOT, "parameters": len(part), "numel": int(part["numel"].sum()),
                      "worst_rel_l2": part["rel_l2"].max(skipna=False), "equal": equal,
                      "reason": "" if equal else module_reason(owner, reasons)})
+    import pandas as pd
+
     return pd.DataFrame(rows, columns=MODULE_COLUMNS)
 
 

@@ -1,7 +1,7 @@
 """Your own Hugging Face model in the real dashboard (Debian's Chromium): type hf:DIR under "your own…",
 see where its weights come from, train it on a text file from the Train page and read the loss chart as
 plotly.js drew it. The run trains in the server's threads: a worker process would import torch and
-transformers again (~12 s of this test on a loaded machine), which test_browser_language.py covers."""
+transformers again (~12 s of this test on a loaded machine), which test_browser_live.py covers."""
 
 import csv
 from pathlib import Path

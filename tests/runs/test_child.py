@@ -23,12 +23,17 @@ WAIT_S = 180  # only so a broken test fails instead of hanging; passing runs end
 
 @pytest.fixture
 def spawn(tmp_path, monkeypatch):
-    """Makes process-executor runners whose workers inherit `faults` (GACCUM_FAULTS); closes them after."""
+    """Makes process-executor runners whose workers inherit `faults` (GACCUM_FAULTS); closes them after.
+
+    warm_spare=True keeps a warm spare, as the dashboard does, for the tests of handing runs to it; the others
+    start a worker per run, so that no spare warmed after the test's last run is killed at close mid-import
+    (seconds of CPU on a machine the whole suite shares)."""
     runners = []
 
-    def make(faults: str = "", stop_grace_s: float = 5.0) -> Runner:
-        monkeypatch.setenv("GACCUM_FAULTS", faults)  # the spare worker is spawned now and inherits it
-        runner = Runner(tmp_path / f"runs{len(runners)}", executor="process", stop_grace_s=stop_grace_s)
+    def make(faults: str = "", stop_grace_s: float = 5.0, warm_spare: bool = False) -> Runner:
+        monkeypatch.setenv("GACCUM_FAULTS", faults)  # the test's workers (and a spare, spawned now) inherit it
+        runner = Runner(tmp_path / f"runs{len(runners)}", executor="process", stop_grace_s=stop_grace_s,
+                        warm_spare=warm_spare)
         runners.append(runner)
         return runner
 
@@ -105,7 +110,7 @@ def test_a_hung_child_is_killed_after_the_grace_period_and_the_run_is_stopped_wi
 
 def test_a_child_killed_from_outside_fails_with_its_signal_and_the_next_run_works(spawn):
     """SIGKILL (the OOM killer, a user's kill -9): failed with the signal named, never left running."""
-    runner = spawn("slow@3:0*120")
+    runner = spawn("slow@3:0*120", warm_spare=True)
     run_id = runner.submit(CONFIG)
     _rows_after(runner, run_id, 2)
     os.kill(runner.worker_pid(run_id), signal.SIGKILL)
@@ -141,8 +146,8 @@ def test_an_error_in_the_child_fails_the_run_with_its_message_and_traceback(spaw
 
 
 def test_runs_queue_behind_each_other_and_each_gets_a_worker(spawn):
-    """Three runs submitted at once run one after another, each in its own process."""
-    runner = spawn()
+    """Three runs submitted at once run one after another, each in its own process (the warm spare's)."""
+    runner = spawn(warm_spare=True)
     ids = [runner.submit(CONFIG.replace(max_steps=2, seed=seed)) for seed in range(3)]
     snapshots = [_ended(runner, run_id) for run_id in ids]
     assert [s.state for s in snapshots] == [RunState.FINISHED] * 3
@@ -154,7 +159,7 @@ ORPHAN_SCRIPT = """
 import os, sys, time
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.runner import Runner
-runner = Runner(sys.argv[1], executor="process")
+runner = Runner(sys.argv[1], executor="process", warm_spare=False)  # no spare to outlive the run for nothing
 run_id = runner.submit(RunConfig(model="mlp", micro_batch_size=16, accum_steps=3, max_steps=50, device="cpu"))
 while not runner.snapshot(run_id).metrics:
     time.sleep(0.05)
@@ -190,7 +195,7 @@ def test_a_worker_whose_server_died_stops_by_itself_and_says_why(tmp_path, monke
 
 def test_a_spare_worker_that_died_while_waiting_is_replaced_at_start(spawn):
     """The warm spare was killed (OOM killer, a user) before Start: the run gets a fresh worker and finishes."""
-    runner = spawn()
+    runner = spawn(warm_spare=True)
     spare_pid = runner.spare_pid
     assert spare_pid is not None
     os.kill(spare_pid, signal.SIGKILL)

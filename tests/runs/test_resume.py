@@ -4,6 +4,7 @@ Two configs, 40 optimizer steps each: SGD with momentum + warm-up + cosine + cli
 AdamW in fp16 with a GradScaler whose scale grows every 3 clean steps from 2^20, so that skipped
 steps and scale changes are in play. Each interrupted run must end with torch.equal parameters,
 optimizer state and loss scale, and the very same loss and grad_norm columns, as the uninterrupted one.
+A data-parallel job stopped and resumed: tests/train/test_distributed.py.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ def test_a_sigkilled_worker_resumes_from_its_last_checkpoint_exactly(references,
     store, done = references
     monkeypatch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.05" for s in range(1, 41)))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as the references here: bit-equality needs the same kernels
-    runner = Runner(tmp_path, executor="process")
+    # A worker per run, no warm spare: the one warmed after the resumed run would be killed at close mid-import.
+    runner = Runner(tmp_path, executor="process", warm_spare=False)
     try:
         kill_after = random.Random().randint(6, 33)
         run_id = runner.submit(CONFIGS[name].replace(checkpoint_every=5))
@@ -207,33 +209,6 @@ def test_a_run_stopped_in_a_worker_process_resumes_there_to_the_same_end(referen
         runner.close()
     _STORES[run_id] = runner.store
     _assert_same_run(store, done["sgd_fp32"], run_id)
-
-
-@pytest.mark.multiprocess
-def test_a_stopped_data_parallel_run_resumes_to_the_uninterrupted_runs_end(tmp_path, monkeypatch):
-    """2 processes (torchrun, gloo): stopped (the ranks agree at a step's end), resumed, bit-equal to 2 processes
-    that never stopped; every rank took rank 0's checkpoint."""
-    config = SGD.replace(nproc=2, micro_batch_size=4, max_steps=24)
-    runner = Runner(tmp_path)
-    reference = _ended(runner, runner.submit(config))
-    assert reference.state == RunState.FINISHED, reference.message
-    monkeypatch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.2" for s in range(1, 25)))
-    run_id = runner.submit(config)
-    while len(runner.snapshot(run_id).metrics) < 5:
-        assert not runner.snapshot(run_id).done, runner.snapshot(run_id).message
-        time.sleep(0.02)
-    runner.stop(run_id)
-    stopped = _ended(runner, run_id)
-    assert stopped.state == RunState.STOPPED and "killed" not in stopped.message, stopped.message
-    assert 5 <= runner.store.load_checkpoint(run_id)["counters"]["step"] < 24
-    monkeypatch.delenv("GACCUM_FAULTS")
-    runner.resume(run_id)
-    assert _ended(runner, run_id).state == RunState.FINISHED
-    a, b = runner.store.load_model(reference.run_id), runner.store.load_model(run_id)
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    ma, mb = runner.store.read_metrics(reference.run_id), runner.store.read_metrics(run_id)
-    assert mb["step"].tolist() == list(range(1, 25))
-    assert ma["loss"].equals(mb["loss"]) and ma["grad_norm"].equals(mb["grad_norm"])
 
 
 def test_checkpoints_come_every_n_steps_and_once_at_the_end(tmp_path):

@@ -310,37 +310,72 @@ def test_a_failing_rank_fails_the_run_with_its_message_and_leaves_no_process(mak
     _assert_none_survive(procs)
 
 
-@pytest.mark.parametrize("how", ["agreed", "killed"])
-def test_stop_ends_every_rank_and_keeps_the_rows(make_runner, monkeypatch, how):
-    """A stop ends every rank, as 'stopped' with gap-free rows: agreed at a step's end, or by a kill after the grace."""
-    monkeypatch.delenv("GACCUM_FAULTS_RANK", raising=False)  # both ranks
-    if how == "agreed":
-        # Every step pauses 0.5 s on both ranks: long enough to stop mid-run. The ranks agree within a
-        # step; torchrun and its ranks then take ~3.5 s (up to 6 s under load) to exit, past the default
-        # 5 s grace, which a job that already wrote its final state does not get killed for.
-        config, runner = SGD.replace(epochs=50), make_runner()
-        monkeypatch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.5" for s in range(2, 201)))
-    else:
-        # Step 2 pauses 120 s on both ranks, so the stop (checked at a step's end) cannot be agreed in time.
-        config, runner = SGD, make_runner()
-        monkeypatch.setenv("GACCUM_FAULTS", "slow@2:0*120")
-    run_id = runner.submit(config)
-    procs = _job_processes(runner, run_id)
-    _wait_for_rows(runner, run_id)
-    assert not runner.snapshot(run_id).done
+def _stop_and_assert_stopped_with_its_rows(runner: Runner, run_id: str, procs: list[psutil.Process], killed: bool):
+    """Stop the running job: it ends as 'stopped' (killed after the grace, or not) with gap-free rows, on disk
+    too, and no process of it survives; its snapshot."""
     runner.stop(run_id)
     stopped_at = time.monotonic()
-    snapshot = runner.wait(run_id, timeout=60)  # well below the 120 s pause
-    print(f"\nstop ({how}) ended the run {time.monotonic() - stopped_at:.1f} s after the request: "
-          f"{snapshot.message!r}, {len(snapshot.metrics)} rows")
+    snapshot = runner.wait(run_id, timeout=60)  # well below the 120 s pause of the killed case
+    print(f"\nstop ({'killed' if killed else 'agreed'}) ended the run {time.monotonic() - stopped_at:.1f} s after the "
+          f"request: {snapshot.message!r}, {len(snapshot.metrics)} rows")
     assert snapshot.done, "the job did not end after the stop"
     assert snapshot.state == RunState.STOPPED, snapshot.message
-    assert ("killed" in snapshot.message) == (how == "killed"), snapshot.message
+    assert ("killed" in snapshot.message) == killed, snapshot.message
     steps = [row["step"] for row in snapshot.metrics]
     assert steps == list(range(1, len(steps) + 1)) and steps
     assert len(steps) < snapshot.total_steps
     assert runner.store.read_metrics(run_id)["step"].tolist() == steps
     _assert_none_survive(procs)
+    return snapshot
+
+
+def test_a_stop_the_ranks_cannot_agree_on_in_time_kills_every_rank_and_keeps_the_rows(make_runner, monkeypatch):
+    """A stop ends every rank, as 'stopped' with gap-free rows, by a kill after the grace when a rank cannot
+    reach a step's end (a stop agreed at a step's end: see the resume test below)."""
+    monkeypatch.delenv("GACCUM_FAULTS_RANK", raising=False)  # both ranks
+    # Step 2 pauses 120 s on both ranks, so the stop (checked at a step's end) cannot be agreed in time.
+    monkeypatch.setenv("GACCUM_FAULTS", "slow@2:0*120")
+    runner = make_runner()
+    run_id = runner.submit(SGD)
+    procs = _job_processes(runner, run_id)
+    _wait_for_rows(runner, run_id)
+    assert not runner.snapshot(run_id).done
+    _stop_and_assert_stopped_with_its_rows(runner, run_id, procs, killed=True)
+
+
+# 24 steps of SGD with momentum, warm-up, cosine decay and clipping, on digits: what stops and resumes below.
+RESUMED = RunConfig(model="mlp", dataset="digits", micro_batch_size=B, accum_steps=K, nproc=WORLD, max_steps=24,
+                    device="cpu", eval_every=10, optimizer="sgd", momentum=0.9, lr=0.05, lr_schedule="cosine",
+                    warmup_steps=5, grad_clip=0.5)
+
+
+def test_a_stop_agreed_by_every_rank_keeps_the_rows_and_resumes_to_the_uninterrupted_runs_end(make_runner,
+                                                                                            monkeypatch):
+    """A stop ends every rank at a step's end they agree on, as 'stopped' (not killed) with gap-free rows;
+    resumed, every rank takes rank 0's checkpoint and the job ends bit-equal to the same job never stopped."""
+    monkeypatch.delenv("GACCUM_FAULTS_RANK", raising=False)  # both ranks
+    runner = make_runner()
+    reference = runner.wait(runner.submit(RESUMED), timeout=WAIT_S)
+    assert reference.state == RunState.FINISHED, reference.message
+    # Every step pauses 0.2 s on both ranks: long enough to stop mid-run. The ranks agree within a step;
+    # torchrun and its ranks then take ~3.5 s (up to 6 s under load) to exit, past the default 5 s grace,
+    # which a job that already wrote its final state does not get killed for.
+    monkeypatch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.2" for s in range(1, 25)))
+    run_id = runner.submit(RESUMED)
+    procs = _job_processes(runner, run_id)
+    _wait_for_rows(runner, run_id, rows=5, timeout=WAIT_S)
+    assert not runner.snapshot(run_id).done, runner.snapshot(run_id).message
+    _stop_and_assert_stopped_with_its_rows(runner, run_id, procs, killed=False)
+    assert 5 <= runner.store.load_checkpoint(run_id)["counters"]["step"] < 24
+
+    monkeypatch.delenv("GACCUM_FAULTS")
+    runner.resume(run_id)
+    assert runner.wait(run_id, timeout=WAIT_S).state == RunState.FINISHED
+    a, b = runner.store.load_model(reference.run_id), runner.store.load_model(run_id)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    ma, mb = runner.store.read_metrics(reference.run_id), runner.store.read_metrics(run_id)
+    assert mb["step"].tolist() == list(range(1, 25))
+    assert ma["loss"].equals(mb["loss"]) and ma["grad_norm"].equals(mb["grad_norm"])
 
 
 # --- 6: the saved model ----------------------------------------------------------------------------

@@ -54,6 +54,7 @@ def test_out_of_memory_mid_run_fails_with_advice_keeps_rows_releases_memory_and_
     assert [row["step"] for row in snap.metrics] == [1, 2, 3]
     assert_rows_intact(runner.store, run_id, 3)
     assert "OutOfMemoryError" in (tmp_path / run_id / "traceback.txt").read_text()
+    gc.unfreeze()  # every object back in gc's view, those conftest's frozen_heap froze before the test too
     gc.collect()
     assert not [o for o in gc.get_objects() if type(o) is Engine]  # model and optimizer freed
     nxt = runner.wait(runner.submit(RunConfig(max_steps=3, **TINY)))
