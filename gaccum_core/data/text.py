@@ -153,18 +153,12 @@ def text_sources(config: RunConfig) -> tuple[TokenSequences, TokenSequences]:
     if config.dataset == "pydoc":
         return _pydoc(tokens, config.max_seq_len)
     documents = file_documents(config.text_file, config.text_file_max_mb, config.text_field)
-    return split(_encoded(tokens, documents), config.max_seq_len, tokens.pad)
-
-
-def _encoded(tokens: Tokens, documents: list[str]) -> list[list[int]]:
-    if isinstance(tokens, ModelTokens):
-        return tokens.encode_many(documents)
-    return [tokens.encode(d) for d in documents]
+    return split(tokens.encode_many(documents), config.max_seq_len, tokens.pad)
 
 
 @functools.lru_cache(maxsize=4)
 def _pydoc(tokens: Tokens, max_seq_len: int) -> tuple[TokenSequences, TokenSequences]:
-    return split(_encoded(tokens, pydoc_documents()), max_seq_len, tokens.pad)
+    return split(tokens.encode_many(pydoc_documents()), max_seq_len, tokens.pad)
 
 
 def describe_text(config: RunConfig) -> str:

@@ -32,6 +32,10 @@ class ByteTokens:
         """The document's UTF-8 bytes."""
         return list(text.encode("utf-8"))
 
+    def encode_many(self, texts: list[str]) -> list[list[int]]:
+        """encode() of each document."""
+        return [self.encode(text) for text in texts]
+
     def prompt(self, text: str) -> tuple[str, list[int]]:
         """(the text, its ids) to continue."""
         return text, self.encode(text)

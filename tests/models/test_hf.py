@@ -11,9 +11,8 @@ from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.checks import preflight
-from gaccum_core.train.engine import Engine
-from gaccum_core.train.metrics import RowKeeper
 from hfmodels import VOCAB, copy_model, saved_model
+from training import trained
 
 # Paragraphs of 3 to 40 words: chunks of up to 33 tokens, so micro-batches hold different token counts.
 PARAGRAPHS = [f"Paragraph {i} says " + " ".join(["accumulate", "the", "gradient", "of", "every", "token"] * 7)[
@@ -39,13 +38,6 @@ def lm(directory, text_file, **changes):
     values = dict(model=f"hf:{directory}", dataset="text", text_file=str(text_file), max_seq_len=32, device="cpu",
                   optimizer="sgd", lr=0.05, momentum=0.0, eval_every=10**9, checkpoint_every=0)
     return RunConfig(**{**values, **changes})
-
-
-def trained(config):
-    engine = Engine(config)
-    rows = RowKeeper()
-    engine.run(rows)
-    return torch.cat([p.detach().flatten() for p in engine.model.parameters()]), rows
 
 
 def test_documents_are_the_models_tokens_with_eos_between_them_and_padding_masked(llama, corpus):

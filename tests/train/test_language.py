@@ -10,9 +10,9 @@ from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.data.text import pydoc_documents
 from gaccum_core.train.engine import Engine
-from gaccum_core.train.metrics import RowKeeper
 from gaccum_core.runs.files import RunWriter
 from gaccum_core.runs.store import RunStore
+from training import trained
 
 SEQ = 256  # the tiny preset's longest
 # A whole epoch on the first ten pydoc topics as a text file (split on blank lines, so paragraphs of many
@@ -32,13 +32,6 @@ def lm(**changes):
     values = dict(model="gpt", dataset="pydoc", max_seq_len=SEQ, device="cpu", optimizer="sgd", lr=0.05,
                   eval_every=10**9, checkpoint_every=0)
     return RunConfig(**{**values, **changes})
-
-
-def trained(config):
-    engine = Engine(config)
-    rows = RowKeeper()
-    engine.run(rows)
-    return torch.cat([p.detach().flatten() for p in engine.model.parameters()]), rows
 
 
 @pytest.fixture(scope="module")
