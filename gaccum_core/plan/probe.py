@@ -14,7 +14,7 @@ import statistics
 import torch
 
 from gaccum_core.config import ConfigError, RunConfig, first_line
-from gaccum_core.train.memory import MB, SavedBytesPeak, clear_cache, is_out_of_memory, optimizer_state_bytes, tensor_bytes
+from gaccum_core.train.memory import MB, SavedBytesPeak, clear_cache, is_out_of_memory, training_memory
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import RowKeeper
 from gaccum_core.plan.search import FAILED, FITS, OUT_OF_MEMORY, OVER_BUDGET, Candidate, Options
@@ -34,18 +34,6 @@ def burst_config(base: RunConfig, options: Options, micro_batch_size: int, effec
 def _train(engine: Engine, rows: RowKeeper, steps: int) -> None:
     """Run `steps` more optimizer steps, evaluating nothing."""
     engine.run(rows, steps=steps, evaluate=False)
-
-
-def training_memory(engine: Engine, saved_peak: int) -> dict[str, float]:
-    """The counted parts of training memory in MB, and their sum."""
-    model = engine.model
-    parts = {
-        "weights_mb": tensor_bytes([*model.parameters(), *model.buffers()]) / MB,
-        "gradients_mb": tensor_bytes(engine.opt.params) / MB,  # .grad has each parameter's shape and dtype
-        "optimizer_mb": optimizer_state_bytes(engine.optimizer) / MB,
-        "activations_mb": saved_peak / MB,
-    }
-    return {**parts, "counted_mb": sum(parts.values())}
 
 
 def _memory_window(engine: Engine, rows: RowKeeper) -> dict[str, float | None]:

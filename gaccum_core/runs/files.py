@@ -146,6 +146,9 @@ class CsvAppender:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         if os.fstat(self._fd).st_size == 0:
             self._append(list(columns))
+        else:  # a run written before columns were added (resumed now) keeps its header: rows match it
+            with open(path, encoding="utf-8", newline="") as file:
+                self.columns = tuple(next(csv.reader(file), columns))
 
     def _append(self, values: list[Any]) -> None:
         append_line(self._fd, _csv_line(values), self.path.name, self.path.parent)

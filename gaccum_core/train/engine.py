@@ -30,7 +30,7 @@ from gaccum_core.train.distributed import Ranks, share, sync_context, wrap
 from gaccum_core.train.errors import CompileError, Diverged
 from gaccum_core.train.evaluation import evaluate, sample_text
 from gaccum_core.train.loss import summed_cross_entropy
-from gaccum_core.train.memory import MB, MemoryProbe, SavedBytesPeak, clear_cache
+from gaccum_core.train.memory import MB, MemoryProbe, SavedBytesPeak, TrainingMemory, clear_cache
 from gaccum_core.train.metrics import MetricSink, Row
 from gaccum_core.train.checks import check_micro_batch
 from gaccum_core.train.rows import StepRows, StepWork
@@ -66,6 +66,7 @@ class Engine:
         self.optimizer, self.precision = self.opt.optimizer, self.opt.precision
         self.memory = MemoryProbe(self.device)
         self.activations = SavedBytesPeak(self.opt.params)
+        self.counted = TrainingMemory(self.model, self.optimizer)  # what the planner counts, per row
         self._activation_size = 0
         self._cache_clear_s = 0.0  # seconds spent clearing the cache in the current window
         self.rows = StepRows(ranks, self.device, config.is_text, self.allreduce)
@@ -230,7 +231,8 @@ class Engine:
         if self.config.clear_cache == "step":
             self._cache_clear_s += clear_cache(self.device)
         work = StepWork(window, count, epoch, lr, start, self._cache_clear_s, self._start)
-        memory = {**self.memory.read(), "activation_mb": self.activations.peak / MB}
+        memory = {**self.memory.read(), "activation_mb": self.activations.peak / MB,
+                  **self.counted.row(self.activations.peak)}
         return self.rows.row(work, result, memory, counters, should_stop)
 
     def _count(self, order: torch.Tensor, micro: MicroBatch) -> int:

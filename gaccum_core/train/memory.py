@@ -9,7 +9,7 @@ import os
 import time
 import weakref
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Protocol
 
 import psutil
 import torch
@@ -158,3 +158,50 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """Bytes of the optimizer's state tensors (momentum buffers, Adam's moments)."""
     return tensor_bytes([v for state in optimizer.state.values() for v in state.values()
                          if isinstance(v, torch.Tensor)])
+
+
+class Trains(Protocol):
+    """What training memory is counted from: a model and its optimizer (an Engine has both)."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+
+
+class TrainingMemory:
+    """The training memory the planner counts: weights (parameters and buffers) + gradients + optimizer
+    state + the bytes autograd saves for backward. The parts that do not change during a run are counted
+    once, the optimizer state again only when it gains entries (it appears at the first step), so a step's
+    row costs no walk over the tensors."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self._optimizer = optimizer
+        self.weights_mb = tensor_bytes([*model.parameters(), *model.buffers()]) / MB
+        # .grad has each trained parameter's shape and dtype: counted whole, as the planner budgets it.
+        self.gradients_mb = tensor_bytes([p for g in optimizer.param_groups for p in g["params"]]) / MB
+        self._entries = -1
+        self._optimizer_mb = 0.0
+
+    def optimizer_mb(self) -> float:
+        """The optimizer's state in MB, counted again only when it holds more parameters' state."""
+        entries = len(self._optimizer.state)
+        if entries != self._entries:
+            self._entries, self._optimizer_mb = entries, optimizer_state_bytes(self._optimizer) / MB
+        return self._optimizer_mb
+
+    def parts(self, saved_peak: int) -> dict[str, float]:
+        """The counted parts in MB (activations: saved_peak bytes) and their sum, counted_mb."""
+        parts = {"weights_mb": self.weights_mb, "gradients_mb": self.gradients_mb,
+                 "optimizer_mb": self.optimizer_mb(), "activations_mb": saved_peak / MB}
+        return {**parts, "counted_mb": sum(parts.values())}
+
+    def row(self, saved_peak: int) -> dict[str, float]:
+        """The parts as a step row's columns: weights_mb, gradients_mb, optimizer_mb, train_mem_mb."""
+        parts = self.parts(saved_peak)
+        return {"weights_mb": parts["weights_mb"], "gradients_mb": parts["gradients_mb"],
+                "optimizer_mb": parts["optimizer_mb"], "train_mem_mb": parts["counted_mb"]}
+
+
+def training_memory(trained: Trains, saved_peak: int) -> dict[str, float]:
+    """The counted parts of training memory in MB, and their sum (counted_mb): what the planner budgets
+    and what each step row of a run reports as train_mem_mb."""
+    return TrainingMemory(trained.model, trained.optimizer).parts(saved_peak)

@@ -12,11 +12,16 @@ STEP_COLUMNS = (
     "scale", "skipped", "skipped_total", "mem_allocated_mb", "mem_reserved_mb", "mem_peak_mb",
     "activation_mb", "cache_clear_s", "step_time_s", "samples_per_s", "wall_time_s",
     "world_size", "allreduce_calls", "allreduce_bytes", "tokens", "tokens_seen", "tokens_per_s",
+    "weights_mb", "gradients_mb", "optimizer_mb", "train_mem_mb",
 )
+# The training memory the planner counts (train.memory.TrainingMemory): weights + gradients + optimizer
+# state + activation_mb = train_mem_mb, the same figure on every device.
+TRAINING_MEMORY_COLUMNS = ("weights_mb", "gradients_mb", "optimizer_mb", "train_mem_mb")
 EVAL_COLUMNS = ("epoch", "step", "test_loss", "test_accuracy", "wall_time_s", "perplexity")
 # Columns added after runs were first written, with the value every row of an older run had.
 ADDED_COLUMNS = {"world_size": 1, "allreduce_calls": 0, "allreduce_bytes": 0,
-                 "tokens": math.nan, "tokens_seen": math.nan, "tokens_per_s": math.nan}
+                 "tokens": math.nan, "tokens_seen": math.nan, "tokens_per_s": math.nan,
+                 **{column: math.nan for column in TRAINING_MEMORY_COLUMNS}}
 ADDED_EVAL_COLUMNS = {"perplexity": math.nan}
 # Columns holding counts; every other metric is a float. An empty cell is None.
 _INT_COLUMNS = frozenset({"step", "epoch", "micro_batches", "samples", "samples_seen", "skipped", "skipped_total",
