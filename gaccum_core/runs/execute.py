@@ -24,6 +24,7 @@ from gaccum_core.train.errors import CompileError, Diverged
 from gaccum_core.train.step import StopCheck
 from gaccum_core.train.memory import clear_cache, is_out_of_memory
 from gaccum_core.runs.store import RunStore, now_iso
+from gaccum_core.runs.supervisor import stopped_before_first_step
 from gaccum_core.states import Outcome, RunState
 from gaccum_core.train.metrics import FanOut, MetricSink, NullSink, RowKeeper, skipped_warning
 
@@ -58,6 +59,7 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
                                 world_size=ranks.world_size, pid=os.getpid())
         engine = Engine(config, device, ranks)
         _resume_if_checkpointed(store, run_id, engine, ranks)
+        from_step = engine.training.counters.step
         if store is not None:
             writer = store.writer(run_id)
         on_start(engine)
@@ -66,7 +68,7 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
         if store is not None:
             store.save_model(run_id, engine.model.state_dict())
             _end_segment(store, run_id, state, engine.training.counters.step)
-        outcome = state, "stopped by the user" if state == RunState.STOPPED else skipped_warning(kept.steps)
+        outcome = state, _message(state, from_step, engine.training.counters.step, kept)
     except Diverged as exc:  # every rank sees the same loss: all of them end here together
         outcome = RunState.DIVERGED, str(exc)
     except Exception as exc:  # every failure ends the run with a message, never a dead thread
@@ -85,6 +87,13 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
         clear_cache(device)  # an error here propagates: torchrun reports this rank's failure
         return outcome
     return release(store, run_id, device, *outcome)
+
+
+def _message(state: RunState, from_step: int, step: int, kept: RowKeeper) -> str:
+    """A run's final message: how it stopped (before its first step, or later), else the skipped-steps warning."""
+    if state != RunState.STOPPED:
+        return skipped_warning(kept.steps)
+    return "stopped by the user" if step > from_step else stopped_before_first_step(from_step)
 
 
 def _resume_if_checkpointed(store: RunStore | None, run_id: str, engine: Engine, ranks: Ranks) -> None:

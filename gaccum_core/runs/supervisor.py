@@ -33,6 +33,11 @@ TEARDOWN_GRACE = 6  # times the stop grace a worker that wrote its final state m
 STDERR_LINES = 20  # how much of a dead worker's stderr its failure message quotes
 
 
+def stopped_before_first_step(from_step: int) -> str:
+    """The message of a run stopped before it took an optimizer step (from_step: where it resumed, 0 if new)."""
+    return "stopped before its first step" + (f" after resuming at step {from_step}" if from_step else "")
+
+
 @dataclass(frozen=True)
 class Launch:
     """This machine's place in a data-parallel job over several machines (config.nnodes of them)."""
@@ -150,14 +155,22 @@ class Child:
 
     def supervise(self, stop: threading.Event, on_rows: Callable[[list[Row], list[Row]], None],
                   on_status: Callable[[dict], None], grace_s: float, poll_s: float = 0.05) -> Outcome:
-        """Follow the run until its worker exits; stop it on `stop`, kill it grace_s later."""
+        """Follow the run until its worker exits; stop it on `stop`: at once while the worker is still
+        starting (it has not begun training, so nothing is lost), else kill it grace_s later."""
         metrics, evals = self.store.followers(self.run_id)
+        # Read before the worker can have begun (it imports and loads first): the rows a resumed run
+        # kept, and the segments it ran; the worker adds a segment when it begins training.
+        kept = metrics.read()
+        from_step, segments = len(kept), self._segments()
+        on_rows(kept, [])
         stop_sent: float | None = None
-        killed = False
+        killed: str | None = None  # why it was killed, if it was
         total_known = False
         while True:
             exited = self.proc.poll() is not None
-            on_rows(metrics.read(), evals.read())  # after poll(): rows written before the exit are all read
+            steps = metrics.read()
+            from_step = None if steps else from_step  # None once this worker logged a step
+            on_rows(steps, evals.read())  # after poll(): rows written before the exit are all read
             if not total_known:
                 status = self._status()
                 total_known = "total_steps" in status
@@ -167,13 +180,29 @@ class Child:
             if stop.is_set() and stop_sent is None:
                 self.store.request_stop(self.run_id)
                 stop_sent = time.monotonic()
-            if stop_sent is not None and self._overdue(time.monotonic() - stop_sent, grace_s):
-                kill_tree(self.proc)
-                killed = True
-                continue
+            if stop_sent is not None:
+                killed = self._kill_reason(time.monotonic() - stop_sent, grace_s, from_step, segments)
+                if killed is not None:
+                    kill_tree(self.proc)
+                    continue
             time.sleep(poll_s)
         self._drainer.join(timeout=2.0)
-        return self._outcome(killed, grace_s)
+        return self._outcome(killed)
+
+    def _kill_reason(self, waited_s: float, grace_s: float, from_step: int | None, segments: int) -> str | None:
+        """Why a worker asked to stop is killed now (the run's final message), or None to wait on."""
+        if from_step is not None and self._segments() == segments:
+            return stopped_before_first_step(from_step)  # still starting: importing, loading, building
+        if not self._overdue(waited_s, grace_s):
+            return None
+        ended = "stopped by the user" if from_step is None else stopped_before_first_step(from_step)
+        return (f"{ended}: the worker had not stopped {grace_s:g} s after the request (compiling or hung), so it "
+                "was killed; every row written so far is kept")
+
+    def _segments(self) -> int:
+        """How many training segments status.json records (a worker adds one as it begins training)."""
+        segments = self._status().get("segments")
+        return len(segments) if isinstance(segments, list) else 0
 
     def _overdue(self, waited_s: float, grace_s: float) -> bool:
         """Past the grace period and not ending: a worker that already wrote its final state is only
@@ -188,11 +217,10 @@ class Child:
         except (OSError, ValueError):
             return {}
 
-    def _outcome(self, killed: bool, grace_s: float) -> Outcome:
+    def _outcome(self, killed: str | None) -> Outcome:
         code = self.proc.returncode
-        if killed:
-            return RunState.STOPPED, (f"stopped by the user: the worker had not stopped {grace_s:g} s after the "
-                                      "request (compiling or hung), so it was killed; every row written so far is kept")
+        if killed is not None:
+            return RunState.STOPPED, killed
         failed_rank = rank_failure(self.store.torchrun_log_dir(self.run_id))
         if code != 0 and failed_rank:
             return RunState.FAILED, failed_rank
