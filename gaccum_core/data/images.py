@@ -7,9 +7,11 @@ Small and uint8 data sets live in memory as tensors (one indexing op per batch);
 from __future__ import annotations
 
 import functools
+import importlib.util
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
+import numpy as np
 import torch
 
 from gaccum_core.config import IMAGE_DATASETS, RunConfig
@@ -145,13 +147,22 @@ def digits_split(n_samples: int = 1797) -> tuple[torch.Tensor, torch.Tensor]:
     return order[: n_samples - n_test], order[n_samples - n_test:]
 
 
+def _digits_file() -> Path:
+    """scikit-learn's bundled digits.csv.gz (what load_digits reads), found without importing sklearn."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or spec.origin is None:
+        raise DataError("the digits data set comes with scikit-learn, which is not installed: "
+                        "pip install -r requirements.txt")
+    return Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz"
+
+
 @functools.lru_cache(maxsize=1)
 def _digits() -> tuple[TensorImages, TensorImages]:
-    from sklearn.datasets import load_digits  # bundled with scikit-learn: no network
-
-    raw = load_digits()
-    images = torch.from_numpy(raw.images).to(torch.uint8).unsqueeze(1)  # (1797, 1, 8, 8), 0..16
-    labels = torch.from_numpy(raw.target).to(torch.int64)
+    # load_digits() would import scikit-learn (~1 s, on the path of every Train page's first draw and
+    # every run's start); its data is one CSV of 64 pixels and the label per row, read here directly.
+    raw = np.loadtxt(_digits_file(), delimiter=",", dtype=np.float32)
+    images = torch.from_numpy(raw[:, :-1].reshape(-1, 1, 8, 8)).to(torch.uint8)  # (1797, 1, 8, 8), 0..16
+    labels = torch.from_numpy(raw[:, -1]).to(torch.int64)
     normalizer = Normalizer(_STATS["digits"], scale=16.0)
     train_idx, test_idx = digits_split(images.shape[0])
     return (TensorImages(images[train_idx], labels[train_idx], 10, normalizer),

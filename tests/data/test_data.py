@@ -220,3 +220,25 @@ def test_every_text_dataset_loads_and_matches_its_description(name: str, tmp_pat
     description = describe_dataset(cfg)
     assert description.startswith(f"{name}: {len(bundle.train)} train / {len(bundle.test)} validation sequences")
     assert f"{int(lengths.sum()):,} / {int(bundle.test.targets.sum()):,} target tokens" in description
+
+
+def test_digits_read_without_scikit_learn_equal_load_digits():
+    """The digits are read from scikit-learn's own CSV without importing it (1 s off every first draw
+    and run start), and they are load_digits()'s images and labels, split as before."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from gaccum_core.data.images import _digits; _digits(); "
+            "print('sklearn' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+    from sklearn.datasets import load_digits
+
+    from gaccum_core.data.images import _digits, digits_split
+
+    raw = load_digits()
+    train_idx, test_idx = digits_split(len(raw.target))
+    train, test = _digits()
+    for part, idx in ((train, train_idx), (test, test_idx)):
+        assert torch.equal(part.images, torch.from_numpy(raw.images[idx.numpy()]).to(torch.uint8).unsqueeze(1))
+        assert torch.equal(part.labels, torch.from_numpy(raw.target[idx.numpy()]).to(torch.int64))
