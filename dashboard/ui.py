@@ -14,8 +14,9 @@ from typing import Any, Callable, Mapping
 
 import streamlit as st
 
-from gaccum_core.runs.catalog import run_label, run_labels
+from gaccum_core.runs.catalog import created_text, run_label, run_labels
 from gaccum_core.views.chart_cache import ChartCache, ChartInput, ChartSet
+from gaccum_core.views.colours import run_colours
 from gaccum_core.config import FIELD_HELP, RunConfig
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.snapshot import RunSnapshot
@@ -118,13 +119,21 @@ def chart_cache() -> ChartCache:
 
 
 def chart_labels(snapshots: list[RunSnapshot]) -> list[str]:
-    """Each run's legend text in the live charts: what differs between these runs, and its name."""
-    return [f"{label} · {short_name(s)}" for s, label in zip(snapshots, run_labels([s.config for s in snapshots]))]
+    """Each run's legend text in the live charts: what differs between these runs, its name if it has one,
+    and for runs that would still read the same, when each was created."""
+    return run_labels([s.config for s in snapshots], [s.name for s in snapshots], [s.run_id for s in snapshots])
+
+
+def colours() -> dict[str, str]:
+    """Each run's colour from its creation order among the runs on disk: the same on every page."""
+    return run_colours(get_runner().store.list_runs())
 
 
 def live_charts(snapshots: list[RunSnapshot], x: str, smoothing: float, log_y: frozenset[str]) -> ChartSet:
     """The charts of these runs, labelled by what differs between them; built once for all sessions."""
-    runs = [ChartInput(s.run_id, label, s.metrics, s.evals) for s, label in zip(snapshots, chart_labels(snapshots))]
+    colour = colours()
+    runs = [ChartInput(s.run_id, label, s.metrics, s.evals, colour.get(s.run_id))
+            for s, label in zip(snapshots, chart_labels(snapshots))]
     return chart_cache().charts(runs, x, smoothing, log_y)
 
 
@@ -149,8 +158,8 @@ def plain(text: str) -> str:
 
 
 def short_name(snapshot: RunSnapshot) -> str:
-    """The run's name if it has one, else the end of its id."""
-    return snapshot.name or snapshot.run_id[-6:]
+    """The run's name if it has one, else when it was created ("run of 14:03:05")."""
+    return snapshot.name or created_text(snapshot.run_id)
 
 
 def format_eta(seconds: float | None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -27,35 +28,89 @@ def short_model(model: str) -> str:
     return f"{Path(where).name}:{function}" if is_factory(model) and where.endswith(".py") else model
 
 
-def run_label(config: RunConfig) -> str:
-    """A short legend text naming what usually differs between compared runs."""
-    model = f"gpt-{config.gpt_preset}" if config.model == "gpt" else short_model(config.model)
-    parts = [model, f"b={config.micro_batch_size}", f"k={config.accum_steps}"]
-    if config.amp != "off":
-        parts.append(config.amp)
-    if config.reduction != "mean":
-        parts.append(config.reduction)
-    if config.clear_cache != "off":
-        parts.append(f"clear={config.clear_cache}")
-    if config.compile != "off":
-        parts.append(f"compile={config.compile}")
-    if config.world_size > 1:
-        parts.append(f"N={config.world_size}")
-    return " ".join(parts)
-
-
-# Settings a label always names; any other field is named only where the labelled runs differ in it.
+# One vocabulary for a run's settings in legends, status lines and tables: the model as it is called
+# (gpt-tiny), b and k, the precision whenever amp is on (fp16), the processes as N, any other setting as
+# field=value (clear_cache=step).
+_USUAL = ("amp", "reduction", "clear_cache", "compile", "world_size")  # named whenever not the default
 _ALWAYS = ("model", "micro_batch_size", "accum_steps")
-_SHORT = {"micro_batch_size": "b", "accum_steps": "k"}
 _NEVER = ("device", "data_dir", "download", "text_file_max_mb")  # where a run ran, not what it trained
+_IN_OTHERS = ("gpt_preset", "nproc", "nnodes")  # said by the model's name (gpt-tiny) and by N
+_DEFAULT = RunConfig()
 
 
-def run_labels(configs: Sequence[RunConfig]) -> list[str]:
-    """One legend text per run: model, b and k, plus every other setting in which these runs differ."""
-    fields = [f.name for f in dataclasses.fields(RunConfig) if f.name not in _ALWAYS + _NEVER]
-    differing = [name for name in fields if len({getattr(c, name) for c in configs}) > 1]
-    return [" ".join([short_model(c.model), *(f"{_SHORT[n]}={getattr(c, n)}" for n in _ALWAYS[1:]),
-                      *(f"{n}={getattr(c, n)}" for n in differing)]) for c in configs]
+def _model_text(config: RunConfig) -> str:
+    return f"gpt-{config.gpt_preset}" if config.model == "gpt" else short_model(config.model)
+
+
+def setting_text(name: str, config: RunConfig) -> str:
+    """One setting of a run in the labels' words: b=8, k=4, fp16, N=2, clear_cache=step."""
+    if name == "model":
+        return _model_text(config)
+    if name == "amp":
+        return config.amp
+    if name == "world_size":
+        return f"N={config.world_size}"
+    short = {"micro_batch_size": "b", "accum_steps": "k"}.get(name, name)
+    return f"{short}={getattr(config, name)}"
+
+
+def _usual(config: RunConfig) -> list[str]:
+    """The settings a label names whenever they are not the default (fp16 whenever amp is on)."""
+    return [name for name in _USUAL if getattr(config, name) != getattr(_DEFAULT, name)]
+
+
+def run_label(config: RunConfig) -> str:
+    """A short legend text naming what usually differs between compared runs: model, b, k, and the
+    precision, reduction, cache clearing, compilation and processes when not the default."""
+    return " ".join(setting_text(name, config) for name in (*_ALWAYS, *_usual(config)))
+
+
+def _differing(configs: Sequence[RunConfig]) -> list[str]:
+    """The settings (RunConfig's order) in which these runs differ, but those a label names anyway (the
+    usual ones are named where not the default: fp16 against nothing says amp=off)."""
+    skip = (*_ALWAYS, *_USUAL, *_NEVER, *_IN_OTHERS)
+    fields = [f.name for f in dataclasses.fields(RunConfig) if f.name not in skip]
+    return [name for name in fields if len({getattr(c, name) for c in configs}) > 1]
+
+
+def created_text(run_id: str) -> str:
+    """When the run was created, from its id (UTC time, then a random part): "run of 14:03:05", in
+    this machine's time zone; the id itself when it holds no time."""
+    try:
+        created = datetime.strptime(run_id[:15], "%Y%m%d-%H%M%S").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return run_id
+    return f"run of {created.astimezone():%H:%M:%S}"
+
+
+def run_labels(configs: Sequence[RunConfig], names: Sequence[str] | None = None,
+               run_ids: Sequence[str] | None = None) -> list[str]:
+    """One legend text per run: model, b and k, the usual settings (run_label), every other setting in
+    which these runs differ, then the run's name if it has one. Runs that still share a label are told
+    apart by when they were created (from run_ids), never by the end of their id."""
+    differing = _differing(configs)
+    labels = []
+    for i, config in enumerate(configs):
+        text = " ".join([run_label(config), *(setting_text(n, config) for n in differing)])
+        name = names[i] if names is not None else ""
+        labels.append(f"{text} · {name}" if name else text)
+    return _told_apart(labels, run_ids)
+
+
+def _told_apart(labels: list[str], run_ids: Sequence[str] | None) -> list[str]:
+    """labels with each repeated one followed by its run's creation time (and a count when even that repeats)."""
+    if run_ids is None:
+        return labels
+    repeated = {label for label in labels if labels.count(label) > 1}
+    told = [f"{label} · {created_text(run_id)}" if label in repeated else label
+            for label, run_id in zip(labels, run_ids)]
+    still = {label for label in told if told.count(label) > 1}  # created in the same second
+    seen: dict[str, int] = {}
+    for i, label in enumerate(told):
+        if label in still:
+            seen[label] = seen.get(label, 0) + 1
+            told[i] = f"{label} ({seen[label]})"
+    return told
 
 
 def settings_table(configs: dict[str, RunConfig]) -> tuple[pd.DataFrame, list[str]]:

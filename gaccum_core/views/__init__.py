@@ -10,6 +10,8 @@ __all__, __getattr__ = lazy_exports(__name__, {
     "coinciding": ("Coincidence", "coinciding"),
     "charts": ("build_figures", "CHARTS", "ALL_CHARTS", "LOG_BY_DEFAULT"),
     "chart_cache": ("ChartCache", "ChartInput", "ChartSet"),
+    "colours": ("run_colours", "PALETTE"),
+    "applicable": ("not_applicable",),
     "plan": ("plan_table", "table_formats", "format_table", "memory_figure", "speed_figure"),
     "lab": ("gradient_figure", "side_by_side_figures", "pitfall_figure"),
 })

@@ -10,6 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from gaccum_core.views.ranges import clip, constant_range, finite_values, unit_ticks
 from gaccum_core.views.series import RunSeries, is_language, with_rows
 
 X_AXES: dict[str, str] = {"step": "optimizer step", "samples_seen": "samples seen", "tokens_seen": "tokens seen",
@@ -94,36 +95,107 @@ def _y_axis(y_title: str, log_y: bool, y_range: tuple[float, float] | None = Non
     return yaxis
 
 
+@dataclass(frozen=True)
+class YScale:
+    """How a chart's y axis follows its data: clip runs gone wild out of the range (saying so), never
+    go below zero (counts) or always show zero (sizes), tick whole numbers only."""
+
+    clip: bool = False
+    rangemode: str | None = None  # "nonnegative" (counts, rates) or "tozero" (sizes: memory)
+    integer: bool = False
+
+
+def _fitted_y(yaxis: dict[str, Any], traces: list[dict[str, Any]], scale: YScale, log_y: bool) -> str | None:
+    """Set yaxis's range and ticks from the data (unless a range is given); the clip note, if any."""
+    if scale.rangemode and not log_y:
+        yaxis["rangemode"] = scale.rangemode
+    values = finite_values(traces, axis="y")
+    if scale.integer:
+        yaxis.update(unit_ticks(values))
+    if "range" in yaxis:
+        return None
+    constant = constant_range(values, log_y)
+    if constant is not None:
+        yaxis["range"] = [max(constant[0], 0.0) if scale.rangemode and not log_y else constant[0], constant[1]]
+        return None
+    clipped = clip([t for t in traces if t.get("yaxis", "y") == "y"]) if scale.clip and not log_y else None
+    if clipped is None:
+        return None
+    yaxis["range"] = [clipped.low, clipped.high]
+    return clipped.note()
+
+
+def _x_axis(axis: Axis, traces: list[dict[str, Any]]) -> dict[str, Any]:
+    """The x axis: its title (saying when it replaced tokens seen) and whole-number ticks for counts."""
+    x_title = X_AXES[axis.x] + (f" ({X_AXES[axis.requested]}: no run here counts tokens)" if axis.fallback else "")
+    xaxis: dict[str, Any] = {"title": {"text": x_title}}
+    if axis.x != "wall_time_s":
+        xaxis["tickformat"] = ",d"  # steps, samples and tokens are whole numbers
+        xaxis.update(unit_ticks(finite_values(traces, "x")))
+    return xaxis
+
+
+# The legend sits under the plot, in rows: beside it, it took up to 40 % of the chart's width. Its rows
+# are estimated from its text (10 px font: about 6.5 px a character, 45 px for the line sample and gap)
+# on a chart about 520 px wide (half of a 1280 px page), and the bottom margin grows by as many rows, so
+# the legend never covers the x title however many runs are shown.
+LEGEND_ROW_PX, LEGEND_WIDTH_PX, BOTTOM_PX, HEIGHT_PX = 20, 520, 50, 340
+
+
+def legend_rows(traces: list[dict[str, Any]]) -> int:
+    """How many rows the legend of these traces takes under the plot."""
+    names = [str(t.get("name", "")) for t in traces if t.get("showlegend", True) is not False]
+    rows, used = 0, LEGEND_WIDTH_PX
+    for name in names:
+        width = 45 + 6.5 * len(name)
+        if used + width > LEGEND_WIDTH_PX:
+            rows, used = rows + 1, 0
+        used += width
+    return rows
+
+
 def chart_figure(name: str, title: str, x: str | Axis, y_title: str, traces: list[dict[str, Any]],
                  note: str | None = None, log_y: bool = False, y_range: tuple[float, float] | None = None,
-                 y2_title: str | None = None) -> go.Figure:
+                 y2_title: str | None = None, scale: YScale = YScale()) -> go.Figure:
     """A figure with the layout every chart shares, and a centred note when there is nothing to draw.
     Given an Axis, its x title says when it replaced tokens seen and a small note when it left
-    image runs out; y2_title adds a right-hand y axis (traces with yaxis="y2")."""
+    image runs out; y2_title adds a right-hand y axis (traces with yaxis="y2"). The y range follows
+    the data (scale): a constant series around its value, runs gone wild clipped out with a note."""
     axis = x if isinstance(x, Axis) else Axis(x, x, [], False)
-    x = axis.x
     yaxis = _y_axis(y_title, log_y, y_range)
-    x_title = X_AXES[x] + (f" ({X_AXES[axis.requested]}: no run here counts tokens)" if axis.fallback else "")
-    xaxis: dict[str, Any] = {"title": {"text": x_title}}
-    if x != "wall_time_s":
-        xaxis["tickformat"] = ",d"  # steps, samples and tokens are whole numbers
+    clipped = _fitted_y(yaxis, traces, scale, log_y)
+    rows = legend_rows(traces)
     layout = {
-        "title": {"text": title}, "template": _template(), "height": 340, "showlegend": True,
-        "margin": {"l": 55, "r": 10, "t": 40, "b": 40}, "uirevision": uirevision(name, x, log_y),
-        "xaxis": xaxis, "yaxis": yaxis, "hovermode": "x unified",
-        # Under the plot, in rows: a legend beside it took up to 40 % of the chart's width.
-        "legend": {"orientation": "h", "yanchor": "top", "y": -0.18, "xanchor": "left", "x": 0,
-                   "font": {"size": 10}},
+        "title": {"text": title}, "template": _template(), "height": HEIGHT_PX + LEGEND_ROW_PX * rows,
+        "showlegend": True, "margin": {"l": 55, "r": 10, "t": 40, "b": BOTTOM_PX + LEGEND_ROW_PX * rows},
+        "uirevision": uirevision(name, axis.x, log_y), "xaxis": _x_axis(axis, traces), "yaxis": yaxis,
+        "hovermode": "x unified",
+        "legend": {"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0, "xanchor": "left",
+                   "x": 0, "font": {"size": 10}},
     }
+    if clipped:  # the clip note sits above the plot, under the title
+        layout["margin"]["t"] += 16
     if y2_title is not None:
         layout["yaxis2"] = {**_y_axis(y2_title, log_y), "overlaying": "y", "side": "right", "showgrid": False}
+        if scale.rangemode and not log_y:
+            layout["yaxis2"]["rangemode"] = scale.rangemode
         layout["margin"] = {**layout["margin"], "r": 55}
+    layout["annotations"] = _annotations(note, axis.left_out and bool(traces), clipped)
+    if not layout["annotations"]:
+        del layout["annotations"]
+    return go.Figure(data=traces, layout=layout, _validate=False)
+
+
+def _annotations(note: str | None, left_out: bool, clipped: str | None) -> list[dict[str, Any]]:
+    """The centred note, the image runs left out (top right) and the clip note (top left)."""
+    small = {"xref": "paper", "yref": "paper", "y": 1, "yanchor": "bottom", "showarrow": False,
+             "font": {"size": 10, "color": "#888"}}
     annotations = []
     if note:
         annotations.append({"text": note, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "showarrow": False})
-    if axis.left_out and traces:
-        annotations.append({"text": LEFT_OUT, "xref": "paper", "yref": "paper", "x": 1, "y": 1, "xanchor": "right",
-                            "yanchor": "bottom", "showarrow": False, "font": {"size": 10, "color": "#888"}})
-    if annotations:
-        layout["annotations"] = annotations
-    return go.Figure(data=traces, layout=layout, _validate=False)
+    if left_out:
+        annotations.append({"text": LEFT_OUT, "x": 1, "xanchor": "right", **small})
+    if clipped:
+        annotations.append({"text": clipped, "x": 0, "xanchor": "left", **{**small, "font": {"size": 10,
+                                                                                           "color": "#b45309"}}})
+    return annotations

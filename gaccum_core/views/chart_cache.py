@@ -12,12 +12,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 import plotly.io as pio
 
+from gaccum_core.views.applicable import not_applicable
 from gaccum_core.views.charts import build_figures
 from gaccum_core.views.coinciding import Coincidence, coinciding
 from gaccum_core.views.series import RunSeries
@@ -25,12 +26,14 @@ from gaccum_core.views.series import RunSeries
 
 @dataclass(frozen=True)
 class ChartInput:
-    """One run as a live page knows it: its id, legend label and rows so far."""
+    """One run as a live page knows it: its id, legend label and rows so far, and its colour
+    (views.colours.run_colours; None: by its place among the runs shown)."""
 
     run_id: str
     label: str
     metrics: Sequence[Mapping[str, Any]]
     evals: Sequence[Mapping[str, Any]]
+    colour: str | None = None
 
 
 def grown_frame(frame: pd.DataFrame | None, rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -44,10 +47,16 @@ def grown_frame(frame: pd.DataFrame | None, rows: Sequence[Mapping[str, Any]]) -
 
 @dataclass(frozen=True)
 class ChartSet:
-    """The charts of a set of runs, ready to send: plotly JSON per chart, and which runs coincide."""
+    """The charts of a set of runs, ready to send: plotly JSON per chart, which runs coincide, and the
+    charts that do not apply to these runs with the line to show instead (views.applicable)."""
 
     specs: dict[str, str]
     coincidences: list[Coincidence]
+    not_applicable: dict[str, str] = field(default_factory=dict)
+
+    def applicable(self) -> dict[str, str]:
+        """The specs of the charts that apply, in display order: what a page draws."""
+        return {name: spec for name, spec in self.specs.items() if name not in self.not_applicable}
 
 
 class ChartCache:
@@ -63,7 +72,7 @@ class ChartCache:
     def charts(self, runs: Sequence[ChartInput], x: str, smoothing: float,
                log_y: frozenset[str] | None = None) -> ChartSet:
         """The charts of these runs; built only when some run has new rows or an option changed."""
-        key = (tuple((r.run_id, r.label, len(r.metrics), len(r.evals)) for r in runs), x, smoothing, log_y)
+        key = (tuple((r.run_id, r.label, len(r.metrics), len(r.evals), r.colour) for r in runs), x, smoothing, log_y)
         with self._lock:
             cached = self._specs.get(key)
             if cached is not None:
@@ -72,7 +81,7 @@ class ChartCache:
             series = [self._series(run) for run in runs]
             figures = build_figures(series, x, smoothing, log_y)
             specs = ChartSet({name: pio.to_json(figure, validate=False) for name, figure in figures.items()},
-                             coinciding(series))
+                             coinciding(series), not_applicable(series, tuple(figures)))
             self._specs[key] = specs
             self.builds += 1
             while len(self._specs) > self._max_sets:
@@ -92,4 +101,4 @@ class ChartCache:
         metrics, evals = self._frames.get(run.run_id, (None, None))
         metrics, evals = grown_frame(metrics, run.metrics), grown_frame(evals, run.evals)
         self._frames[run.run_id] = (metrics, evals)
-        return RunSeries(run.run_id, run.label, metrics, evals)
+        return RunSeries(run.run_id, run.label, metrics, evals, run.colour)

@@ -3,58 +3,24 @@ build_figures for a set of runs; pure: no streamlit, no I/O."""
 
 from __future__ import annotations
 
-import html
-
 from dataclasses import replace
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.colors import qualitative
-
 from gaccum_core.train.metrics import smooth_ema
-from gaccum_core.views.axes import chart_figure, resolve_axis
+from gaccum_core.views.axes import YScale, chart_figure, resolve_axis
+from gaccum_core.views.colours import PALETTE  # noqa: F401 - where the pages and tests read it
 from gaccum_core.views.coinciding import coinciding
-from gaccum_core.views.series import RunSeries, downsample, is_language, with_rows
+from gaccum_core.views.memory_chart import memory_figure
+from gaccum_core.views.series import RunSeries, is_language, with_rows
+from gaccum_core.views.traces import WAITING, colour as _colour, key as _key, line as _line, scatter as _scatter, uid as _uid
 
-PALETTE = tuple(qualitative.Plotly)
-WAITING = "waiting for the first optimizer step"
+SKIPPED_MARKER = {"symbol": "x", "color": "red", "size": 8}
 NO_SCALER = "no GradScaler in these runs (amp off or bf16)"
 NO_EVALS = "waiting for the first evaluation"
 NO_LANGUAGE = "no language run here: perplexity is for gpt on text"
-# column -> (legend suffix, line dash): colour tells the run apart, dash the metric.
-MEMORY_LINES = {
-    "mem_allocated_mb": ("allocated", "solid"),
-    "mem_reserved_mb": ("reserved", "dot"),
-    "mem_peak_mb": ("peak", "dash"),
-    "activation_mb": ("activations", "dashdot"),
-}
-
-
-def _colour(index: int) -> str:
-    """The run's colour, fixed by its position in the runs list."""
-    return PALETTE[index % len(PALETTE)]
-
-
-def _scatter(x: Any, y: Any, **props: Any) -> dict[str, Any]:
-    """A scatter trace as plotly JSON: built as a dict, since validating go.Scatter objects cost ~10x more.
-    Its name is a run's name as typed: plotly draws HTML in legends (links included), so it is escaped."""
-    if "name" in props:
-        props["name"] = html.escape(props["name"], quote=False)
-    return {"type": "scatter", "x": x, "y": y, **props}
-
-
-def _line(frame: pd.DataFrame, x: str, y: str, **props: Any) -> dict[str, Any]:
-    """A downsampled line trace of frame[y] against frame[x]."""
-    points = downsample(frame, x, y)
-    return _scatter(points[x].to_numpy(), points[y].to_numpy(), mode="lines", **props)
-
-
-def _uid(run: RunSeries, line: str) -> str:
-    """A trace's plotly uid: the run and the line, so a hidden legend entry stays with its run's line
-    when a redraw adds or drops traces before it (plotly matches UI state by uid, else by position)."""
-    return f"{run.run_id} {line}"
 
 
 def loss_figure(runs: list[RunSeries], x: str, smoothing: float, log_y: bool = False) -> go.Figure:
@@ -68,14 +34,15 @@ def loss_figure(runs: list[RunSeries], x: str, smoothing: float, log_y: bool = F
     for i, run in axis.drawn:
         # Smoothed on the full series: an EMA of the decimated points would drift from TensorBoard's.
         frame = run.metrics.assign(smoothed=smooth_ema(run.metrics["loss"].astype(float).tolist(), smoothing))
-        colour = _colour(i)
+        colour = _colour(i, run)
         traces.append(_line(frame, axis.x, "loss", name=f"{run.label} raw", showlegend=False, opacity=0.3,
                             legendgroup=run.run_id, line={"color": colour, "width": 1}, uid=_uid(run, "loss raw"),
                             hoverinfo="skip"))
         traces.append(_line(frame, axis.x, "smoothed", name=run.label, legendgroup=run.run_id, uid=_uid(run, "loss"),
                             line={"color": colour, "width": 2,
                                   "dash": "dash" if run.run_id in dashed else "solid"}))
-    return chart_figure("loss", "training loss", axis, "loss", traces, None if traces else WAITING, log_y)
+    return chart_figure("loss", "training loss", axis, "loss", traces, None if traces else WAITING, log_y,
+                        scale=YScale(clip=True))
 
 
 def scale_figure(runs: list[RunSeries], x: str, log_y: bool = True, **_other_options: Any) -> go.Figure:
@@ -86,24 +53,27 @@ def scale_figure(runs: list[RunSeries], x: str, log_y: bool = True, **_other_opt
         if not np.isfinite(run.metrics["scale"].to_numpy(dtype=float)).any():
             continue
         traces.append(_line(run.metrics, axis.x, "scale", name=run.label, legendgroup=run.run_id,
-                            line={"color": _colour(i), "shape": "hv"}, uid=_uid(run, "scale")))
+                            line={"color": _colour(i, run), "shape": "hv"}, uid=_uid(run, "scale")))
         skipped = run.metrics[run.metrics["skipped"] == 1]
         traces.append(_scatter(skipped[axis.x].to_numpy(), skipped["scale"].to_numpy(), mode="markers",
-                               name=f"{run.label} skipped", legendgroup=run.run_id,
-                               marker={"symbol": "x", "color": "red", "size": 8}, uid=_uid(run, "scale skipped")))
+                               name=f"{run.label} skipped", legendgroup=run.run_id, showlegend=False,
+                               marker=SKIPPED_MARKER, uid=_uid(run, "scale skipped")))
+    if traces:  # one legend entry per run, and one that says what the red x is
+        traces.append(_key("skipped step", mode="markers", marker=SKIPPED_MARKER))
     note = WAITING if not axis.drawn else None if traces else NO_SCALER
-    return chart_figure("scale", "GradScaler loss scale", axis, "scale", traces, note, log_y)
+    return chart_figure("scale", "GradScaler loss scale", axis, "scale", traces, note, log_y,
+                        scale=YScale(rangemode="nonnegative"))
 
 
 def _per_run_line(name: str, title: str, column: str, y_title: str, shape: str = "linear",
-                  y_range: tuple[float, float] | None = None) -> Callable[..., go.Figure]:
+                  scale: YScale = YScale(rangemode="nonnegative")) -> Callable[..., go.Figure]:
     """A chart builder drawing one line of `column` per run."""
     def build(runs: list[RunSeries], x: str, log_y: bool = False, **_other_options: Any) -> go.Figure:
         axis = resolve_axis(runs, x)
         traces = [_line(run.metrics, axis.x, column, name=run.label, legendgroup=run.run_id, uid=_uid(run, column),
-                        line={"color": _colour(i), "shape": shape})
+                        line={"color": _colour(i, run), "shape": shape})
                   for i, run in axis.drawn]
-        return chart_figure(name, title, axis, y_title, traces, None if traces else WAITING, log_y, y_range)
+        return chart_figure(name, title, axis, y_title, traces, None if traces else WAITING, log_y, scale=scale)
 
     build.__name__ = f"{name}_figure"
     build.__doc__ = f"{title} per run."
@@ -111,8 +81,9 @@ def _per_run_line(name: str, title: str, column: str, y_title: str, shape: str =
 
 
 skipped_figure = _per_run_line("skipped", "skipped optimizer steps (cumulative)", "skipped_total",
-                               "skipped steps", shape="hv")
-grad_norm_figure = _per_run_line("grad_norm", "gradient norm (before clipping)", "grad_norm", "L2 norm")
+                               "skipped steps", shape="hv", scale=YScale(rangemode="nonnegative", integer=True))
+grad_norm_figure = _per_run_line("grad_norm", "gradient norm (before clipping)", "grad_norm", "L2 norm",
+                                 scale=YScale(clip=True, rangemode="nonnegative"))
 lr_figure = _per_run_line("lr", "learning rate", "lr", "lr", shape="hv")
 cache_figure = _per_run_line("cache", "cache-clearing time per step", "cache_clear_s", "seconds")
 
@@ -129,25 +100,13 @@ def throughput_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_oth
         column, unit = ("tokens_per_s", "tokens/s") if text else ("samples_per_s", "samples/s")
         extra = {"yaxis": "y2"} if mixed and text else {}
         traces.append(_line(run.metrics, axis.x, column, name=f"{run.label} {unit}" if mixed else run.label,
-                            legendgroup=run.run_id, uid=_uid(run, column), line={"color": _colour(i)}, **extra))
+                            legendgroup=run.run_id, uid=_uid(run, column), line={"color": _colour(i, run)}, **extra))
     if mixed:
         return chart_figure("throughput", "throughput", axis, "samples/s (image runs)", traces, None, log_y,
-                            y2_title="tokens/s (language runs)")
+                            y2_title="tokens/s (language runs)", scale=YScale(rangemode="tozero"))
     y_title = "tokens/s" if language else "samples/s"
-    return chart_figure("throughput", "throughput", axis, y_title, traces, None if traces else WAITING, log_y)
-
-
-def memory_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_other_options: Any) -> go.Figure:
-    """Allocated, reserved (CUDA only), peak and activation memory: colour per run, dash per metric."""
-    axis = resolve_axis(runs, x)
-    traces = []
-    for i, run in axis.drawn:
-        for column, (suffix, dash) in MEMORY_LINES.items():
-            if not run.metrics[column].notna().any():
-                continue  # the CPU has no reserved memory
-            traces.append(_line(run.metrics, axis.x, column, name=f"{run.label} {suffix}", legendgroup=run.run_id,
-                                line={"color": _colour(i), "dash": dash}, uid=_uid(run, column)))
-    return chart_figure("memory", "memory", axis, "MB", traces, None if traces else WAITING, log_y)
+    return chart_figure("throughput", "throughput", axis, y_title, traces, None if traces else WAITING, log_y,
+                        scale=YScale(rangemode="tozero"))
 
 
 def _eval_points(run: RunSeries, x: str) -> pd.DataFrame:
@@ -171,7 +130,7 @@ def _eval_traces(drawn: list[tuple[int, RunSeries]], x: str, column: str, suffix
         if not np.isfinite(ys).any():
             continue
         traces.append(_scatter(points[x].to_numpy(dtype=float), ys, mode="lines+markers",
-                               name=run.label + suffix(run), legendgroup=run.run_id, line={"color": _colour(i)},
+                               name=run.label + suffix(run), legendgroup=run.run_id, line={"color": _colour(i, run)},
                                uid=_uid(run, column)))
     return traces
 

@@ -13,12 +13,14 @@ MAX_POINTS = 2000
 
 @dataclass(frozen=True)
 class RunSeries:
-    """One run as the charts see it: its legend label and its metric and eval frames."""
+    """One run as the charts see it: its legend label, its metric and eval frames, and its colour
+    (views.colours.run_colours; None: by its place among the runs shown)."""
 
     run_id: str
     label: str
     metrics: pd.DataFrame
     evals: pd.DataFrame
+    colour: str | None = None
 
 
 def with_rows(runs: list[RunSeries]) -> list[tuple[int, RunSeries]]:

@@ -4,7 +4,7 @@ import io
 
 import pandas as pd
 
-from gaccum_core.runs.catalog import combined_csv, run_label, run_labels, run_table, settings_table
+from gaccum_core.runs.catalog import combined_csv, created_text, run_label, run_labels, run_table, settings_table
 from gaccum_core.config import RunConfig
 from gaccum_core.train.metrics import STEP_COLUMNS
 from gaccum_core.runs.runner import Runner
@@ -47,9 +47,10 @@ def test_combined_csv_carries_run_ids_and_settings(tmp_path):
 def test_labels_name_every_setting_in_which_the_runs_differ():
     base = RunConfig(model="cnn", micro_batch_size=8, accum_steps=4)
     labels = run_labels([base, base.replace(lr=0.01, dataset="fake", device="cpu"), base.replace(amp="bf16")])
-    # In RunConfig's field order; device is where a run ran, not what it trained.
-    assert labels == ["cnn b=8 k=4 dataset=digits amp=off lr=0.05", "cnn b=8 k=4 dataset=fake amp=off lr=0.01",
-                      "cnn b=8 k=4 dataset=digits amp=bf16 lr=0.05"]
+    # In RunConfig's field order; device is where a run ran, not what it trained; the precision is named
+    # whenever amp is on, in the words every label uses (bf16, not amp=bf16).
+    assert labels == ["cnn b=8 k=4 dataset=digits lr=0.05", "cnn b=8 k=4 dataset=fake lr=0.01",
+                      "cnn b=8 k=4 bf16 dataset=digits lr=0.05"]
     assert run_labels([base, base]) == ["cnn b=8 k=4"] * 2
 
 
@@ -84,4 +85,27 @@ def test_the_table_and_labels_name_the_processes_of_a_data_parallel_run(tmp_path
     assert table.loc[double, "world_size"] == 2 and table.loc[double, "effective_batch"] == 64
     assert run_label(RunConfig(**{**TINY, "nproc": 2})).endswith("N=2")
     assert "N=" not in run_label(RunConfig(**TINY))
-    assert "nproc=2" in run_labels([RunConfig(**TINY), RunConfig(**{**TINY, "nproc": 2})])[1]
+    assert run_labels([RunConfig(**TINY), RunConfig(**{**TINY, "nproc": 2})])[1].endswith(" N=2")
+
+
+def test_runs_are_named_by_their_name_or_what_tells_them_apart_never_by_the_end_of_their_id():
+    fp16, bf16 = (RunConfig(model="cnn", micro_batch_size=8, accum_steps=4, amp=amp) for amp in ("fp16", "bf16"))
+    ids = ["20250101-120000-a1b2c3-fp16-try-1", "20250101-120005-d4e5f6-bf16-try-1"]
+    labels = run_labels([fp16, bf16], ["fp16 try 1", "bf16 try 1"], ids)
+    assert labels == ["cnn b=8 k=4 fp16 · fp16 try 1", "cnn b=8 k=4 bf16 · bf16 try 1"]
+    # The same settings and no name: told apart by when they were created, never by "-try-1" or "a1b2c3".
+    same = run_labels([fp16, fp16], ["", ""], ids)
+    assert len(set(same)) == 2 and all(s.startswith("cnn b=8 k=4 fp16 · run of ") for s in same)
+    assert not any(run_id[-6:] in label for label in same + labels for run_id in ids)
+    twins = run_labels([fp16, fp16], ["", ""], ["20250101-120000-a1b2c3", "20250101-120000-d4e5f6"])
+    assert twins[0] != twins[1]  # created in the same second
+    assert created_text("not-a-time") == "not-a-time"
+
+
+def test_one_vocabulary_in_every_label():
+    gpt = RunConfig(model="gpt", dataset="pydoc", micro_batch_size=2, accum_steps=4, amp="fp16", clear_cache="step")
+    assert run_label(gpt) == "gpt-tiny b=2 k=4 fp16 clear_cache=step"
+    # Compared with a run that differs only in amp and clear_cache, the words are the same ones.
+    plain = gpt.replace(amp="off", clear_cache="off")
+    assert run_labels([gpt, plain]) == ["gpt-tiny b=2 k=4 fp16 clear_cache=step", "gpt-tiny b=2 k=4"]
+    assert run_labels([gpt, gpt.replace(gpt_preset="mini")])[1].startswith("gpt-mini b=2 k=4 fp16")

@@ -36,6 +36,7 @@ def metrics(n, fp16=False, cuda=False, seed=0):
         "activation_mb": 20.0, "cache_clear_s": 0.0, "step_time_s": 0.01, "samples_per_s": 3200.0,
         "wall_time_s": step * 0.01, "world_size": 1, "allreduce_calls": 0, "allreduce_bytes": 0,
         "tokens": np.nan, "tokens_seen": np.nan, "tokens_per_s": np.nan,
+        "weights_mb": 1.0, "gradients_mb": 1.0, "optimizer_mb": 2.0, "train_mem_mb": 24.0,
     })
     return frame[list(STEP_COLUMNS)]
 
@@ -100,7 +101,9 @@ def test_every_chart_draws_overlaid_runs_with_a_stable_uirevision(x):
     runs = [run(50, "a", evals_at=[25, 50], fp16=True), run(80, "b", evals_at=[40, 80], fp16=True)]
     figures = build_figures(runs, x, smoothing=0.6)
     assert list(figures) == list(CHARTS)
-    expected = {"loss": 4, "scale": 4, "skipped": 2, "memory": 6, "throughput": 2, "accuracy": 2,
+    # scale: a line and the skipped marks per run, and the marks' legend key; memory: training memory,
+    # activations and process memory per run, and three legend keys for the line styles
+    expected = {"loss": 4, "scale": 5, "skipped": 2, "memory": 9, "throughput": 2, "accuracy": 2,
                 "grad_norm": 2, "lr": 2, "cache": 2}
     for name, figure in figures.items():
         assert isinstance(figure, go.Figure)
@@ -180,8 +183,9 @@ def test_no_steps_yet_gives_the_waiting_annotation(runs):
 
 def test_scale_chart_marks_skipped_steps_and_leaves_out_runs_without_a_scaler():
     figure = scale_figure([run(100, "amp-off"), run(100, "fp16", fp16=True)], "step")
-    line, marks = figure.data
+    line, marks, key = figure.data
     assert line.name == "fp16" and line.line.color == PALETTE[1]
+    assert key.name == "skipped step" and key.marker.symbol == "x" and marks.showlegend is False
     assert list(marks.x) == [1, 51] and marks.mode == "markers" and marks.marker.symbol == "x"
     assert list(marks.y) == [65536.0, 32768.0]  # the scale those steps used
 
@@ -191,12 +195,33 @@ def test_scale_chart_without_any_scaler_says_so():
     assert len(figure.data) == 0 and annotations(figure) == [NO_SCALER]
 
 
-def test_memory_chart_draws_reserved_memory_only_when_measured():
+def test_memory_chart_shows_training_memory_first_and_process_memory_apart():
     cpu = memory_figure([run(10, "cpu")], "step")
+    assert [t.name for t in cpu.data] == ["cpu", "cpu activations", "cpu process memory (RSS)", "training memory",
+                                          "activations", "process memory (RSS), right axis"]
+    main, activations, rss = cpu.data[:3]
+    assert [t.showlegend for t in cpu.data[:3]] == [True, False, False]  # one entry per run, one per style
+    assert list(main.y) == [24.0] * 10 and main.line.width > activations.line.width
+    assert list(main.customdata[0]) == [1.0, 1.0, 2.0, 20.0] and "optimizer state" in main.hovertemplate
+    assert rss.yaxis == "y2" and rss.opacity < 0.5 and cpu.layout.yaxis2.title.text == "process memory (RSS), MB"
+    assert cpu.layout.title.text == "training memory: weights + gradients + optimizer state + activations"
+    assert cpu.layout.yaxis.title.text == "training memory (MB)" and cpu.layout.yaxis.rangemode == "tozero"
     cuda = memory_figure([run(10, "gpu", cuda=True)], "step")
-    assert [t.name for t in cpu.data] == ["cpu allocated", "cpu peak", "cpu activations"]
-    assert len(cuda.data) == 4 and len({t.line.dash for t in cuda.data}) == 4
-    assert cuda.layout.yaxis.title.text == "MB"
+    assert [t.name for t in cuda.data][:5] == ["gpu", "gpu activations", "gpu allocated (CUDA)",
+                                               "gpu reserved (CUDA)", "gpu peak (CUDA)"]
+    assert [t.name for t in cuda.data][5:] == ["training memory", "activations", "allocated (CUDA)",
+                                               "reserved (CUDA)", "peak (CUDA)"]
+    assert all(t.yaxis is None for t in cuda.data) and "yaxis2" not in cuda.to_dict()["layout"]  # no RSS on CUDA
+
+
+def test_a_run_written_before_training_memory_was_recorded_still_draws():
+    old = RunSeries("old", "old", metrics(5).drop(columns=["weights_mb", "gradients_mb", "optimizer_mb",
+                                                           "train_mem_mb"]), evals([]))
+    figure = memory_figure([old, run(5, "new")], "step")
+    assert [t.name for t in figure.data if t.legendgroup in ("old", "new")] == [
+        "old activations", "old process memory (RSS)", "new", "new activations", "new process memory (RSS)"]
+    assert [t.name for t in figure.data if t.showlegend] == [
+        "old activations", "new", "training memory", "activations", "process memory (RSS), right axis"]
 
 
 def test_accuracy_against_samples_seen_uses_the_metrics_row_of_each_eval_step():
@@ -319,11 +344,12 @@ def test_against_tokens_seen_image_runs_are_left_out_and_the_charts_say_so():
     image, lm = run(30, "img", evals_at=[30], fp16=True), lm_run(30, "lm", evals_at=[30], fp16=True)
     figures = build_figures([image, lm], "tokens_seen", 0.6)
     for name, figure in figures.items():
-        drawn = {trace.legendgroup for trace in figure.data}
+        drawn = {trace.legendgroup for trace in figure.data if not trace.uid.startswith("key ")}
         assert drawn == {"lm"}, name
         # perplexity is a chart of language runs only, whatever the x axis: nothing to say there
         assert (LEFT_OUT in annotations(figure)) == (name != "perplexity"), name
-        assert {t.line.color for t in figure.data if t.line.color} <= {PALETTE[1]}, name  # lm keeps its colour
+        colours = {t.line.color for t in figure.data if t.line.color and not t.uid.startswith("key ")}
+        assert colours <= {PALETTE[1]}, name  # lm keeps its colour
     # Against steps both are drawn, and the throughput chart gives each unit its own axis.
     by_step = build_figures([image, lm], "step", 0.6)
     assert {t.legendgroup for t in by_step["loss"].data} == {"img", "lm"}
