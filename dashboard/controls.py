@@ -17,6 +17,7 @@ import torch
 from gaccum_core import config as cfg
 from gaccum_core.data import describe_dataset
 from gaccum_core.hfdir import directory_version, hf_directory
+from dashboard import link
 from dashboard.choices import OWN_LABELS, choose, empty_refusal, model_note, text_settings, wants_text
 from dashboard.ui import FieldWidgets
 from gaccum_core.train.device import max_processes, resolve_device
@@ -27,7 +28,7 @@ CLEAR_LABELS = {"off": "off", "step": "per optimizer step", "micro": "per micro-
 REDUCTION_LABELS = {"mean": "mean (exact)", "sum": "sum",
                     "mean_per_micro_batch": "mean per micro-batch (textbook, not exact)"}
 SCALES = [2.0**p for p in range(0, 33, 2)]
-DEFAULTS = cfg.RunConfig(model="cnn")
+DEFAULTS = cfg.DEFAULT_RUN
 # Each control's label: the page names a field by it in every message.
 LABELS = {
     "model": "Model",
@@ -150,13 +151,19 @@ class Controls(FieldWidgets):
         return f"{label} = {exc.value!r} is not allowed: {exc.allowed}{hint}"
 
     def draw(self) -> dict[str, Any]:
-        """Every control; returns the values by field name."""
+        """Every control, each refused value explained under its own; returns the values by field name."""
+        refused_link = link.restore(self.prefix, DEFAULTS, _devices())
         with st.sidebar:
             self._model_and_data()
             self._batch()
             self._precision()
             self._optimizer()
             self._length()
+        for field, exc in refused_link.items():  # first: a refusal of what is shown now takes its place
+            self.warn(field, f"The link's setting was not used, the default is shown: {self.explain(exc)}")
+        for field, exc in cfg.problems(self.values, DEFAULTS).items():
+            self.error(field, self.explain(exc))
+        link.write(self.values, DEFAULTS)
         return self.values
 
     def _model_and_data(self) -> None:
@@ -233,10 +240,10 @@ class Controls(FieldWidgets):
     def _optimizer(self) -> None:
         st.header("Optimizer")
         optimizer = self.add("optimizer", st.selectbox, options=cfg.OPTIMIZERS)
-        self.add("lr", st.number_input, format="%.6g")
+        self.add("lr", st.number_input)
         if optimizer == "sgd":
             self.add("momentum", st.number_input, step=0.05)
-        self.add("weight_decay", st.number_input, format="%.6g")
+        self.add("weight_decay", st.number_input)
         self.add("lr_schedule", st.radio, options=cfg.LR_SCHEDULES, horizontal=True)
         self.add("warmup_steps", st.number_input, step=1)
 

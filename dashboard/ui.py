@@ -59,11 +59,40 @@ def _store(key: str) -> None:
     st.session_state[f"_keep_{key}"] = st.session_state[key]
 
 
+# sprintf-js's %g without a precision prints the number itself (0.9999, 1e-7, 1000): a number box shows
+# what runs, where Streamlit's default %0.2f shows momentum 0.9999 as 1.00.
+EXACT_FORMAT = "%g"
+
+
+def _whole(value: Any) -> Any:
+    """A whole number typed into a float box as an int (1e3 is 1000); anything else as it came, for the
+    page's check to refuse by name."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return value
+
+
+def _number_box(default: Any, kwargs: dict[str, Any]) -> bool:
+    """Set a number box to show its value exactly; True for an integer one, which is drawn as a float box
+    because the browser reads an integer box with parseInt ("1e3" would be 1)."""
+    kwargs.setdefault("format", EXACT_FORMAT)
+    whole = isinstance(default, int) and not isinstance(default, bool)
+    if whole:
+        for name in ("step", "min_value", "max_value"):
+            if kwargs.get(name) is not None:
+                kwargs[name] = float(kwargs[name])
+        kwargs.setdefault("step", 1.0)
+    return whole
+
+
 def widget(draw: Callable[..., Any], label: str, key: str, default: Any, **kwargs: Any) -> Any:
-    """Draw a widget whose value survives reruns and page switches; help text from FIELD_HELP."""
+    """Draw a widget whose value survives reruns and page switches; help text from FIELD_HELP. A number
+    box shows its value exactly, and an integer one takes 1e3 as 1000 (2.5 comes back as 2.5, to refuse)."""
+    whole = draw is st.number_input and _number_box(default, kwargs)
     keep(key, default)
     kwargs.setdefault("help", FIELD_HELP.get(key.removeprefix("cfg_")))
-    return draw(label, key=key, on_change=_store, args=(key,), **kwargs)
+    value = draw(label, key=key, on_change=_store, args=(key,), **kwargs)
+    return _whole(value) if whole else value
 
 
 class FieldWidgets:

@@ -323,9 +323,9 @@ def _check_ranges(cfg: RunConfig) -> None:
     _positive_float(cfg, "weight_decay", allow_zero=True)
     if cfg.momentum >= 1.0:
         raise ConfigError("momentum", cfg.momentum, "a number from 0 to below 1")
-    _check_task(cfg)
     if not cfg.data_dir.strip():
         raise ConfigError("data_dir", cfg.data_dir, "a non-empty directory path")
+    _check_task(cfg)  # last: the settings that only make sense together
 
 
 def _check_task(cfg: RunConfig) -> None:
@@ -342,3 +342,26 @@ def _check_task(cfg: RunConfig) -> None:
         _int_range(cfg, "max_seq_len", 1, most, f" (the positions gpt {cfg.gpt_preset} embeds)")
     else:  # an hf: model's own positions are read from its config.json when it is loaded
         _int_range(cfg, "max_seq_len", 1, MAX_SEQ_LEN)
+
+
+# What a person gets without choosing: the Train page's controls and the command line's flags start here.
+DEFAULT_RUN = RunConfig(model="cnn")
+
+
+def problems(values: dict[str, Any], defaults: RunConfig = DEFAULT_RUN) -> dict[str, ConfigError]:
+    """Every field of `values` that RunConfig refuses, each with its own ConfigError (empty when they run).
+
+    RunConfig stops at the first refused field, so each one found is set back to its default and the
+    config is built again: the rules stay RunConfig's own. A refusal that names a field already
+    refused (the default does not suit another field) ends the search."""
+    found: dict[str, ConfigError] = {}
+    while True:
+        try:
+            RunConfig(**{**values, **{name: getattr(defaults, name) for name in found}})
+        except ConfigError as exc:
+            if exc.field in found or exc.field not in values:
+                found.setdefault(exc.field, exc)
+                return found
+            found[exc.field] = exc
+        else:
+            return found

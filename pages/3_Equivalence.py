@@ -1,5 +1,7 @@
 """Equivalence: on your model and data, does accumulation give the one-big-batch gradient and training?"""
 
+import time
+
 import streamlit as st
 
 from gaccum_core import config as cfg
@@ -10,7 +12,9 @@ from gaccum_core.train.checks import preflight
 from gaccum_core.views.lab import gradient_figure, side_by_side_figures
 from dashboard.choices import choose, model_note, text_settings, wants_text
 from dashboard.controls import LABELS, Controls, file_stamps
-from dashboard.ui import FieldWidgets, widget
+from dashboard.ui import FieldWidgets, format_eta, widget
+
+MAX_STEPS = 500
 
 st.set_page_config(page_title="gaccum · Equivalence", layout="wide")
 st.title("Equivalence check")
@@ -33,13 +37,14 @@ with middle:
 with right:
     reduction = widget(st.radio, "Loss reduction", "eq_reduction", "mean", options=cfg.REDUCTIONS, horizontal=True)
     amp = widget(st.radio, "Mixed precision", "eq_amp", "off", options=cfg.AMP_MODES, horizontal=True)
-    steps = widget(st.number_input, "Optimizer steps to train both", "eq_steps", 20, min_value=1, max_value=500)
+    steps = widget(st.number_input, "Optimizer steps to train both", "eq_steps", 20)  # checked below: no bounds
+    steps_slot = st.empty()
 
 
 @st.cache_data(show_spinner="Checking the model and data…", max_entries=64)
 def _preflight(config_json: str, stamps: tuple) -> None:
     """preflight, remembered for settings that pass (and the versions of the files they read)."""
-    preflight(RunConfig.from_json(config_json))  # failures are not cached
+    preflight(RunConfig.from_json(config_json), whole_window=True)  # failures are not cached; b·k must fit the data
 
 
 def refuse(exc: ConfigError) -> None:
@@ -62,13 +67,32 @@ except ConfigError as exc:
 except (DataError, ValueError) as exc:  # the data set is missing, or the model cannot take its images
     st.error(str(exc))
     st.stop()
+if not (isinstance(steps, int) and 1 <= steps <= MAX_STEPS):
+    message = f"Optimizer steps to train both = {steps!r} is not allowed: an integer from 1 to {MAX_STEPS}"
+    steps_slot.error(message)
+    st.error(message)
+    st.stop()
+
+
+def progress_bar(what: str, unit: str):
+    """A progress bar for a lab computation, and the callback that moves it: done of total, time left."""
+    bar, started = st.progress(0.0, text=f"{what}…"), time.monotonic()
+
+    def moved(done: int, total: int) -> None:
+        elapsed = time.monotonic() - started
+        left = format_eta(elapsed / done * (total - done)) if done else ""
+        bar.progress(min(done / total, 1.0), text=f"{what}: {unit} {done} of {total}" + (f" · {left}" if left else ""))
+
+    return bar, moved
 
 if st.button("Compare", type="primary", key="eq_run"):
     try:
-        with st.spinner("Computing both gradients…"):
-            st.session_state["eq_report"] = compare_gradients(config)
-        with st.spinner(f"Training both for {steps} steps…"):
-            st.session_state["eq_side"] = train_side_by_side(config, int(steps))
+        bar, moved = progress_bar("Computing both gradients", "samples")
+        st.session_state["eq_report"] = compare_gradients(config, moved)
+        bar.empty()
+        bar, moved = progress_bar(f"Training both for {steps} steps", "step")
+        st.session_state["eq_side"] = train_side_by_side(config, steps, moved)
+        bar.empty()
     except ReferenceTooLarge as exc:
         st.session_state.pop("eq_report", None)
         st.error(str(exc))

@@ -4,7 +4,9 @@ import pandas as pd
 import streamlit as st
 
 from gaccum_core.views.lab import pitfall_figure
-from gaccum_core.lab.pitfalls import PITFALLS, run_pitfall
+from gaccum_core.lab.pitfalls import PITFALLS, run_pitfall, setup_words
+
+STEPS = 20
 
 st.set_page_config(page_title="gaccum · Pitfalls", layout="wide")
 st.title("Pitfall gallery")
@@ -16,7 +18,7 @@ if st.button("Run all nine", type="primary", key="pitfalls_run"):
     bar = st.progress(0.0, text="starting")
     for i, key in enumerate(PITFALLS):
         bar.progress(i / len(PITFALLS), text=f"{i + 1} of {len(PITFALLS)}: {PITFALLS[key].title}")
-        results[key] = run_pitfall(key)
+        results[key] = run_pitfall(key, STEPS)
     bar.progress(1.0, text="done")
 
 if results:
@@ -32,6 +34,7 @@ if results:
 
 for number, (key, pitfall) in enumerate(PITFALLS.items(), start=1):
     st.subheader(f"{number}. {pitfall.title}")
+    st.caption(f"Trains {setup_words(key)}; {STEPS} optimizer steps.")
     text, chart = st.columns([2, 3])
     text.write(pitfall.explanation)
     text.markdown(f"**Fix:** {pitfall.fix}")

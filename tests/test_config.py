@@ -61,3 +61,21 @@ def test_unknown_and_malformed_json_are_config_errors():
 
 def test_ints_are_accepted_for_float_fields():
     assert RunConfig(lr=1).lr == 1.0 and isinstance(RunConfig(lr=1).lr, float)
+
+
+def test_problems_names_every_refused_field_each_in_its_own_words():
+    from gaccum_core.config import problems
+
+    found = problems({"lr": 0.0, "accum_steps": 0, "momentum": 1.0, "model": "gpt9", "epochs": 2})
+    assert set(found) == {"lr", "accum_steps", "momentum", "model"}
+    for field, exc in found.items():
+        assert exc.field == field and field in str(exc)
+    assert "1 to 65536" in found["accum_steps"].allowed and "below 1" in found["momentum"].allowed
+    assert problems({"lr": 0.01, "epochs": 2}) == {}
+
+
+def test_problems_keeps_a_refusal_that_needs_two_fields_and_finds_the_rest():
+    from gaccum_core.config import problems
+
+    found = problems({"model": "gpt", "dataset": "digits", "lr": -1.0, "data_dir": " "})
+    assert set(found) == {"dataset", "lr", "data_dir"} and "text data set" in found["dataset"].allowed

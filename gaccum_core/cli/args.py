@@ -9,7 +9,7 @@ import re
 from typing import Any, Callable
 
 from gaccum_core import config
-from gaccum_core.config import FIELD_HELP, ConfigError, RunConfig
+from gaccum_core.config import DEFAULT_RUN, FIELD_HELP, ConfigError, RunConfig
 
 # RunConfig fields whose flag takes one of a fixed set of values: the config module's tuple of them.
 _CHOICES = {"reduction": "REDUCTIONS", "amp": "AMP_MODES", "clear_cache": "CLEAR_CACHE_MODES",
@@ -61,7 +61,7 @@ def add_config_flags(parser: argparse.ArgumentParser, leave_out: frozenset[str] 
         if f.name in leave_out:
             continue
         flag = "--" + f.name.replace("_", "-")
-        default = f.default
+        default = getattr(DEFAULT_RUN, f.name)  # the Train page's defaults too
         help_text = f"{FIELD_HELP[f.name]} (default: {default})"
         if f.name == "micro_batch_size":
             parser.add_argument(flag, type=_micro_batch_or_auto, default=default, dest=f.name, metavar="INT|auto",

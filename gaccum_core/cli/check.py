@@ -11,7 +11,7 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from gaccum_core.cli.args import Commands, add_config_flags, config_from_args, flag_error
-from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.config import DEFAULT_RUN, ConfigError, RunConfig
 from gaccum_core.data import DataError
 from gaccum_core.lab.equivalence import GradientReport, ReferenceTooLarge, compare_gradients
 from gaccum_core.lab.verdict import PRECISION_NAMES
@@ -52,7 +52,7 @@ def check_command(args: argparse.Namespace) -> int:
         print(flag_error(exc), file=sys.stderr)
         return 2
     try:
-        preflight(config)  # the device, data and model refuse bad input in one line before any work
+        preflight(config, whole_window=True)  # the device, data and model refuse bad input in one line first
         report = compare_gradients(config)
     except ReferenceTooLarge as exc:
         print(f"gaccum: {exc}", file=sys.stderr)
@@ -125,7 +125,7 @@ def config_flags(config: RunConfig) -> list[str]:
     flags = []
     for f in dataclasses.fields(RunConfig):
         value = getattr(config, f.name)
-        if value == f.default:
+        if value == getattr(DEFAULT_RUN, f.name):  # the flags' own defaults
             continue
         flag = "--" + f.name.replace("_", "-")
         flags += [flag] if isinstance(value, bool) else [flag, str(value)]

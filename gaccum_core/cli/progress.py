@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import sys
+import time
 
 from tqdm import tqdm
 
@@ -22,51 +24,116 @@ def follow_to_the_end(runner: Runner, run_id: str) -> int:
     return {RunState.FINISHED: 0, RunState.STOPPED: 130}.get(snapshot.state, 1)
 
 
+LINE_EVERY_S = 10.0  # away from a terminal: seconds between progress lines
 SECOND_CTRL_C = ("stopped by a second Ctrl-C before it had saved its state: it resumes from its last "
                  "checkpoint")
 
 
-def follow(runner: Runner, run_id: str) -> RunSnapshot:
-    """Draw a progress bar until the run ends. Ctrl-C stops the run and waits for it (one micro-batch or
-    evaluation batch, and the checkpoint); a second Ctrl-C stops waiting, the run marked stopped on disk."""
-    bar = tqdm(total=None, unit="step", desc=run_id, file=sys.stderr, dynamic_ncols=True)
+def follow(runner: Runner, run_id: str, every_s: float = LINE_EVERY_S) -> RunSnapshot:
+    """Show the run's progress until it ends: a bar on a terminal, else a line every `every_s` seconds.
+    Ctrl-C stops the run and waits for it (one micro-batch or evaluation batch, and the checkpoint); a
+    second Ctrl-C stops waiting, the run marked stopped on disk."""
+    shown = _Bar(run_id) if sys.stderr.isatty() else _Lines(every_s)
     try:
         while not (snap := runner.wait(run_id, timeout=0.2)).done:
-            _draw(bar, snap)
+            shown.draw(snap)
     except KeyboardInterrupt:
         runner.stop(run_id)
-        bar.write(f"stopping {run_id}: it saves a checkpoint first (Ctrl-C again to stop waiting)", file=sys.stderr)
+        shown.say(f"stopping {run_id}: it saves a checkpoint first (Ctrl-C again to stop waiting)")
         try:
             snap = runner.wait(run_id)
         except KeyboardInterrupt:
             runner.abandon(run_id, SECOND_CTRL_C)
             snap = runner.snapshot(run_id)
-    _draw(bar, snap)
-    bar.close()
+    shown.draw(snap, last=True)
+    shown.close()
     return snap
 
 
-def _draw(bar: tqdm, snap: RunSnapshot) -> None:
-    if snap.total_steps and bar.total != snap.total_steps:
-        bar.reset(total=snap.total_steps)
-    bar.n = snap.steps_done
-    if snap.metrics:
-        last = snap.metrics[-1]
-        postfix = {"loss": f"{last['loss']:.4f}", "skipped": last["skipped_total"]}
-        if last["scale"] is not None:
-            postfix["scale"] = f"{last['scale']:g}"
-        if last.get("tokens_per_s") is not None:  # a language run
-            postfix["tokens/s"] = f"{last['tokens_per_s']:.0f}"
-        bar.set_postfix(postfix, refresh=False)
-    bar.set_description(f"{snap.run_id} [{snap.state}]", refresh=False)
-    bar.refresh()
+def _figures(snap: RunSnapshot) -> dict[str, str]:
+    """The latest step's loss, skipped steps, loss scale (fp16) and tokens/s (a language run)."""
+    if not snap.metrics:
+        return {}
+    last = snap.metrics[-1]
+    figures = {"loss": f"{last['loss']:.4f}", "skipped": str(last["skipped_total"])}
+    if last["scale"] is not None:
+        figures["scale"] = f"{last['scale']:g}"
+    if last.get("tokens_per_s") is not None:
+        figures["tokens/s"] = f"{last['tokens_per_s']:.0f}"
+    return figures
+
+
+class _Bar:
+    """A terminal's progress bar, redrawn in place."""
+
+    def __init__(self, run_id: str) -> None:
+        self.bar = tqdm(total=None, unit="step", desc=run_id, file=sys.stderr, dynamic_ncols=True)
+
+    def draw(self, snap: RunSnapshot, last: bool = False) -> None:
+        """Move the bar to the run's step, with its latest figures."""
+        if snap.total_steps and self.bar.total != snap.total_steps:
+            self.bar.reset(total=snap.total_steps)
+        self.bar.n = snap.steps_done
+        self.bar.set_postfix(_figures(snap), refresh=False)
+        self.bar.set_description(f"{snap.run_id} [{snap.state}]", refresh=False)
+        self.bar.refresh()
+
+    def say(self, text: str) -> None:
+        """A line above the bar."""
+        self.bar.write(text, file=sys.stderr)
+
+    def close(self) -> None:
+        """Leave the bar drawn as it ended."""
+        self.bar.close()
+
+
+class _Lines:
+    """Progress for a pipe or a file, where a bar redrawn with carriage returns is unreadable: whole lines,
+    one when the state changes, else at most one every `every_s` seconds, and one at the end."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s, self._said_at, self._said = every_s, -math.inf, ("", -1)
+
+    def draw(self, snap: RunSnapshot, last: bool = False) -> None:
+        """A line on the run's step, of how many, its figures and the time left, when one is due."""
+        now = time.monotonic()
+        news = (snap.state, snap.steps_done) != self._said
+        if last or (news and (snap.state != self._said[0] or now - self._said_at >= self.every_s)):
+            self.say(_line(snap))
+            self._said_at, self._said = now, (snap.state, snap.steps_done)
+
+    @staticmethod
+    def say(text: str) -> None:
+        """One whole line on stderr, at once."""
+        print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Nothing is left open."""
+
+
+def _line(snap: RunSnapshot) -> str:
+    """'RUN_ID [running] step 40 of 200 (20%) · loss 1.2345 · skipped 0 · 00:12 left'."""
+    step = f"step {snap.steps_done} of {snap.total_steps or '?'}"
+    if snap.total_steps:
+        step += f" ({snap.steps_done / snap.total_steps:.0%})"
+    parts = [f"{snap.run_id} [{snap.state}] {step}", *(f"{k} {v}" for k, v in _figures(snap).items())]
+    if snap.eta_s is not None:
+        parts.append(f"{tqdm.format_interval(snap.eta_s)} left")
+    return " · ".join(parts)
 
 
 def measure_with_progress(request: PlanRequest) -> Plan:
-    """make_plan with a progress bar on stderr (candidates measured, of at most how many, time left)."""
-    bar = tqdm(total=None, unit="candidate", desc="planning", file=sys.stderr, dynamic_ncols=True)
+    """make_plan with a progress bar on stderr (candidates measured, of at most how many, time left); away
+    from a terminal, a line per candidate measured."""
+    lines = not sys.stderr.isatty()
+    bar = tqdm(total=None, unit="candidate", desc="planning", file=sys.stderr, dynamic_ncols=True, disable=lines)
 
     def progress(done: int, at_most: int, candidate: Candidate | None, _seconds: float) -> None:
+        if lines:
+            if candidate is not None:
+                _Lines.say(f"planning: {done} of at most {at_most} candidates · {candidate.options.label()} "
+                           f"b={candidate.micro_batch_size}: {candidate.status}")
+            return
         if bar.total != at_most:
             bar.total = at_most
         bar.n = done

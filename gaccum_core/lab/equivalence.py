@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from gaccum_core.train.accumulation import epoch_order, micro_batch_divisors, plan_epoch, planned_steps
+from gaccum_core.train.checks import check_micro_batch
 from gaccum_core.config import RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.train.device import resolve_device
@@ -32,6 +33,8 @@ if TYPE_CHECKING:  # pandas is imported on use: the command line loads this modu
     import pandas as pd
 
 COLUMNS = ["name", "shape", "numel", "max_abs_diff", "rel_l2", "cosine"]
+# Told (done, total) as the work goes: samples through forward and backward, or optimizer steps.
+Progress = Callable[[int, int], None]
 SIDE_BY_SIDE_COLUMNS = ["step", "loss_big", "loss_accum", "weight_distance"]
 
 
@@ -66,16 +69,22 @@ def _frame(rows: list, columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def compare_gradients(config: RunConfig) -> GradientReport:
-    """The gradient of the first b·k samples as one batch and accumulated over k micro-batches of b."""
-    return _unless_out_of_memory(config, lambda: _compare(config))
+def compare_gradients(config: RunConfig, progress: Progress | None = None) -> GradientReport:
+    """The gradient of the first b·k samples as one batch and accumulated over k micro-batches of b;
+    progress is told the samples passed of the 2·b·k (ConfigError when b·k exceeds the training set)."""
+    return _unless_out_of_memory(config, lambda: _compare(config, progress or _quiet))
 
 
-def train_side_by_side(config: RunConfig, steps: int) -> pd.DataFrame:
-    """Train a big-batch copy and an accumulating copy for `steps` optimizer steps, one row per step."""
+def train_side_by_side(config: RunConfig, steps: int, progress: Progress | None = None) -> pd.DataFrame:
+    """Train a big-batch copy and an accumulating copy for `steps` optimizer steps, one row per step;
+    progress is told the steps done of `steps`."""
     if steps < 1:
         raise ValueError(f"steps={steps!r} is not allowed: an integer ≥ 1")
-    return _unless_out_of_memory(config, lambda: _side_by_side(config, steps))
+    return _unless_out_of_memory(config, lambda: _side_by_side(config, steps, progress or _quiet))
+
+
+def _quiet(done: int, total: int) -> None:
+    """No one to tell."""
 
 
 def largest_fitting_effective_batch(config: RunConfig) -> int:
@@ -111,6 +120,7 @@ class _Bench:
         self.config, self.device = config, resolve_device(config.device)
         data = load_data(config)
         self.train = data.train
+        check_micro_batch(config, len(self.train), whole_window=True)  # else fewer samples than b·k compared
         self.precision = Precision(config.amp, self.device, config.init_scale, config.growth_interval)
         # Eager even when config.compile is on (the question is arithmetic), in train mode as training runs it.
         self.model = build_seeded_model(config, data.input_shape, data.num_classes).to(self.device).train()
@@ -148,28 +158,41 @@ def _fits(bench: _Bench, x: torch.Tensor, y: torch.Tensor) -> bool:
 
 
 def _window_gradients(bench: _Bench, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,
-                      scale: float) -> list[torch.Tensor]:
+                      scale: float, passed: Callable[[int], None]) -> list[torch.Tensor]:
     """Unscaled gradients of the window x, accumulated over micro-batches by the shared step's first half."""
     # Under fp16 a scaler at this scale multiplies each loss, as the run's GradScaler would; else scale is 1.
     precision = Precision(bench.config.amp, bench.device, init_scale=scale)
     big = micro_batch_size >= len(x)
     numbered, divisor = _weighted(bench.config.reduction, _micro_batches(x, y, micro_batch_size),
                                   None if big else bench.config.accum_steps)
-    accumulate(precision, numbered, lambda n: summed_cross_entropy(bench.model, precision, *n[1]), divisor)
+
+    def loss(n: tuple[int, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        passed(len(n[1][1]))
+        return summed_cross_entropy(bench.model, precision, *n[1])
+
+    accumulate(precision, numbered, loss, divisor)
     grads = [p.grad / scale if p.grad is not None else torch.zeros_like(p)
              for p in bench.model.parameters() if p.requires_grad]
     bench.model.zero_grad(set_to_none=True)
     return grads
 
 
-def _gradients_both_ways(bench: _Bench, x: torch.Tensor, y: torch.Tensor) -> tuple[list, list, str]:
+def _gradients_both_ways(bench: _Bench, x: torch.Tensor, y: torch.Tensor,
+                         progress: Progress) -> tuple[list, list, str]:
     """(big batch, accumulated) gradients, and a note when some were not finite."""
     config, uses_scaler = bench.config, bench.precision.uses_scaler
     # fp16 scales the loss as the GradScaler does, and backs off the same way when it overflows.
     scale, note = (config.init_scale if uses_scaler else 1.0), ""
+    done = 0
+
+    def passed(samples: int) -> None:
+        nonlocal done
+        done += samples
+        progress(done, max(2 * len(x), done))  # an fp16 back-off passes the samples again
+
     while True:
-        big = _window_gradients(bench, x, y, len(x), scale)
-        accumulated = _window_gradients(bench, x, y, config.micro_batch_size, scale)
+        big = _window_gradients(bench, x, y, len(x), scale, passed)
+        accumulated = _window_gradients(bench, x, y, config.micro_batch_size, scale, passed)
         broken = " and the ".join(side for side, grads in (("big-batch", big), ("accumulated", accumulated))
                                   if not all(bool(torch.isfinite(g).all()) for g in grads))
         if not broken or not uses_scaler or scale <= 1.0:
@@ -193,10 +216,10 @@ def _difference(name: str, big: torch.Tensor, accumulated: torch.Tensor) -> dict
             "max_abs_diff": (a - b).abs().max().item() if a.numel() else 0.0, "rel_l2": rel_l2, "cosine": cosine}
 
 
-def _compare(config: RunConfig) -> GradientReport:
+def _compare(config: RunConfig, progress: Progress) -> GradientReport:
     bench = _Bench(config)
     x, y = bench.samples(0, 0, config.effective_batch_size)
-    big, accumulated, note = _gradients_both_ways(bench, x, y)
+    big, accumulated, note = _gradients_both_ways(bench, x, y, progress)
     names = [name for name, p in bench.model.named_parameters() if p.requires_grad]
     table = _frame([_difference(*row) for row in zip(names, big, accumulated)], COLUMNS)
     # NaN compares False, so a non-finite error counts as a difference.
@@ -219,7 +242,7 @@ def _train_one_step(opt: Optimization, model: nn.Module, x: torch.Tensor, y: tor
     return result.loss_sum.item()
 
 
-def _side_by_side(config: RunConfig, steps: int) -> pd.DataFrame:
+def _side_by_side(config: RunConfig, steps: int, progress: Progress) -> pd.DataFrame:
     bench, b, k = _Bench(config), config.micro_batch_size, config.accum_steps
     n = len(bench.train)
     # The engine's schedule length, so warmup and cosine match the real run's first steps.
@@ -236,4 +259,5 @@ def _side_by_side(config: RunConfig, steps: int) -> pd.DataFrame:
         distance = math.sqrt(sum(torch.sum((p.double() - q.double()) ** 2).item()
                                  for p, q in zip(opts["big"].params, opts["accumulating"].params)))
         rows.append(dict(zip(SIDE_BY_SIDE_COLUMNS, (step, loss_big / count, loss_accum / count, distance))))
+        progress(step, steps)
     return _frame(rows, SIDE_BY_SIDE_COLUMNS)

@@ -11,11 +11,15 @@ from gaccum_core.models.vision import build_model
 from gaccum_core.train.device import max_processes, option_unavailable, resolve_device
 
 
-def check_micro_batch(config: RunConfig, num_train: int) -> None:
-    """Refuse micro-batches larger than the training set."""
-    if config.micro_batch_size > num_train:
-        raise ConfigError("micro_batch_size", config.micro_batch_size,
-                          f"at most {num_train}, the size of the {config.dataset} training set")
+def check_micro_batch(config: RunConfig, num_train: int, whole_window: bool = False) -> None:
+    """Refuse micro-batches larger than the training set; with whole_window, a window of b·k larger than
+    it too (a comparison with one big batch of the window needs every sample of it)."""
+    b, k = config.micro_batch_size, config.accum_steps
+    if b > num_train:
+        raise ConfigError("micro_batch_size", b, f"at most {num_train}, the size of the {config.dataset} training set")
+    if whole_window and b * k > num_train:
+        raise ConfigError("accum_steps", k, f"at most {num_train // b} with b = {b}: the big batch of "
+                          f"b·k = {b * k} samples must fit in the {config.dataset} training set ({num_train})")
 
 
 def _check_options(config: RunConfig, device: torch.device) -> None:
@@ -35,14 +39,15 @@ def _check_processes(config: RunConfig, device: torch.device) -> None:
         raise ConfigError("nproc", config.nproc, f"1 to {most}, the {unit} of this machine")
 
 
-def preflight(config: RunConfig) -> None:
-    """Check, before any run directory exists, what only the device, data and model can tell."""
+def preflight(config: RunConfig, whole_window: bool = False) -> None:
+    """Check, before any run directory exists, what only the device, data and model can tell; with
+    whole_window, that one window of b·k samples fits in the training set (check_micro_batch)."""
     device = resolve_device(config.device)
     _check_options(config, device)
     _check_processes(config, device)
     data = load_data(config)
     if is_hf(config.model):  # its config, positions, vocabulary and weights file, without loading the weights
         check_hf(config, data.num_classes)
-    check_micro_batch(config, len(data.train))
+    check_micro_batch(config, len(data.train), whole_window)
     if not config.is_text:  # an image model must take the images at this size; gpt takes any max_seq_len it embeds
         build_model(config.model, data.input_shape, data.num_classes, config.image_size)

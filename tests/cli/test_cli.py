@@ -217,3 +217,49 @@ def test_resume_names_the_missing_file_instead_of_no_such_run(finished_run, caps
     assert main(["resume", finished_run, "--max-steps", "8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "eval.csv" in err[0] and "no such run" not in err[0], err
+
+
+def test_the_command_line_starts_from_the_train_pages_default_model():
+    from dashboard.controls import DEFAULTS
+    from gaccum_core.cli.main import build_parser
+
+    args = build_parser().parse_args(["run"])
+    assert args.model == DEFAULTS.model == "cnn"
+    assert {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)} == DEFAULTS.to_dict()
+    assert "(default: cnn)" in " ".join(command_help("run").split())
+
+
+def test_progress_into_a_pipe_is_whole_lines_with_steps_of_total(tmp_path, capsys):
+    code = main(["run", "--model", "mlp", "--max-steps", "3", "--device", "cpu", "--runs-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 0 and "\r" not in err and "\x1b" not in err  # no bar redrawn in place
+    last = err.strip().splitlines()[-1]
+    assert "[finished] step 3 of 3 (100%) · loss " in last, err
+
+
+def test_progress_lines_say_the_time_left_and_come_at_most_every_few_seconds(capsys):
+    from types import SimpleNamespace
+
+    from gaccum_core.cli.progress import follow
+    from gaccum_core.states import RunState
+
+    def snap(steps, state=RunState.RUNNING, eta=None):
+        return SimpleNamespace(run_id="r1", state=state, steps_done=steps, total_steps=100, eta_s=eta,
+                               metrics=(), done=state == RunState.FINISHED)
+
+    shown = iter([snap(0), snap(1, eta=75.0), snap(2, eta=70.0), snap(100, RunState.FINISHED)])
+    runner = SimpleNamespace(wait=lambda run_id, timeout=None: next(shown))
+    follow(runner, "r1", every_s=3600)
+    lines = capsys.readouterr().err.splitlines()
+    # The state's first line, then none for an hour (steps 1 and 2), then the end.
+    assert lines == ["r1 [running] step 0 of 100 (0%)", "r1 [finished] step 100 of 100 (100%)"]
+    shown = iter([snap(0), snap(1, eta=75.0), snap(100, RunState.FINISHED)])
+    follow(runner, "r1", every_s=0)
+    assert "r1 [running] step 1 of 100 (1%) · 01:15 left" in capsys.readouterr().err.splitlines()
+
+
+def test_check_refuses_a_window_larger_than_the_training_set_in_one_line(capsys):
+    code = main(["check", "--model", "mlp", "--micro-batch-size", "256", "--accum-steps", "64", "--device", "cpu"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("gaccum: error: --accum-steps=64 is not allowed: at most 5 with b = 256") and "1437" in lines[0]

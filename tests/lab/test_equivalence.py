@@ -221,3 +221,25 @@ def test_other_errors_are_not_mistaken_for_out_of_memory(monkeypatch):
     monkeypatch.setattr(gaccum_core.models.build, "build_model", _out_of_memory_above(20, RuntimeError("shape mismatch")))
     with pytest.raises(RuntimeError, match="shape mismatch"):
         compare_gradients(config(micro_batch_size=8, accum_steps=8))
+
+
+@pytest.mark.parametrize("compare", [compare_gradients, lambda cfg: train_side_by_side(cfg, 2)],
+                         ids=["gradients", "side-by-side"])
+def test_a_window_larger_than_the_training_set_is_refused_not_compared_short(compare):
+    from gaccum_core.config import ConfigError
+
+    with pytest.raises(ConfigError) as refused:  # digits holds 1437 samples: 6 micro-batches of 256
+        compare(config(micro_batch_size=256, accum_steps=64))
+    assert refused.value.field == "accum_steps" and refused.value.value == 64
+    assert "at most 5 with b = 256" in refused.value.allowed and "16384" in refused.value.allowed
+    assert "1437" in refused.value.allowed
+
+
+def test_progress_counts_the_samples_passed_then_the_steps_trained():
+    told = []
+    compare_gradients(config(), lambda done, total: told.append((done, total)))
+    assert told[-1] == (64, 64) and len(told) == 5  # the big batch of 32, then 4 micro-batches of 8
+    assert [done for done, _ in told] == sorted(done for done, _ in told)
+    steps = []
+    train_side_by_side(config(), 3, lambda done, total: steps.append((done, total)))
+    assert steps == [(1, 3), (2, 3), (3, 3)]

@@ -214,3 +214,29 @@ def test_the_sequence_pitfall_is_reproducible_and_leaves_the_global_rng_alone(re
     again = run_pitfall(SEQUENCES, steps=2)
     assert torch.equal(torch.get_rng_state(), state)
     pd.testing.assert_frame_equal(again.frame, results[SEQUENCES].frame.iloc[:2])
+
+
+def test_each_case_says_what_it_trains_from_the_settings_it_runs_with():
+    from gaccum_core.lab.pitfalls import case_config, setup_words
+
+    for key in PITFALLS:
+        config, words = case_config(key), setup_words(key)
+        assert words.startswith(config.model) and f" on {config.dataset}," in words, words
+        assert f"b={config.micro_batch_size}, k={config.accum_steps}, {config.optimizer} lr {config.lr:g}" in words
+    assert "adam lr 0.001" in setup_words("lr_divided_by_k")
+    assert "the first 304 training samples" in setup_words("partial_window_divided_by_k")
+    assert "the correct column: model cnn_gn" in setup_words("batchnorm_small_micro_batches")
+    assert case_config("lr_divided_by_k", optimizer="sgd").optimizer == "sgd"
+
+
+def test_the_lr_over_k_text_says_what_its_demo_shows(results):
+    # The demo runs Adam: its steps come out about k times too small; SGD alone would be exact.
+    demo, text = case_config_of("lr_divided_by_k"), PITFALLS["lr_divided_by_k"].explanation
+    assert demo.optimizer == "adam" and text.startswith("Here with Adam") and "k x too small" in text
+    assert results["lr_divided_by_k"].final_distance_pitfall > 0.1
+
+
+def case_config_of(key):
+    from gaccum_core.lab.pitfalls import case_config
+
+    return case_config(key)

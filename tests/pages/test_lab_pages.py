@@ -46,3 +46,34 @@ def test_pitfall_page_runs_the_gallery_and_exports(runs_dir, downloads):
     assert (summary["distance (pitfall)"] > 10 * summary["distance (correct)"]).all()
     frame = pd.read_csv(pd.io.common.BytesIO(downloads["gaccum-pitfalls.csv"]))
     assert frame["pitfall"].nunique() == 9 and "distance_pitfall" in frame.columns
+
+
+def test_equivalence_page_refuses_a_window_larger_than_the_training_set(runs_dir):
+    at = AppTest.from_file(str(ROOT / "pages/3_Equivalence.py"), default_timeout=180).run()
+    at.slider(key="eq_b").set_value(256)
+    at.slider(key="eq_k").set_value(64)
+    at.run()
+    assert not at.exception
+    assert any(e.value.startswith("Accumulation steps k = 64 is not allowed: at most 5 with b = 256")
+               and "16384" in e.value and "1437" in e.value for e in at.error), [e.value for e in at.error]
+    assert not [b for b in at.button if b.key == "eq_run"]  # nothing to compare
+
+
+def test_equivalence_page_refuses_a_step_count_it_cannot_train(runs_dir):
+    at = AppTest.from_file(str(ROOT / "pages/3_Equivalence.py"), default_timeout=180).run()
+    at.number_input(key="eq_steps").set_value(2.5).run()
+    assert not at.exception
+    assert any("Optimizer steps to train both = 2.5 is not allowed" in e.value for e in at.error)
+    at.number_input(key="eq_steps").set_value(1e3).run()
+    assert any("= 1000 is not allowed: an integer from 1 to 500" in e.value for e in at.error)
+
+
+def test_pitfall_page_says_what_each_case_trains(runs_dir):
+    from gaccum_core.lab.pitfalls import PITFALLS, setup_words
+
+    at = AppTest.from_file(str(ROOT / "pages/4_Pitfalls.py"), default_timeout=60).run()
+    assert not at.exception
+    captions = [c.value for c in at.caption]
+    for key in PITFALLS:
+        assert any(setup_words(key) in c for c in captions), key
+    assert any("mlp on digits, b=8, k=4, adam lr 0.001" in c for c in captions)

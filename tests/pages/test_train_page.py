@@ -83,7 +83,7 @@ def test_a_reload_mid_run_shows_the_running_runs_settings(runs_dir, gate):
     run_id = runner().submit(config)
     gate.wait_until_held()
     try:
-        at = train_page()  # a new session: what a reload opens
+        at = reloaded({"accum_steps": "9", "lr": "0.5"})  # a new session on a link of other settings
         assert not at.exception
         assert at.selectbox(key="cfg_model").value == "mlp"
         assert at.number_input(key="cfg_micro_batch_size").value == 16
@@ -219,3 +219,86 @@ def test_progress_names_its_run_and_says_compiling_before_the_first_step(runs_di
         gate.release()
         runner().stop(run_id)
     runner().wait(run_id)
+
+
+# What the browser does with a number box: Streamlit's frontend reads an integer box with parseInt
+# ("1e3" is 1) and a float box with parseFloat ("1e3" is 1000), then shows the value through the box's
+# printf format. These tests read both off the box the page sends.
+FLOAT_TYPE = 1  # NumberInput.DataType.FLOAT
+
+
+def test_every_float_field_shows_the_value_that_runs(runs_dir):
+    at = train_page()
+    typed = {"cfg_momentum": 0.9999, "cfg_lr": 1.5e-5, "cfg_weight_decay": 0.000123, "cfg_grad_clip": 0.125}
+    for key, value in typed.items():
+        at.number_input(key=key).set_value(value)
+    at.run()
+    assert not at.exception
+    for key, value in typed.items():
+        box = at.number_input(key=key)
+        assert float(box.proto.format % box.value) == value, (key, box.proto.format % box.value)
+
+
+def test_an_integer_field_takes_1e3_as_1000_and_refuses_2_5_by_name(runs_dir):
+    at = train_page()
+    whole = [box for box in at.sidebar.number_input if isinstance(box.value, int) or box.value.is_integer()]
+    assert whole and all(box.proto.data_type == FLOAT_TYPE for box in whole), \
+        [box.key for box in whole if box.proto.data_type != FLOAT_TYPE]
+    at.number_input(key="cfg_epochs").set_value(1e3).run()  # what parseFloat("1e3") sends
+    assert not at.exception and not at.button(key="start").disabled
+    assert at.query_params["epochs"] == "1000"  # the config holds the int 1000
+    at.number_input(key="cfg_accum_steps").set_value(2.5).run()
+    assert at.button(key="start").disabled
+    assert any(e.value.startswith("Accumulation steps k = 2.5 is not allowed") for e in at.sidebar.error)
+
+
+def test_every_refused_field_gets_its_own_message_at_once(runs_dir):
+    at = train_page()
+    for key, value in (("cfg_lr", 0.0), ("cfg_accum_steps", 0), ("cfg_momentum", 1.0), ("cfg_epochs", 0)):
+        at.number_input(key=key).set_value(value)
+    at.run()
+    assert not at.exception and at.button(key="start").disabled
+    messages = [e.value for e in at.sidebar.error]
+    for label in ("Learning rate = 0.0", "Accumulation steps k = 0", "Momentum = 1.0", "Epochs = 0"):
+        assert any(m.startswith(f"{label} is not allowed") for m in messages), (label, messages)
+
+
+def reloaded(query_params: dict) -> AppTest:
+    """A new session opened on the page's URL with these query parameters: what a reload opens."""
+    at = AppTest.from_file(TRAIN, default_timeout=120)
+    at.query_params = dict(query_params)
+    return at.run()
+
+
+def test_settings_and_the_run_name_survive_a_reload(runs_dir):
+    at = train_page()
+    at.selectbox(key="cfg_model").select("mlp")
+    at.number_input(key="cfg_momentum").set_value(0.9999)
+    at.number_input(key="cfg_accum_steps").set_value(8)
+    at.radio(key="cfg_lr_schedule").set_value("cosine")
+    at.text_input(key="run_name").set_value("fp16 try 1")
+    at.run()
+    assert not at.exception
+    link = dict(at.query_params)
+    assert link == {"model": "mlp", "momentum": "0.9999", "accum_steps": "8", "lr_schedule": "cosine",
+                    "name": "fp16 try 1"}  # only what differs from the defaults
+    again = reloaded(link)
+    assert not again.exception and not again.sidebar.warning
+    assert again.selectbox(key="cfg_model").value == "mlp"
+    assert again.number_input(key="cfg_momentum").value == 0.9999
+    assert again.number_input(key="cfg_accum_steps").value == 8
+    assert again.radio(key="cfg_lr_schedule").value == "cosine"
+    assert again.text_input(key="run_name").value == "fp16 try 1"
+
+
+def test_a_bad_or_stale_value_in_the_link_is_named_and_the_default_shown(runs_dir):
+    at = reloaded({"seed": "abc", "device": "cuda:7", "model": "gpt9", "lr": "0", "epochs": "2.5",
+                   "accum_steps": "8", "colour": "red"})
+    assert not at.exception
+    warnings = [w.value for w in at.sidebar.warning]
+    for words in ("Seed = 'abc'", "Device = 'cuda:7'", "Model = 'gpt9'", "Learning rate = 0.0", "Epochs = '2.5'"):
+        assert any(words in w and "not used" in w for w in warnings), (words, warnings)
+    assert at.number_input(key="cfg_seed").value == 0 and at.number_input(key="cfg_lr").value == 0.05
+    assert at.selectbox(key="cfg_model").value == "cnn" and at.selectbox(key="cfg_device").value == "auto"
+    assert at.number_input(key="cfg_accum_steps").value == 8  # the good value is kept
+    assert not at.button(key="start").disabled

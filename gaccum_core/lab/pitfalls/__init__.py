@@ -10,7 +10,7 @@ run_all); #6 is a setting of the engine, run by sequences. result holds what the
 from gaccum_core.exports import lazy_exports
 
 __all__, __getattr__ = lazy_exports(__name__, {
-    "catalog": ("PITFALLS", "Pitfall", "BASE_CONFIG"),
+    "catalog": ("PITFALLS", "Pitfall", "BASE_CONFIG", "case_config", "setup_words"),
     "result": ("PitfallResult",),
     "harness": ("run_pitfall", "run_all"),
 })

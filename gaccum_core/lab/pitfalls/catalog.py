@@ -37,8 +37,8 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
             "Each micro-batch mean already averages b samples; k of them added up without / k are k x the mean.",
             "loss = criterion(logits, y) / k", {"lr": 0.005}),
     Pitfall("lr_divided_by_k", "lr / k instead of loss / k",
-            "With Adam the steps come out ~k x too small: Adam divides by the gradient's scale, leaving only lr / k.\n"
-            "With SGD and no weight decay (momentum too: it is linear) lr/k * k*g = lr*g exactly, so it looks safe.",
+            "Here with Adam: each step comes out ~k x too small, as Adam divides by the gradient's scale, leaving lr / k.\n"
+            "With SGD and no weight decay (momentum too: it is linear) lr/k * k*g = lr*g exactly: why it looks safe.",
             "keep the lr, divide the loss: loss = criterion(logits, y) / k", {"optimizer": "adam", "lr": 1e-3}),
     Pitfall("partial_window_divided_by_k", "Partial last window divided by k",
             "An epoch's last window has under k micro-batches, each still divided by k: here 2 of 4, half a step.\n"
@@ -64,3 +64,38 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
             "scaler.step(optimizer); scaler.update()  # once per window",
             {"amp": "fp16", "init_scale": 1024.0, "growth_interval": 3}),
 )}
+
+# #7's correct column trains another model (against its own big batch): no loss weighting fixes BatchNorm.
+CORRECT_SIDE = {"batchnorm_small_micro_batches": {"model": "cnn_gn"}}
+
+
+def case_config(key: str, **overrides: Any) -> RunConfig:
+    """The settings pitfall `key` trains with: BASE_CONFIG, the case's own, then `overrides`
+    (train_samples, not a RunConfig field, left out)."""
+    settings = {**PITFALLS[key].default, **overrides}
+    settings.pop("train_samples", None)
+    return RunConfig.from_dict({**BASE_CONFIG.to_dict(), **settings})
+
+
+def setup_words(key: str) -> str:
+    """What the case trains, read off its settings: model, data, b, k, optimizer and what else it sets."""
+    config, default = case_config(key), PITFALLS[key].default
+    optimizer = f"{config.optimizer} lr {config.lr:g}"
+    if config.optimizer == "sgd":
+        optimizer += f" momentum {config.momentum:g}"
+    model = f"gpt {config.gpt_preset}" if config.model == "gpt" else config.model
+    words = [f"{model} on {config.dataset}", f"b={config.micro_batch_size}", f"k={config.accum_steps}",
+             optimizer]
+    if "train_samples" in default:
+        words.append(f"the first {default['train_samples']} training samples")
+    if config.is_text:
+        words.append(f"sequences of up to {config.max_seq_len} tokens")
+    if config.amp != "off":
+        words.append(f"{config.amp} (initial scale {config.init_scale:g}, growth every {config.growth_interval} steps)")
+    if config.warmup_steps:
+        words.append(f"{config.warmup_steps} warmup steps")
+    correct = CORRECT_SIDE.get(key, {})
+    if correct:
+        words.append("the correct column: " + ", ".join(f"{field} {value}" for field, value in correct.items()))
+    return ", ".join(words)
+

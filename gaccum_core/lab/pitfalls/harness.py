@@ -14,14 +14,12 @@ from typing import Any, Callable
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.lab.pitfalls import sequences
-from gaccum_core.lab.pitfalls.catalog import BASE_CONFIG, PITFALLS
+from gaccum_core.lab.pitfalls.catalog import CORRECT_SIDE, PITFALLS, case_config
 from gaccum_core.lab.pitfalls.kit import Kit
 from gaccum_core.lab.pitfalls.loops import LOOPS, Loop, big_batch, exact
 from gaccum_core.lab.pitfalls.result import PitfallResult, Snapshot, compare
 from gaccum_core.models.build import build_seeded_model
 
-# #7's correct column trains another model (against its own big batch): no loss weighting fixes BatchNorm.
-_CORRECT_SIDE = {"batchnorm_small_micro_batches": {"model": "cnn_gn"}}
 # #8 calls scheduler.step() before the first optimizer.step(), which PyTorch warns about; the gallery shows it.
 _SCHEDULER_ORDER_WARNING = r"Detected call of `lr_scheduler.step\(\)` before `optimizer.step\(\)`"
 
@@ -35,11 +33,11 @@ def run_pitfall(key: str, steps: int = 20, **overrides: Any) -> PitfallResult:
     settings = {**PITFALLS[key].default, **overrides}
     if key == sequences.KEY:
         return sequences.run_sequences(steps, settings)
-    train_samples = settings.pop("train_samples", 0)
-    config = RunConfig.from_dict({**BASE_CONFIG.to_dict(), **settings})
+    train_samples = settings.get("train_samples", 0)
+    config = case_config(key, **overrides)
     run = _runner(config, train_samples, steps)
     reference, pitfall = run(big_batch), run(LOOPS[key])
-    correct_config = config.replace(**_CORRECT_SIDE.get(key, {}))
+    correct_config = config.replace(**CORRECT_SIDE.get(key, {}))
     if correct_config != config:
         run = _runner(correct_config, train_samples, steps)
     correct_reference = reference if correct_config == config else run(big_batch)
