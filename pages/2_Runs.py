@@ -1,4 +1,5 @@
-"""Runs: every run on disk; overlay the selected ones, compare their settings, export them, delete them."""
+"""Runs: every run on disk, live; filter and tag them; click rows to overlay, compare, export, delete,
+resume or stop them."""
 
 import streamlit as st
 
@@ -11,7 +12,8 @@ from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError, validate_run_id
-from dashboard.ui import chart_cache, get_runner, plain, widget
+from dashboard.runs_table import SELECTED, RunFilter, draw_filter, draw_table, going, sync_selection, tags_editor
+from dashboard.ui import REFRESH_S, chart_cache, get_runner, plain, progress, widget
 
 st.set_page_config(page_title="gaccum · Runs", layout="wide")
 st.title("Runs")
@@ -20,27 +22,19 @@ runner = get_runner()
 store = runner.store
 if "deleted" in st.session_state:
     st.success(f"Deleted {', '.join(st.session_state.pop('deleted'))}.")
-live = [s.run_id for s in runner.snapshots() if not s.done]
+
+
+def live_ids() -> list[str]:
+    """The runs this server's runner has queued or running."""
+    return [s.run_id for s in runner.snapshots() if not s.done]
+
+
+live = live_ids()
 table = run_table(store, live)
 if table.empty:
     st.info(f"No runs in {store.root.resolve()} yet: start one on the Train page.")
     st.stop()
 
-columns = ["run_id", "name", "state", "label", "dataset", "world_size", "effective_batch", "steps", "final_loss",
-           "test_accuracy", "perplexity", "peak_mem_mb", "samples_per_s", "tokens_per_s", "skipped", "lr", "optimizer",
-           "created", "message"]
-# Language-run columns only when a language run is listed: empty columns for image-only tables say nothing.
-text_only = [c for c in ("perplexity", "tokens_per_s") if c in table.columns and table[c].isna().all()]
-shown = table[[c for c in columns if c in table.columns and c not in text_only]]
-st.dataframe(shown, hide_index=True, width="stretch",
-             column_config={"final_loss": st.column_config.NumberColumn(format="%.4f"),
-                            "test_accuracy": st.column_config.NumberColumn(format="%.3f"),
-                            "peak_mem_mb": st.column_config.NumberColumn(format="%.0f"),
-                            "samples_per_s": st.column_config.NumberColumn(format="%.0f"),
-                            "tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.0f"),
-                            "perplexity": st.column_config.NumberColumn(format="%.2f"),
-                            "world_size": st.column_config.NumberColumn(
-                                "processes", help="data-parallel processes (DDP world size)")})
 # Why a run cannot be read, and where a run is trained, said above the fold (the message column is far right).
 for _, row in table[table["state"] == RunState.DAMAGED].iterrows():
     st.warning(plain(f"Damaged: {row['message']}. Delete the run, or repair the file by hand."))
@@ -50,10 +44,10 @@ if "message" in table.columns:
         st.info(plain(f"{row['run_id']} is {row['message']}: stop it there (it cannot be resumed or deleted "
                       "from here meanwhile)."))
 linked = st.query_params.get("run")
-if linked is not None and "runs_selected" not in st.session_state:
+if linked is not None and SELECTED not in st.session_state:
     try:  # ?run=<id> links to one run; the id is checked before any path is built from it
         if validate_run_id(linked) in set(table["run_id"]):
-            st.session_state["runs_selected"] = [linked]
+            st.session_state[SELECTED] = [linked]
         else:
             st.warning(f"No run {linked!r} in {store.root.resolve()}.")
     except StoreError as exc:
@@ -61,16 +55,62 @@ if linked is not None and "runs_selected" not in st.session_state:
 states = table.set_index("run_id")["state"]
 labels = dict(zip(table["run_id"], table["state"] + " · " + table.get("label", table["state"]).fillna("")))
 # Runs deleted in another session since this one picked them are dropped from the selection.
-if "runs_selected" in st.session_state:
-    st.session_state["runs_selected"] = [r for r in st.session_state["runs_selected"] if r in labels]
-selected = st.multiselect("Runs to compare, export or delete", list(table["run_id"]), key="runs_selected",
-                          format_func=lambda r: f"{r} ({labels[r]})")
+if SELECTED in st.session_state:
+    st.session_state[SELECTED] = [r for r in st.session_state[SELECTED] if r in labels]
+run_filter = draw_filter(table)
+
+
+def stop(run_id: str) -> None:
+    """Ask a run to stop (a button callback); it ends within a micro-batch, or at once if not yet started."""
+    try:
+        runner.stop(run_id)
+    except KeyError:  # deleted meanwhile, in another session
+        pass
+
+
+@st.fragment(run_every=REFRESH_S if going(table) or live else None)
+def runs_now(first: list, shown_filter: RunFilter) -> None:
+    """The table, and a progress bar with Stop for each run this server trains, refreshed while runs go.
+    first holds the page's table for its first draw; each refresh reads the runs again."""
+    now = first.pop() if first else run_table(store, live_ids())
+    selected = st.session_state.get(SELECTED, [])
+    for snapshot in runner.snapshots():
+        if not snapshot.done or (snapshot.run_id in selected and snapshot.run_id in states):
+            bar, button = st.columns([6, 1], vertical_alignment="bottom")
+            with bar:
+                progress(snapshot)
+            if not snapshot.done:
+                button.button("Stop", key=f"stop_{snapshot.run_id}", on_click=stop, args=(snapshot.run_id,))
+    shown = shown_filter.apply(now)
+    clicked = sync_selection(list(shown["run_id"]))
+    draw_table(shown)
+    # A click, or a run that started or ended, changes what the rest of the page shows: draw it all again.
+    if clicked or going(now) != st.session_state.get("_runs_going"):
+        st.rerun()
+
+
+@st.fragment(run_every=REFRESH_S)
+def watch() -> None:
+    """Every second: when a run starts or ends in this server (another tab, another page), draw the page again."""
+    if runner.active_ids() != st.session_state.get("_runs_active"):
+        st.rerun()
+
+
+st.session_state["_runs_going"], st.session_state["_runs_active"] = going(table), runner.active_ids()
+runs_now([table], run_filter)
+watch()
+selected = st.multiselect("Runs to compare, export or delete (or click their rows)", list(table["run_id"]),
+                          key=SELECTED, format_func=lambda r: f"{r} ({labels[r]})")
 readable = [r for r in selected if states[r] != RunState.DAMAGED]
 if not selected:
-    st.caption("Pick runs above to overlay them, compare their settings, export or delete them.")
+    st.caption("Click rows of the table (or pick runs above) to overlay them, compare their settings, tag, "
+               "export or delete them.")
     st.stop()
 
 if readable:
+    st.subheader("Tags")
+    tags_editor(store, {r: tags for r, tags in zip(table["run_id"], table["tags"]) if r in readable})
+
     configs = {r: store.read_config(r) for r in readable}
     settings, differing = settings_table(configs)
     st.subheader("Settings")
@@ -126,7 +166,8 @@ if resumable:
 if "resume_error" in st.session_state:
     st.error(st.session_state.pop("resume_error"))
 if "resumed" in st.session_state:
-    st.success(f"Resumed {st.session_state.pop('resumed')}: it is drawn live on the [Train page](Train).")
+    st.success(f"Resumed {st.session_state.pop('resumed')}: its progress is shown above the table; the "
+               "[Train page](Train) draws its charts live.")
 
 
 def delete(run_ids: list[str]) -> None:
@@ -147,11 +188,11 @@ def delete(run_ids: list[str]) -> None:
         st.session_state["delete_error"] = "; ".join(errors)
 
 
-going = [r for r in selected if r in live]
+unstopped = [r for r in selected if r in live]
 deletable = [r for r in selected if r not in live]
 with st.expander(f"Delete the {len(selected)} selected run{'s' if len(selected) > 1 else ''}"):
-    if going:
-        st.warning(f"Still going, so not deleted: {', '.join(going)}. Stop them on the Train page first.")
+    if unstopped:
+        st.warning(f"Still going, so not deleted: {', '.join(unstopped)}. Stop them first (Stop, above the table).")
     if deletable and st.checkbox(f"Yes, delete {', '.join(deletable)} and all their files", key="confirm_delete"):
         st.button(f"Delete {len(deletable)} run{'s' if len(deletable) > 1 else ''}", type="primary",
                   key="delete_run", on_click=delete, args=(deletable,))

@@ -13,7 +13,7 @@ import pandas as pd
 from gaccum_core.config import HF_PREFIX, RunConfig, is_factory, is_hf
 from gaccum_core.runs.claim import owner
 from gaccum_core.runs.integrity import DamagedRun, read_run
-from gaccum_core.runs.store import RunStore
+from gaccum_core.runs.store import RunStore, StoreError
 from gaccum_core.states import FINAL_STATES, RunState
 
 SETTINGS = ("model", "dataset", "micro_batch_size", "accum_steps", "reduction", "amp", "init_scale",
@@ -151,19 +151,62 @@ def describe_run(store: RunStore, run_id: str, live: Iterable[str] = ()) -> dict
             state = RunState.INTERRUPTED  # no runner owns it any more: its server or command line stopped
         else:
             message = f"training in {who}"
-    row.update(state=state, name=status.get("name", ""), message=message,
+    try:
+        tags = tuple(store.read_tags(run_id))
+    except StoreError as exc:  # the run itself reads: the page can write its tags anew
+        tags, message = (), f"{message}; {exc}" if message else str(exc)
+    summary = _summary(files.metrics, files.evals)
+    total = status.get("total_steps")
+    row.update(state=state, name=status.get("name", ""), message=message, tags=tags,
                created=status.get("created", ""),
                label=run_label(config), **{k: getattr(config, k) for k in SETTINGS},
                effective_batch=config.effective_batch_size, world_size=config.world_size,
-               **_summary(files.metrics, files.evals))
+               total_steps=total, progress=min(summary["steps"] / total, 1.0) if total else None, **summary)
     return row
 
 
-def run_table(store: RunStore, live: Iterable[str] = ()) -> pd.DataFrame:
-    """Every run on disk, newest first."""
+def unstepped(table: pd.DataFrame) -> pd.Series:
+    """Which runs ended (or were interrupted) without an optimizer step: stopped or failed before their first."""
+    if table.empty:
+        return pd.Series(dtype=bool)
+    ended = table["state"].isin([*FINAL_STATES, RunState.INTERRUPTED])
+    return ended & (table["steps"].fillna(0) == 0) & (table["state"] != RunState.DAMAGED)
+
+
+def run_table(store: RunStore, live: Iterable[str] = (), hide_unstepped: bool = False) -> pd.DataFrame:
+    """Every run on disk, newest first; hide_unstepped leaves out the runs that ended without a step
+    (stopped or failed before their first), which only clutter a summary such as the home page's."""
     live = set(live)
     rows = [describe_run(store, run_id, live) for run_id in reversed(store.list_runs())]
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    return table[~unstepped(table)].reset_index(drop=True) if hide_unstepped else table
+
+
+def all_tags(table: pd.DataFrame) -> list[str]:
+    """Every tag of the runs in the table, sorted."""
+    if "tags" not in table:
+        return []
+    return sorted({tag for tags in table["tags"] if isinstance(tags, tuple) for tag in tags})
+
+
+def filter_runs(table: pd.DataFrame, text: str = "", states: Iterable[str] = (),
+                tags: Iterable[str] = ()) -> pd.DataFrame:
+    """The runs whose id, name, label, tags or message contain text (any case), whose state is one of
+    states, and that carry every one of tags; an empty filter keeps every run."""
+    keep = pd.Series(True, index=table.index)
+    states, tags = list(states), set(tags)
+    if states:
+        keep &= table["state"].isin(states)
+    if tags:
+        keep &= table["tags"].map(lambda own: isinstance(own, tuple) and tags <= set(own))
+    if text.strip():
+        words = text.strip().casefold()
+        searched = [c for c in ("run_id", "name", "label", "message") if c in table]
+        haystack = table[searched].fillna("").astype(str).agg(" ".join, axis=1)
+        if "tags" in table:
+            haystack += " " + table["tags"].map(lambda own: " ".join(own) if isinstance(own, tuple) else "")
+        keep &= haystack.str.casefold().str.contains(words, regex=False)
+    return table[keep]
 
 
 def combined_csv(store: RunStore, run_ids: Iterable[str], table: str = "metrics") -> str:

@@ -2,9 +2,10 @@
 
 runs/<run_id>/ holds config.json, status.json, metrics.csv, eval.csv, at the end model.pt, and
 traceback.txt when a run failed; a run with checkpoints checkpoint.pt, a language run samples.jsonl,
-a planned run plan.json; a run in a worker process also gets `stop` when asked to stop, and a
-data-parallel run torchrun/ (torchrun's per-rank error files). How each file is written so that a
-reader in another process never sees half of it: gaccum_core.runs.files.
+a planned run plan.json, a tagged run tags.json (its tags, kept apart from its frozen config); a run
+in a worker process also gets `stop` when asked to stop, and a data-parallel run torchrun/ (torchrun's
+per-rank error files). How each file is written so that a reader in another process never sees half
+of it: gaccum_core.runs.files.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import secrets
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
 
@@ -42,6 +43,32 @@ def validate_run_id(run_id: str) -> str:
     if not isinstance(run_id, str) or not _RUN_ID_RE.match(run_id) or ".." in run_id:
         raise StoreError(f"run id {run_id!r} is not allowed: letters, digits, '_', '-', '.' only, no '..' or '/'")
     return run_id
+
+
+TAGS_FILE = "tags.json"
+MAX_TAGS, MAX_TAG_CHARS = 16, 32
+# Letters (of any script), digits and a few joiners; no space or comma, which separate tags where typed.
+_TAG_RE = re.compile(r"^[^\W_][\w.:+=-]*$")
+_TAG_RULE = f"1 to {MAX_TAG_CHARS} letters, digits or _ . : + = - (starting with a letter or digit)"
+
+
+def validate_tags(tags: Iterable[str]) -> list[str]:
+    """The tags, each once in the order given; StoreError naming the first bad tag and what is allowed."""
+    kept = list(dict.fromkeys(tags))
+    for tag in kept:
+        if not isinstance(tag, str) or not _TAG_RE.match(tag):
+            raise StoreError(f"tags: {tag!r} is not allowed: each tag is {_TAG_RULE}")
+        if len(tag) > MAX_TAG_CHARS:
+            raise StoreError(f"tags: {tag[:MAX_TAG_CHARS]!r}… ({len(tag)} characters) is too long: "
+                             f"at most {MAX_TAG_CHARS} characters")
+    if len(kept) > MAX_TAGS:
+        raise StoreError(f"tags: {len(kept)} tags given, at most {MAX_TAGS} tags per run")
+    return kept
+
+
+def parse_tags(text: str) -> list[str]:
+    """Comma-separated tags as typed ("baseline, fp16") as a validated list; empty items are dropped."""
+    return validate_tags(t.strip() for t in text.split(",") if t.strip())
 
 
 def now_iso() -> str:
@@ -198,6 +225,25 @@ class RunStore:
         target = self.path(run_id) / "traceback.txt"
         earlier = target.read_text(encoding="utf-8") + "\n" if target.exists() else ""
         write_text_atomically(target, earlier + text)
+
+    def read_tags(self, run_id: str) -> list[str]:
+        """The run's tags (tags.json), [] when it has none; StoreError when the file is not a list of tags."""
+        path = self.path(run_id) / TAGS_FILE
+        if not path.exists():
+            return []
+        try:
+            tags = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(tags, list):
+                raise ValueError(f"holds a JSON {type(tags).__name__}, not a list")
+            return validate_tags(tags)
+        except (OSError, ValueError) as exc:  # StoreError and JSON's errors are ValueErrors
+            raise StoreError(f"{TAGS_FILE} of run {run_id} cannot be read: {str(exc)[:200]}") from None
+
+    def write_tags(self, run_id: str, tags: Iterable[str]) -> list[str]:
+        """Replace the run's tags (validated first, then written atomically); the tags written."""
+        kept = validate_tags(tags)
+        write_text_atomically(self.path(run_id) / TAGS_FILE, json.dumps(kept) + "\n")
+        return kept
 
     def read_traceback(self, run_id: str) -> str:
         """traceback.txt, or an empty string when the run has none."""

@@ -1,0 +1,136 @@
+"""The Runs page's table: filters, rows clicked to select runs (kept in step with the multiselect and the
+?run= link), and the tags of the selected runs.
+
+The selection lives in st.session_state["runs_selected"] (the multiselect's key). A click in the table
+changes the table's own state ("runs_table"); each draw turns a click into runs_selected, then draws the
+table with runs_selected's rows selected, so either widget can change the selection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+from gaccum_core.runs.catalog import all_tags, filter_runs, unstepped
+from gaccum_core.runs.store import RunStore, StoreError, parse_tags
+from gaccum_core.states import RunState
+
+SELECTED, TABLE = "runs_selected", "runs_table"  # the multiselect's key and the table's
+COLUMNS = ["run_id", "name", "state", "progress", "tags", "label", "dataset", "world_size", "effective_batch",
+           "steps", "final_loss", "test_accuracy", "perplexity", "peak_mem_mb", "samples_per_s", "tokens_per_s",
+           "skipped", "lr", "optimizer", "created", "message"]
+COLUMN_CONFIG = {
+    "progress": st.column_config.ProgressColumn("progress", help="steps done of the run's total", format="percent",
+                                                min_value=0.0, max_value=1.0),
+    "tags": st.column_config.ListColumn("tags", help="your tags: set them under Tags when the run is selected"),
+    "final_loss": st.column_config.NumberColumn(format="%.4f"),
+    "test_accuracy": st.column_config.NumberColumn(format="%.3f"),
+    "peak_mem_mb": st.column_config.NumberColumn(format="%.0f"),
+    "samples_per_s": st.column_config.NumberColumn(format="%.0f"),
+    "tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.0f"),
+    "perplexity": st.column_config.NumberColumn(format="%.2f"),
+    "world_size": st.column_config.NumberColumn("processes", help="data-parallel processes (DDP world size)"),
+}
+GOING = (RunState.QUEUED, RunState.RUNNING)
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """What the table is narrowed to: text in a run's id, name, label, tags or message; states; tags."""
+
+    text: str = ""
+    states: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+
+    def apply(self, table: pd.DataFrame) -> pd.DataFrame:
+        """The runs that pass, newest first, those that ended before their first step last."""
+        kept = filter_runs(table, self.text, self.states, self.tags)
+        empty = unstepped(kept)
+        return pd.concat([kept[~empty], kept[empty]]) if len(kept) else kept
+
+
+def draw_filter(table: pd.DataFrame) -> RunFilter:
+    """A row of filter widgets (text, state, tag) over the runs in the table."""
+    text_col, state_col, tag_col = st.columns([2, 1, 1])
+    text = text_col.text_input("Filter runs", key="runs_filter_text", placeholder="id, name, settings, tag, message")
+    states = state_col.multiselect("State", sorted(set(table["state"])), key="runs_filter_states")
+    tags = tag_col.multiselect("Tags (every one)", all_tags(table), key="runs_filter_tags")
+    return RunFilter(text, tuple(states), tuple(tags))
+
+
+def going(table: pd.DataFrame) -> frozenset[str]:
+    """The runs queued or running, here or in another process."""
+    return frozenset(table.loc[table["state"].isin(GOING), "run_id"]) if len(table) else frozenset()
+
+
+def picked_runs(selected: Sequence[str], shown: Sequence[str], rows: Sequence[int]) -> list[str]:
+    """The selection after a click left `rows` of the table `shown` selected: the runs the filter hides
+    stay selected, the shown ones are those clicked."""
+    hidden = [r for r in selected if r not in set(shown)]
+    return hidden + [shown[i] for i in sorted(rows) if 0 <= i < len(shown)]
+
+
+def rows_of(selected: Sequence[str], shown: Sequence[str]) -> list[int]:
+    """The rows of the table `shown` that hold selected runs."""
+    chosen = set(selected)
+    return [i for i, run_id in enumerate(shown) if run_id in chosen]
+
+
+def _rows(state: object) -> list[int] | None:
+    """The rows a table's state selects; None when the table has no state (not drawn since a page switch)."""
+    if not isinstance(state, Mapping):
+        return None
+    selection = state.get("selection")
+    return sorted(selection.get("rows", [])) if isinstance(selection, Mapping) else []
+
+
+def sync_selection(shown: list[str]) -> bool:
+    """Take a click in the table since its last draw into the selection, then select the selection's
+    rows in the table about to be drawn; True when a click changed the selection."""
+    state = st.session_state
+    drawn, drawn_rows = state.get("_runs_table_ids", []), state.get("_runs_table_rows")
+    clicked = _rows(state.get(TABLE))
+    changed = clicked is not None and drawn_rows is not None and clicked != drawn_rows
+    if changed:  # the rows refer to the table as it was drawn, which a refresh may have changed since
+        state[SELECTED] = picked_runs(state.get(SELECTED, []), drawn, clicked)
+    rows = rows_of(state.get(SELECTED, []), shown)
+    state[TABLE] = {"selection": {"rows": rows, "columns": [], "cells": []}}
+    state["_runs_table_ids"], state["_runs_table_rows"] = shown, rows
+    return changed
+
+
+def draw_table(shown: pd.DataFrame) -> None:
+    """The runs as a table whose rows select runs when clicked."""
+    # Language-run columns only when a language run is listed: empty columns for image-only tables say nothing.
+    text_only = [c for c in ("perplexity", "tokens_per_s") if c in shown.columns and shown[c].isna().all()]
+    columns = [c for c in COLUMNS if c in shown.columns and c not in text_only]
+    st.dataframe(shown[columns], hide_index=True, width="stretch", column_config=COLUMN_CONFIG, key=TABLE,
+                 on_select="rerun", selection_mode="multi-row")
+    empty = int(unstepped(shown).sum())
+    if empty:
+        st.caption(f"The {empty} run{'s' if empty > 1 else ''} that ended before a first step "
+                   f"{'are' if empty > 1 else 'is'} listed last (the home page leaves them out).")
+
+
+def _save_tags(store: RunStore, run_id: str) -> None:
+    """Write the tags typed for a run (a text box's callback); a refused tag is said under the box."""
+    try:
+        store.write_tags(run_id, parse_tags(st.session_state[f"tags_{run_id}"]))
+    except (StoreError, OSError) as exc:
+        st.session_state[f"tags_error_{run_id}"] = f"Tags of {run_id} not saved: {exc}"
+
+
+def tags_editor(store: RunStore, tags: Mapping[str, Sequence[str]]) -> None:
+    """A text box per run with its tags, comma-separated; each saved as it is changed."""
+    for run_id, own in tags.items():
+        key = f"tags_{run_id}"
+        if key not in st.session_state:
+            st.session_state[key] = ", ".join(own)
+        st.text_input(f"Tags of {run_id}", key=key, on_change=_save_tags, args=(store, run_id),
+                      placeholder="e.g. baseline, fp16", help="comma-separated; letters, digits and _ . : + = -")
+        error = st.session_state.pop(f"tags_error_{run_id}", None)
+        if error:
+            st.error(error)

@@ -1,0 +1,62 @@
+"""The runs table's filters: by text, state and tag; runs that ended before their first step left out or last."""
+
+import pytest
+
+from gaccum_core.config import RunConfig
+from gaccum_core.runs.catalog import all_tags, filter_runs, run_table, unstepped
+from gaccum_core.runs.runner import Runner
+
+TINY = dict(device="cpu", model="mlp", micro_batch_size=16, accum_steps=2, max_steps=2)
+
+
+@pytest.fixture
+def runs(tmp_path):
+    """Two finished runs (tagged), one stopped and one failed before their first step, one queued on disk."""
+    runner = Runner(tmp_path)
+    baseline = runner.submit(RunConfig(**TINY), name="baseline")
+    bf16 = runner.submit(RunConfig(**{**TINY, "amp": "bf16"}), name="bf16 try")
+    runner.wait(baseline, timeout=60), runner.wait(bf16, timeout=60)
+    runner.store.write_tags(baseline, ["ref", "sgd"])
+    runner.store.write_tags(bf16, ["sgd", "amp"])
+    store = runner.store
+    stopped = store.create(RunConfig(**TINY), name="stopped early")
+    store.update_status(stopped, state="stopped", message="stopped before its first step")
+    failed = store.create(RunConfig(**TINY))
+    store.update_status(failed, state="failed", message="ValueError: no")
+    queued = store.create(RunConfig(**TINY))  # on disk as queued, owned by nobody: interrupted
+    return store, dict(baseline=baseline, bf16=bf16, stopped=stopped, failed=failed, queued=queued)
+
+
+def test_the_table_shows_tags_and_progress(runs):
+    store, ids = runs
+    table = run_table(store).set_index("run_id")
+    assert table.loc[ids["baseline"], "tags"] == ("ref", "sgd")
+    assert table.loc[ids["baseline"], "progress"] == 1.0 and table.loc[ids["baseline"], "total_steps"] == 2
+    assert all_tags(table) == ["amp", "ref", "sgd"]
+
+
+def test_runs_that_ended_before_their_first_step_can_be_left_out(runs):
+    store, ids = runs
+    every = set(run_table(store)["run_id"])
+    assert every == set(ids.values())
+    summary = run_table(store, hide_unstepped=True)
+    # Runs that ended with no step are left out, one whose server died before it started (interrupted) too.
+    assert set(summary["run_id"]) == {ids["baseline"], ids["bf16"]}
+    # A run still queued in a live runner is going to train: kept.
+    assert set(run_table(store, [ids["queued"]], hide_unstepped=True)["run_id"]) == {
+        ids["baseline"], ids["bf16"], ids["queued"]}
+    table = run_table(store)
+    assert set(table.loc[unstepped(table), "run_id"]) == {ids["stopped"], ids["failed"], ids["queued"]}
+
+
+def test_filters_by_text_state_and_every_chosen_tag(runs):
+    store, ids = runs
+    table = run_table(store)
+    assert set(filter_runs(table, tags=["sgd"])["run_id"]) == {ids["baseline"], ids["bf16"]}
+    assert list(filter_runs(table, tags=["sgd", "amp"])["run_id"]) == [ids["bf16"]]
+    assert set(filter_runs(table, states=["stopped", "failed"])["run_id"]) == {ids["stopped"], ids["failed"]}
+    assert list(filter_runs(table, text="BF16 TRY")["run_id"]) == [ids["bf16"]]  # the name, any case
+    assert list(filter_runs(table, text="first step")["run_id"]) == [ids["stopped"]]  # the message
+    assert list(filter_runs(table, text="ref")["run_id"]) == [ids["baseline"]]  # a tag
+    assert filter_runs(table, text="nothing like it").empty
+    assert filter_runs(table).equals(table)
