@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 
 import streamlit as st
 
+from dashboard import warm
 from gaccum_core.runs.catalog import created_text, run_label, run_labels
 from gaccum_core.views.chart_cache import ChartCache, ChartInput, ChartSet
 from gaccum_core.views.colours import run_colours
@@ -44,7 +45,7 @@ def get_runner() -> Runner:
     """One runner per server process and runs directory (GACCUM_RUNS_DIR, default ./runs): every
     browser session and tab sees the same runs. Runs train in worker processes unless
     GACCUM_EXECUTOR=thread (then in this server's threads)."""
-    return _runner(os.environ.get("GACCUM_RUNS_DIR", "runs"), os.environ.get("GACCUM_EXECUTOR", "process"))
+    return _runner(warm.runs_dir(), warm.executor())
 
 
 def keep(key: str, default: Any) -> None:
@@ -124,9 +125,13 @@ class FieldWidgets:
 
 
 def session_runs(runner: Runner) -> list[str]:
-    """Run ids started from this browser session, oldest first; runs deleted since are dropped."""
+    """Run ids started from this browser session, oldest first; runs deleted since are dropped, and
+    named once in session_state["deleted_elsewhere"] for the page to say so."""
     runs = st.session_state.setdefault("session_runs", [])
-    runs[:] = [run_id for run_id in runs if runner.knows(run_id)]
+    gone = [run_id for run_id in runs if not runner.knows(run_id)]
+    if gone:
+        st.session_state.setdefault("deleted_elsewhere", []).extend(gone)
+        runs[:] = [run_id for run_id in runs if run_id not in gone]
     return runs
 
 

@@ -5,7 +5,6 @@ import streamlit as st
 
 from dashboard import live_chart
 from dashboard.controls import Controls, file_stamps
-from gaccum_core.runs.catalog import run_labels
 from gaccum_core.views.axes import TOKEN_AXES, X_AXES, tokens_axis_note
 from gaccum_core.views.charts import ALL_CHARTS, CHARTS, LOG_BY_DEFAULT
 from gaccum_core.config import ConfigError, RunConfig
@@ -19,8 +18,9 @@ from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError
-from dashboard.ui import (CHART_TITLES, REFRESH_S, adopt_settings, await_first_step, chart_labels, config_from, get_runner,
-                live_charts, plain, progress, session_runs, short_name, widget)
+from dashboard.run_picks import drop_missing, run_choice_labels, runs_on_disk, tracked_or_disk
+from dashboard.ui import (CHART_TITLES, REFRESH_S, adopt_settings, await_first_step, chart_labels, config_from,
+                          get_runner, live_charts, plain, progress, session_runs, short_name, widget)
 
 st.set_page_config(page_title="gaccum · Train", layout="wide")
 st.title("Train")
@@ -73,6 +73,8 @@ else:  # what the costly options cost here, measured once per server process, be
         controls.warn(field, note)
 
 mine = session_runs(runner)
+for gone in st.session_state.pop("deleted_elsewhere", []):  # its charts, progress and Resume go with it
+    st.info(f"Run {gone} was deleted (on the Runs page or in another tab): it is no longer shown here.")
 start, stop, name_col = st.columns([1, 1, 6])
 run_name = name_col.text_input("Run name (optional)", key="run_name", max_chars=40,
                                placeholder="e.g. baseline, fp16 try 2", label_visibility="collapsed")
@@ -89,6 +91,7 @@ active = [s for s in runner.snapshots() if not s.done]
 # once it ends it stays drawn, with its progress and downloads.
 mine.extend(s.run_id for s in active if s.run_id not in mine)
 st.session_state["_drawn_active"] = runner.active_ids()  # what Start, Stop and the charts were drawn for
+drawn_runs = runs_on_disk(runner)  # a run deleted or added elsewhere redraws the page
 if stop.button("Stop", key="stop", disabled=not active):
     for snapshot in active:
         runner.stop(snapshot.run_id)
@@ -111,33 +114,32 @@ with x_col:
                     format_func=X_AXES.get, horizontal=True)
 with smooth_col:
     smoothing = widget(st.slider, "Loss smoothing", "chart_smoothing", 0.6, min_value=0.0, max_value=0.99)
-earlier = mine[:-1]
-labels_of = dict(zip(mine, run_labels([runner.config(r) for r in mine])))
+labels_of = run_choice_labels(runner.store)  # every run on disk, newest first, in the legends' words
+earlier = [r for r in labels_of if r not in mine[-1:]]
 overlay_col, log_col = st.columns([3, 2])
 with overlay_col:
-    # The latest run is always drawn; earlier runs of this session only when picked.
-    overlaid = widget(st.multiselect, "Earlier runs to overlay", "chart_overlay", [], options=earlier,
-                      format_func=lambda r: f"{r[-6:]} · {labels_of.get(r, '')}") if earlier else []
+    # The latest run is always drawn; any other run on disk (this tab's, another tab's, an earlier
+    # server's or a command line's) only when picked. Runs deleted meanwhile leave the pick.
+    drop_missing("chart_overlay", earlier)
+    overlaid = widget(st.multiselect, "Other runs to overlay", "chart_overlay", [], options=earlier,
+                      format_func=labels_of.get, placeholder="any run on disk") if earlier else []
 with log_col:
-    log_y = widget(st.pills, "Log y axis", "chart_log", sorted(LOG_BY_DEFAULT),
-                   options=list(ALL_CHARTS if language else CHARTS), selection_mode="multi",
-                   format_func=lambda name: CHART_TITLES.get(name, name))
+    # A multiselect wraps and lists every chart: a row of pills scrolled sideways out of reach at 1280 px.
+    log_y = widget(st.multiselect, "Log y axis", "chart_log", sorted(LOG_BY_DEFAULT),
+                   options=list(ALL_CHARTS if language else CHARTS), format_func=lambda name: CHART_TITLES.get(name, name))
 
 
 def shown_runs():
-    """The picked earlier runs, this session's latest and any run in progress (e.g. after a reload);
-    runs deleted meanwhile (on the Runs page, in any session) are left out."""
-    ids = [r for r in earlier if r in overlaid] + mine[-1:]
+    """The picked runs, this session's latest and any run in progress (e.g. after a reload); runs
+    deleted meanwhile (on the Runs page, in any session) are left out."""
+    ids = [r for r in overlaid if r in earlier] + mine[-1:]
     ids += [s.run_id for s in runner.snapshots() if not s.done and s.run_id not in ids]
     snapshots = []
     for run_id in dict.fromkeys(ids):
-        try:
-            snapshots.append(runner.snapshot(run_id))
-        except KeyError:  # deleted between the two lines above
-            continue
+        snapshot = tracked_or_disk(runner, run_id)
+        if snapshot is not None:
+            snapshots.append(snapshot)
     return snapshots
-
-
 
 
 def tokens_note(snapshots) -> None:
@@ -209,8 +211,10 @@ def live() -> None:
                    f"{group.max_diff:.1e} (relative) over {group.steps} steps; the later ones are drawn dashed.")
     tokens_note(snapshots)
     left, right = st.columns(2)
-    for i, (name, spec) in enumerate(charts.specs.items()):
+    for i, (name, spec) in enumerate(charts.applicable().items()):
         live_chart.plotly_chart(left if i % 2 == 0 else right, spec, key=f"chart_{name}")
+    for line in charts.not_applicable.values():  # a line each instead of an empty frame
+        st.caption(line)
     generated_text(snapshots)
     if mine and runner.knows(mine[-1]) and runner.snapshot(mine[-1]).done:
         latest_download(mine[-1])
@@ -218,9 +222,10 @@ def live() -> None:
 
 @st.fragment(run_every=REFRESH_S)
 def watch() -> None:
-    """Every second, in every tab: when a run starts or ends anywhere (another tab, another session),
-    rerun the page so Start, Stop and the live charts follow it. Idle, this reads a few states only."""
-    if runner.active_ids() != st.session_state.get("_drawn_active"):
+    """Every second, in every tab: when a run starts or ends anywhere (another tab, another session), or
+    one is deleted or added, rerun the page so Start, Stop, the pick of runs and the charts follow it.
+    Idle, this reads a few states and lists the runs directory."""
+    if runner.active_ids() != st.session_state.get("_drawn_active") or runs_on_disk(runner) != drawn_runs:
         st.rerun()
 
 

@@ -10,11 +10,14 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gaccum_core.config import RunConfig
 from gaccum_core.states import FINAL_STATES, RunState
 from gaccum_core.train.metrics import RowKeeper, eta_seconds
+
+if TYPE_CHECKING:
+    from gaccum_core.runs.store import RunStore
 
 
 @dataclass(frozen=True)
@@ -70,3 +73,14 @@ class TrackedRun:
         return RunSnapshot(self.run_id, self.config, self.state, self.message, self.device, steps_done,
                            self.total_steps, queue_position, elapsed, eta, tuple(self.rows.steps),
                            tuple(self.rows.evals), self.name)
+
+
+def disk_snapshot(store: RunStore, run_id: str) -> RunSnapshot:
+    """A snapshot of a run from its files (a run this runner does not track: earlier servers', other
+    command lines'): its config, status and rows. OSError, StoreError or ValueError when it cannot be read."""
+    status = store.read_status(run_id)
+    steps, evals = store.metric_rows(run_id), store.eval_rows(run_id)
+    return RunSnapshot(run_id, store.read_config(run_id), RunState(status.get("state", RunState.FAILED)),
+                       status.get("message", ""), status.get("device", ""), len(steps),
+                       int(status.get("total_steps") or len(steps)), 0, 0.0, None, tuple(steps), tuple(evals),
+                       status.get("name", ""))

@@ -19,8 +19,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-import torch
-
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.files import (EVALS_FILE, METRICS_FILE, SAMPLES_FILE, CsvFollower, RunWriter, remove_temporaries,
                                     replace_atomically, truncate_csv, write_small_file, write_text_atomically)
@@ -29,6 +27,7 @@ from gaccum_core.train.metrics import ADDED_COLUMNS, ADDED_EVAL_COLUMNS, Row
 
 if TYPE_CHECKING:
     import pandas as pd
+    import torch
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SLUG_RE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -95,6 +94,7 @@ class RunStore:
     def create(self, config: RunConfig, name: str | None = None, plan: dict[str, Any] | None = None) -> str:
         """Make the run directory with config.json, status.json (queued), CSV headers and, for a run whose
         micro-batch the planner chose, plan.json."""
+        import torch  # on use: listing and reading runs (the home page) needs no torch
         self._ensure_writable_root()
         run_id = self.new_run_id(name)
         run_dir = self.path(run_id)
@@ -259,6 +259,7 @@ class RunStore:
 
     def save_model(self, run_id: str, state_dict: dict[str, torch.Tensor]) -> Path:
         """Write model.pt (the state_dict) atomically."""
+        import torch
         target = self.path(run_id) / "model.pt"
         replace_atomically(target, lambda f: torch.save(state_dict, f))
         return target
@@ -270,11 +271,13 @@ class RunStore:
     def save_checkpoint(self, run_id: str, state: dict[str, Any]) -> None:
         """Write checkpoint.pt atomically: a temporary file in the run directory, flushed and fsynced, then
         renamed over the old one, so a kill at any moment leaves the old checkpoint or the new one."""
+        import torch
         replace_atomically(self.checkpoint_path(run_id), lambda f: torch.save(state, f))
 
     def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
         """checkpoint.pt (weights_only=True: tensors, numbers and strings only), or None when there is none.
         A temporary file a kill left behind is never read."""
+        import torch
         target = self.checkpoint_path(run_id)
         if not target.exists():
             return None
@@ -295,6 +298,7 @@ class RunStore:
 
     def load_model(self, run_id: str) -> dict[str, torch.Tensor]:
         """model.pt, loaded with weights_only=True (never arbitrary pickles)."""
+        import torch
         return torch.load(self.path(run_id) / "model.pt", map_location="cpu", weights_only=True)
 
     def list_runs(self) -> list[str]:

@@ -9,6 +9,8 @@ from page_charts import live_figures
 
 from gaccum_core.config import RunConfig
 from gaccum_core.states import RunState
+from gaccum_core.views.charts import CHARTS
+from gaccum_core.runs.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = str(ROOT / "pages/1_Train.py")
@@ -302,3 +304,45 @@ def test_a_bad_or_stale_value_in_the_link_is_named_and_the_default_shown(runs_di
     assert at.selectbox(key="cfg_model").value == "cnn" and at.selectbox(key="cfg_device").value == "auto"
     assert at.number_input(key="cfg_accum_steps").value == 8  # the good value is kept
     assert not at.button(key="start").disabled
+
+
+def test_any_run_on_disk_can_be_overlaid_not_only_this_tabs(runs_dir):
+    # A run trained by another runner (an earlier server, a command line): on disk, unknown to this one.
+    elsewhere = Runner(str(runs_dir), executor="thread", warm_spare=False)
+    other = elsewhere.submit(RunConfig(device="cpu", model="mlp", max_steps=3), "from the command line")
+    assert elsewhere.wait(other, timeout=60).state == RunState.FINISHED
+    at = train_page()
+    assert not runner().knows(other)
+    overlay = at.multiselect(key="chart_overlay")
+    assert other in overlay.options or any("from the command line" in o for o in overlay.options)
+    overlay.set_value([other]).run()
+    assert not at.exception
+    loss = live_figures(at)["loss"]
+    assert any("from the command line" in trace["name"] for trace in loss["data"]), [t["name"] for t in loss["data"]]
+
+
+def test_resume_of_a_run_deleted_elsewhere_says_so(runs_dir):
+    at = train_page()
+    at.selectbox(key="cfg_model").select("mlp")
+    at.number_input(key="cfg_epochs").set_value(1000)
+    at.run()
+    at.button(key="start").click().run()
+    at.button(key="stop").click().run()
+    (run_id,) = at.session_state["session_runs"]
+    assert runner().wait(run_id, timeout=60).state == RunState.STOPPED
+    at.run()
+    assert at.button(key="resume") is not None
+    runner().delete(run_id)  # the Runs page, in another tab
+    at.button(key="resume").click().run()
+    assert not at.exception
+    assert any(run_id in i.value and "deleted" in i.value for i in at.info), [i.value for i in at.info]
+    assert "resume" not in [b.key for b in at.button]
+    assert not (runs_dir / run_id).exists()
+
+
+def test_every_chart_has_a_reachable_log_switch(runs_dir):
+    at = train_page()
+    log = at.multiselect(key="chart_log")  # a multiselect wraps: no row that scrolls out of reach
+    from dashboard.ui import CHART_TITLES
+
+    assert log.options == [CHART_TITLES[name] for name in CHARTS]  # every chart, by its title

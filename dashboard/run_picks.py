@@ -1,0 +1,67 @@
+"""Which runs a page can draw: every run on disk by its label, a run's snapshot whether this server tracks
+it or not, and picks that forget runs deleted meanwhile (in another tab, session or process)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import streamlit as st
+
+from gaccum_core.runs.catalog import run_labels
+from gaccum_core.runs.runner import Runner
+from gaccum_core.runs.snapshot import RunSnapshot, disk_snapshot
+from gaccum_core.runs.store import RunStore, StoreError
+
+
+def runs_on_disk(runner: Runner) -> tuple[str, ...]:
+    """The ids of the runs in the runs directory, oldest first: cheap enough to poll every second."""
+    return tuple(runner.store.list_runs())
+
+
+def run_choice_labels(store: RunStore) -> dict[str, str]:
+    """Every readable run on disk, newest first, labelled as in the charts' legends (what tells it apart
+    from the others, its name, when it was created)."""
+    configs, names, ids = [], [], []
+    for run_id in reversed(store.list_runs()):
+        try:
+            configs.append(store.read_config(run_id))
+            names.append(store.read_status(run_id).get("name", ""))
+        except (OSError, StoreError, ValueError):  # damaged, or deleted meanwhile: the Runs page says why
+            configs = configs[:len(ids)]
+            continue
+        ids.append(run_id)
+    return dict(zip(ids, run_labels(configs, names, ids)))
+
+
+def tracked_or_disk(runner: Runner, run_id: str) -> RunSnapshot | None:
+    """The run's snapshot from the runner when it tracks it, else from its files; None when it was
+    deleted or cannot be read."""
+    try:
+        return runner.snapshot(run_id)
+    except KeyError:
+        pass
+    try:
+        return _disk_snapshot(runner.store, run_id, _stamp(runner.store, run_id))
+    except (OSError, StoreError, ValueError):
+        return None
+
+
+def drop_missing(key: str, options: Sequence[str]) -> None:
+    """Forget picks (a widget's value and its kept copy) that are no longer among the options."""
+    for name in (key, f"_keep_{key}"):
+        picked = st.session_state.get(name)
+        if isinstance(picked, list) and any(p not in options for p in picked):
+            st.session_state[name] = [p for p in picked if p in options]
+
+
+def _stamp(store: RunStore, run_id: str) -> tuple[int, ...]:
+    """The run's files' versions: a cached snapshot is read again when a file changed."""
+    run_dir = store.path(run_id)
+    stats = [(run_dir / name).stat() for name in ("status.json", "metrics.csv", "eval.csv")]
+    return tuple(v for s in stats for v in (s.st_mtime_ns, s.st_size))
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def _disk_snapshot(_store: RunStore, run_id: str, stamp: tuple[int, ...]) -> RunSnapshot:
+    """disk_snapshot, read once per version of the run's files (a finished run's, once)."""
+    return disk_snapshot(_store, run_id)

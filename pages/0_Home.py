@@ -1,0 +1,68 @@
+"""gaccum home: what the app is for, the device found, the runs in progress and the latest runs.
+
+Drawn without torch: the device line fills in when the server's warm-up (started at the end of this
+page) has found it, and the runs come from the runs directory until the runner is up."""
+
+import streamlit as st
+
+from dashboard import warm
+from gaccum_core.runs.catalog import run_table
+from gaccum_core.runs.store import RunStore
+
+REFRESH_S = 1.0
+
+st.set_page_config(page_title="gaccum", layout="wide")
+st.title("gaccum")
+st.write(
+    "Gradient accumulation imitates a large batch with small micro-batches, at the memory cost of one "
+    "micro-batch. gaccum trains with exact accumulation, checked against the one-big-batch update, and "
+    "measures what mixed precision, cache clearing and torch.compile cost and save."
+)
+st.page_link("pages/1_Train.py", label="Train: configure and watch a run", icon="▶️")
+st.page_link("pages/2_Runs.py", label="Runs: compare, export, delete, tag", icon="📊")
+st.page_link("pages/3_Equivalence.py", label="Equivalence: accumulated vs one big batch, on your model", icon="⚖️")
+st.page_link("pages/4_Pitfalls.py", label="Pitfalls: the classic accumulation bugs, side by side", icon="🐞")
+st.page_link("pages/5_Plan.py", label="Plan: the largest micro-batch that fits a memory budget", icon="📐")
+
+
+def _active(runner) -> list:
+    return [s for s in runner.snapshots() if not s.done] if runner is not None else []
+
+
+def _latest_runs(store: RunStore, active_ids: list[str]) -> None:
+    st.subheader("Latest runs")
+    table = run_table(store, active_ids, hide_unstepped=True)  # runs ended before a step say nothing here
+    if table.empty:
+        st.write("No runs yet: start one on the Train page.")
+        return
+    columns = [c for c in ("run_id", "name", "state", "label", "dataset", "steps", "final_loss", "test_accuracy")
+               if c in table]
+    # Each run links to itself on the Runs page (whose ?run= is validated there).
+    latest = table[columns].head(10).assign(open=lambda t: "Runs?run=" + t["run_id"])
+    st.dataframe(latest, hide_index=True, width="stretch",
+                 column_config={"open": st.column_config.LinkColumn("open", display_text="open on Runs"),
+                                "final_loss": st.column_config.NumberColumn(format="%.4f"),
+                                "test_accuracy": st.column_config.NumberColumn(format="%.3f")})
+
+
+runner = warm.runner_if_ready()
+watching = not warm.ready() or bool(_active(runner))
+
+
+@st.fragment(run_every=REFRESH_S if watching else None)
+def status() -> None:
+    """The device, the runs in progress (with their progress) and the latest runs; live while the
+    warm-up goes on or a run trains, then drawn once (a finished warm-up or run reruns the page)."""
+    now = warm.runner_if_ready()
+    active = _active(now)
+    if (not warm.ready() or bool(active)) != watching or (now is None) != (runner is None):
+        st.rerun()  # the warm-up ended or the last run did: redraw with (or without) the refresh
+    st.info(warm.device_text() or "Device: checking… (the server is loading torch)")
+    for snapshot in active:
+        st.success(f"In progress: {snapshot.name or snapshot.run_id} ({snapshot.state}, step "
+                   f"{snapshot.steps_done} of {snapshot.total_steps or '?'})")
+    _latest_runs(now.store if now is not None else RunStore(warm.runs_dir()), [s.run_id for s in active])
+
+
+status()
+warm.start()  # after the page's drawing: torch and the runner load while the page is read
