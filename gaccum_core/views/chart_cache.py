@@ -16,13 +16,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-import plotly.io as pio
+import plotly.graph_objects as go
+from plotly.io.json import to_json_plotly
 
 from gaccum_core.views.applicable import not_applicable
 from gaccum_core.views.charts import build_figures
 from gaccum_core.views.coinciding import Coincidence, coinciding
 from gaccum_core.views.series import RunSeries
 
+
+
+def figure_json(figure: go.Figure) -> str:
+    """The figure as plotly.js JSON with each trace's uid kept: pio.to_json drops uids, and plotly.js
+    keeps a hidden legend entry with its line by uid (by position without one, so a trace added before
+    it hid another run's line)."""
+    return to_json_plotly(figure.to_plotly_json())
 
 @dataclass(frozen=True)
 class ChartInput:
@@ -80,7 +88,7 @@ class ChartCache:
                 return cached
             series = [self._series(run) for run in runs]
             figures = build_figures(series, x, smoothing, log_y)
-            specs = ChartSet({name: pio.to_json(figure, validate=False) for name, figure in figures.items()},
+            specs = ChartSet({name: figure_json(figure) for name, figure in figures.items()},
                              coinciding(series), not_applicable(series, tuple(figures)))
             self._specs[key] = specs
             self.builds += 1

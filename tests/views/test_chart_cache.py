@@ -70,3 +70,13 @@ def test_a_deleted_run_is_forgotten_and_built_afresh_if_it_reappears():
     assert cache.builds == 2
     cache.charts([kept, deleted], "step", 0.6)  # its charts were dropped with it
     assert cache.builds == 3
+
+
+def test_each_trace_keeps_its_uid_so_a_hidden_legend_entry_stays_with_its_run():
+    # plotly.js matches a hidden legend entry to a trace by uid (by position without one); pio.to_json
+    # drops uids, so a run added before another would have inherited its hidden state.
+    cache = ChartCache()
+    runs = [ChartInput(run_id, run_id, rows(4), ()) for run_id in ("r1", "r2")]
+    loss = json.loads(cache.charts(runs, "step", 0.6).specs["loss"])
+    uids = [trace.get("uid") for trace in loss["data"] if trace.get("uid")]
+    assert any(uid.startswith("r1 ") for uid in uids) and any(uid.startswith("r2 ") for uid in uids), uids
