@@ -17,7 +17,7 @@ from gaccum_core.plan.planner import (MEMORY_SOURCES, PlanRequest, config_from_p
                               make_plan)
 from gaccum_core.views.plan import (memory_figure, plan_csv, plan_table, progress_text, recommendation_words,
                                     speed_figure, table_formats)
-from gaccum_core.plan.search import mb, most_measurements
+from gaccum_core.plan.search import TIMED_PER_OPTIONS, expected_measurements, mb
 from dashboard.ui import FieldWidgets
 
 LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)"}
@@ -30,8 +30,10 @@ DEFAULT = default_request()
 st.set_page_config(page_title="gaccum · Plan", layout="wide")
 st.title("Plan")
 st.write("For an effective batch E and a memory budget: the largest micro-batch b dividing E that fits, per "
-         "option combination, found by training a few steps of each candidate; then the fastest setting that "
-         f"leaves {DEFAULT.margin:.0%} of the budget free.")
+         "option combination, found by measuring a few sizes around where the memory line predicts the budget "
+         "falls; the sizes near it are timed until their speed is known (±5%, 95% interval) or for about "
+         f"{DEFAULT.time_cap_s:g} s each. Of the settings that leave {DEFAULT.margin:.0%} of the budget free, "
+         "those as fast as the fastest within that precision tie, and the largest b among them is recommended.")
 controls = FieldWidgets("plan_", LABELS, DEFAULT.base)  # each input with the slot for its message, under it
 
 
@@ -105,15 +107,18 @@ if problem:
 if request is not None:  # what Plan will measure, as the server has it: said before anything is measured
     combos = request.options
     st.caption(f"Plan crosses {len(combos)} option combination{'s' * (len(combos) != 1)}: "
-               f"{', '.join(o.label() for o in combos)}; at most "
-               f"{len(combos) * most_measurements(request.effective_batch)} candidates, a few steps each.")
+               f"{', '.join(o.label() for o in combos)}; about "
+               f"{len(combos) * expected_measurements(request.effective_batch)} measurements: a few memory probes "
+               f"and {TIMED_PER_OPTIONS} timed sizes per combination.")
 if st.button("Plan", type="primary", key="plan_run", disabled=problem is not None):
     bar = st.progress(0.0, text="measuring the first candidate (it loads the data and builds the model)…")
     try:
-        plan = make_plan(request, lambda done, at_most, candidate, seconds: bar.progress(
-            min(done / at_most, 1.0), text=progress_text(done, at_most, candidate, seconds)))
+        plan = make_plan(request, lambda done, about, candidate, seconds: bar.progress(
+            min(done / about, 1.0), text=progress_text(done, about, candidate, seconds)))
         st.session_state["plan_result"] = plan
-        bar.progress(1.0, text=f"done: {len(plan.candidates)} candidates measured in {plan.seconds:.1f} s")
+        timed = sum(c.timed_steps is not None for c in plan.candidates)
+        bar.progress(1.0, text=f"done: {len(plan.candidates)} candidates measured, {timed} of them timed, "
+                               f"in {plan.seconds:.1f} s")
     except (ValueError, RuntimeError, OSError) as exc:
         st.error(f"Cannot plan: {exc}")
 
@@ -141,4 +146,5 @@ if plan is not None:
     st.download_button("Download CSV", plan_csv(plan), mime="text/csv", key="plan_download",
                        file_name=f"plan_{asked.base.model}_E{asked.effective_batch}.csv")
     st.caption(f"Peak memory: {MEMORY_SOURCES[plan.memory_source]}. {len(plan.candidates)} candidates "
-               f"measured in {plan.seconds:.1f} s.")
+               f"measured in {plan.seconds:.1f} s. Speeds: the mean samples/s of the timed steps ± the half-width "
+               f"of its 95% interval; untimed sizes show no speed.")

@@ -27,16 +27,25 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
     parser = commands.add_parser(
         "plan", help="which micro-batch fits the memory budget for an effective batch, with which k and options",
         description="Measure, for each combination of the chosen options, the largest micro-batch b that divides "
-                    "the effective batch and fits the memory budget (doubling, then bisection over its divisors; "
-                    "each candidate a short burst of real training), then recommend the fastest that fits with "
-                    "a margin.")
+                    "the effective batch and fits the memory budget (memory grows linearly in b: a few sizes "
+                    "measured around where that line crosses the budget, each a step of real training), time "
+                    "the sizes near it until their samples/s is known within --precision (95% interval) or "
+                    "--time-cap-s, then recommend, among the settings that fit with a margin, the largest b of "
+                    "those as fast as the fastest within that precision.")
     add_config_flags(parser, leave_out=PLANNED)
     add_target_flags(parser, for_run=False)
     for name in CROSSED:
         parser.add_argument("--" + name.replace("_", "-"), default="off", metavar="A,B", dest=name,
                             help=f"comma-separated values to cross, from {','.join(choices(name))} (default: off)")
-    parser.add_argument("--timed-steps", type=typed("int", "--timed-steps"), default=2, metavar="INT",
-                        help="optimizer steps timed per candidate, after one warm-up and one memory step (default: 2)")
+    parser.add_argument("--timed-steps", type=typed("int", "--timed-steps"), default=PlanRequest.timed_steps,
+                        metavar="INT", help="at most this many optimizer steps timed per timed size, after one "
+                                            f"warm-up (default: {PlanRequest.timed_steps})")
+    parser.add_argument("--time-cap-s", type=typed("float", "--time-cap-s"), default=PlanRequest.time_cap_s,
+                        metavar="S", help="seconds of timed steps per timed size, unless its speed is known sooner "
+                                          f"(default: {PlanRequest.time_cap_s:g})")
+    parser.add_argument("--precision", type=typed("float", "--precision"), default=PlanRequest.precision,
+                        metavar="FRACTION", help="timing stops once the 95%% interval's half-width is within this "
+                                                 f"share of the speed (default: {PlanRequest.precision:g})")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.set_defaults(handler=plan_command)
     return parser
@@ -71,7 +80,8 @@ def summary(plan: Plan) -> str:
     """The lines printed under the table: what was measured, where, how long, and the recommendation."""
     lines = [f"device {plan.device}; peak = {MEMORY_SOURCES[plan.memory_source]}",
              f"effective batch {plan.request.effective_batch}, budget {mb(plan.request.budget_mb)}, "
-             f"{len(plan.candidates)} candidates in {plan.seconds:.1f} s"]
+             f"{len(plan.candidates)} candidates in {plan.seconds:.1f} s "
+             f"({sum(c.timed_steps is not None for c in plan.candidates)} timed; samples/s: mean ± 95% interval)"]
     choice = plan.recommended
     if choice is not None:
         o = choice.options
@@ -88,7 +98,8 @@ def plan_command(args: argparse.Namespace) -> int:
         base = config_from_args(args, micro_batch_size=1, accum_steps=1, amp="off", clear_cache="off", compile="off")
         preflight(base)
         request = PlanRequest(base, args.effective_batch, budget_from_args(base, args), _split(args.amp),
-                              _split(args.clear_cache), _split(args.compile), args.timed_steps)
+                              _split(args.clear_cache), _split(args.compile), args.timed_steps,
+                              time_cap_s=args.time_cap_s, precision=args.precision)
     except ConfigError as exc:
         print(flag_error(exc), file=sys.stderr)
         return 2

@@ -1,23 +1,28 @@
 """A memory plan: for a target effective batch E and a memory budget, the largest micro-batch that fits
-per option combination (measured, see probe.py), and the fastest setting that fits with a margin.
+per option combination (measured around where the memory line predicts the budget falls, see search.py
+and probe.py), the sizes near it timed until their speed is known, and the recommendation (ranking.py).
 
 The CLI's `plan` command, `run --micro-batch-size auto` and the Plan page all call make_plan().
 """
 
 from __future__ import annotations
 
+import gc
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
 from gaccum_core.config import AMP_MODES, CLEAR_CACHE_MODES, COMPILE_MODES, ConfigError, RunConfig
 from gaccum_core.data import load_data
-from gaccum_core.plan.probe import measure
+from gaccum_core.plan.probe import measure, time_speed
+from gaccum_core.plan.ranking import reason, recommend
 from gaccum_core.plan.search import (MARGIN, UNAVAILABLE, Candidate, Options, best_fit, combinations,
-                                     most_measurements, reason, recommend, search)
+                                     expected_measurements, hint_points, search, timing_sizes, within)
+from gaccum_core.plan.speed import PRECISION, Timing
 from gaccum_core.train.device import option_unavailable, resolve_device
 
 MAX_EFFECTIVE_BATCH = 1 << 20
@@ -28,7 +33,7 @@ MEMORY_SOURCES = {
                "optimizer step): on the CPU the process's resident memory is mostly the interpreter and libraries",
 }
 
-# (measured so far, at most in all, the candidate just measured, seconds so far)
+# (measurements so far, about how many in all, the candidate just measured or timed, seconds so far)
 Progress = Callable[[int, int, Candidate | None, float], None]
 
 
@@ -42,8 +47,10 @@ class PlanRequest:
     amp: tuple[str, ...] = ("off",)
     clear_cache: tuple[str, ...] = ("off",)
     compile: tuple[str, ...] = ("off",)
-    timed_steps: int = 2
+    timed_steps: int = 20  # at most, per timed candidate
     margin: float = MARGIN
+    time_cap_s: float = 1.0  # seconds of timed steps per candidate, unless its speed is known sooner
+    precision: float = PRECISION  # the speed is known when its 95% interval is within this share
 
     def __post_init__(self) -> None:
         if type(self.effective_batch) is not int or not 1 <= self.effective_batch <= MAX_EFFECTIVE_BATCH:
@@ -55,8 +62,12 @@ class PlanRequest:
             bad = [v for v in values if v not in allowed]
             if not values or bad or len(set(values)) != len(values):
                 raise ConfigError(name, ",".join(values), "one or more of " + ", ".join(allowed) + ", each once")
-        if not 1 <= self.timed_steps <= 100:
+        if type(self.timed_steps) is not int or not 1 <= self.timed_steps <= 100:
             raise ConfigError("timed_steps", self.timed_steps, "an integer from 1 to 100")
+        if not (type(self.time_cap_s) in (int, float) and 0 < self.time_cap_s <= 600):
+            raise ConfigError("time_cap_s", self.time_cap_s, "seconds from above 0 to 600")
+        if not (type(self.precision) in (int, float) and 0 < self.precision < 1):
+            raise ConfigError("precision", self.precision, "a fraction above 0 and below 1, e.g. 0.05")
         if not 0 <= self.margin < 1:
             raise ConfigError("margin", self.margin, "a fraction from 0 to below 1")
 
@@ -64,6 +75,11 @@ class PlanRequest:
     def options(self) -> list[Options]:
         """Every option combination, plain fp32 first."""
         return combinations(self.amp, self.clear_cache, self.compile)
+
+    @property
+    def timing(self) -> Timing:
+        """When each timed candidate's timing stops."""
+        return Timing(self.precision, self.time_cap_s, self.timed_steps)
 
 
 def default_request(budget_mb: float = 32.0) -> PlanRequest:
@@ -121,32 +137,91 @@ def default_budget_mb(device: torch.device, margin: float = MARGIN) -> float | N
 
 
 def make_plan(request: PlanRequest, progress: Progress | None = None) -> Plan:
-    """Measure every option combination's candidates and recommend one; never raises for a candidate."""
+    """Measure each option combination around its budget line, time the sizes near it and recommend one;
+    never raises for a candidate."""
     start = time.perf_counter()
     device = resolve_device(request.base.device)
     largest = len(load_data(request.base).train)
     plan = Plan(request, str(device), "allocator" if device.type == "cuda" else "counted")
-    combos = request.options
-    at_most = len(combos) * most_measurements(request.effective_batch, largest)
+    tally = _Tally(expected_measurements(request.effective_batch, largest), len(request.options))
 
-    def measured(options: Options, b: int) -> Candidate:
-        candidate = measure(request.base, options, b, request.effective_batch, request.budget_mb, request.timed_steps)
-        plan.candidates.append(candidate)
+    def report(candidate: Candidate) -> Candidate:
+        tally.count()
         if progress is not None:
-            progress(len(plan.candidates), max(at_most, len(plan.candidates)), candidate, time.perf_counter() - start)
+            progress(tally.done, tally.about(), candidate, time.perf_counter() - start)
         return candidate
 
-    for options in combos:
-        why = option_unavailable(device, options.amp, options.compile)
-        if why is not None:
-            plan.candidates.append(Candidate(options, 0, 0, UNAVAILABLE, detail={"message": why}))
-            at_most -= most_measurements(request.effective_batch, largest)
-            continue
-        search(request.effective_batch, options, measured, largest)
+    with _collections_of_the_plan_only():
+        for options in request.options:
+            why = option_unavailable(device, options.amp, options.compile)
+            if why is not None:
+                plan.candidates.append(Candidate(options, 0, 0, UNAVAILABLE, detail={"message": why}))
+            else:
+                _plan_options(plan, options, largest, report)
+            tally.next_combination()
     plan.recommended = recommend(plan.candidates, request.budget_mb, request.margin)
     plan.reason = reason(plan.recommended, plan.candidates, request.budget_mb, request.margin)
     plan.seconds = time.perf_counter() - start
     return plan
+
+
+def _plan_options(plan: Plan, options: Options, largest: int, report: Callable[[Candidate], Candidate]) -> None:
+    """One combination: the largest size within the budget, then within the margin (usually measured by
+    then), then the sizes to time, each measured before it is timed."""
+    request = plan.request
+    effective, budget, safe = request.effective_batch, request.budget_mb, (1 - request.margin) * request.budget_mb
+
+    def measured(opts: Options, b: int) -> Candidate:
+        plan.candidates.append(report(measure(request.base, opts, b, effective, budget)))
+        return plan.candidates[-1]
+
+    search(effective, options, measured, budget, largest, plan.candidates, hint_points(plan.candidates, options))
+    search(effective, options, measured, safe, largest, known=plan.candidates)
+    for b in timing_sizes(effective, plan.candidates, options, budget, request.margin, largest):
+        mine = [c for c in plan.candidates if c.options == options and c.micro_batch_size == b]
+        candidate = mine[0] if mine else measured(options, b)
+        if within(candidate, safe):
+            index = plan.candidates.index(candidate)
+            plan.candidates[index] = report(time_speed(request.base, candidate, effective, request.timing))
+
+
+class _Tally:
+    """Measurements (memory probes and timings) done, and about how many a plan takes in all: the
+    combinations still to come at the typical count, the current one at least that."""
+
+    def __init__(self, per_combination: int, combinations: int) -> None:
+        self.per_combination, self.left = per_combination, combinations
+        self.done = self.in_current = 0
+
+    def count(self) -> None:
+        """One more measurement of the current combination."""
+        self.done += 1
+        self.in_current += 1
+
+    def next_combination(self) -> None:
+        """The current combination is done."""
+        self.left -= 1
+        self.in_current = 0
+
+    def about(self) -> int:
+        """About how many measurements in all (never fewer than done)."""
+        current = max(self.per_combination - self.in_current, 0)
+        return self.done + current + self.per_combination * max(self.left - 1, 0)
+
+
+@contextmanager
+def _collections_of_the_plan_only() -> Iterator[None]:
+    """gc.freeze() for the plan: clearing the cache (per candidate, and per step with clear_cache=step)
+    then collects what the plan made, not a whole server's heap (~0.3 s each in a process holding torch,
+    pandas and streamlit); the heap is unfrozen after. Left alone when someone froze it already."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def config_from_plan(base: RunConfig, plan: Plan) -> RunConfig:

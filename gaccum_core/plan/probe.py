@@ -1,26 +1,36 @@
-"""A candidate's measured burst: the engine itself runs a few optimizer steps of (b, k = E / b) with
-the candidate's options, and reports its training memory and speed.
+"""A candidate measured on the engine itself, with the candidate's options: its training memory over
+one optimizer step (measure), and its speed over full windows of (b, k = E / b) until known (time_speed).
 
 Training memory, counted the same way on every device: weights (parameters and buffers) + gradients
-+ optimizer state + the peak of bytes autograd holds for backward over a whole window. On CUDA the
++ optimizer state + the peak of bytes autograd holds for backward over a window. On CUDA the
 allocator's peak (max_memory_allocated) and reserved memory are measured too, and the peak decides;
 on the CPU, whose resident memory is mostly the interpreter and libraries, the counted figure does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
+import time
+from typing import Any, Mapping
 
 import torch
 
 from gaccum_core.config import ConfigError, RunConfig, first_line
 from gaccum_core.train.memory import MB, SavedBytesPeak, clear_cache, is_out_of_memory, training_memory
+from gaccum_core.train.device import resolve_device
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import RowKeeper
 from gaccum_core.plan.search import FAILED, FITS, OUT_OF_MEMORY, OVER_BUDGET, Candidate, Options
+from gaccum_core.plan.speed import Speed, Timing, time_until_known
 
 WARMUP_STEPS = 1  # compilation, allocator growth, optimizer state creation: excluded from every figure
-TIMED_STEPS = 2
+# A memory window of 2 micro-batches has the allocator peak of any k >= 2: the second micro-batch's
+# activations sit on the gradients the first left, as every later one's do (one graph is alive at a
+# time). The counted figure (the CPU) holds one micro-batch's saved bytes whatever k: 1 micro-batch, and
+# no warm-up (the optimizer state it counts exists after the window's step). Text is measured over its
+# whole window: its micro-batches differ in length.
+ALLOCATOR_WINDOW, COUNTED_WINDOW = 2, 1
 
 
 def burst_config(base: RunConfig, options: Options, micro_batch_size: int, effective_batch: int) -> RunConfig:
@@ -45,7 +55,9 @@ def _memory_window(engine: Engine, rows: RowKeeper) -> dict[str, float | None]:
         torch.cuda.reset_peak_memory_stats(device)
     with meter.measure():
         _train(engine, rows, 1)
-    figures: dict[str, float | None] = {**training_memory(engine, meter.peak), "cuda_peak_mb": None,
+    # The engine counts the first micro-batch of each size itself, and its hooks are the innermost then.
+    saved = max(meter.peak, engine.activations.peak)
+    figures: dict[str, float | None] = {**training_memory(engine, saved), "cuda_peak_mb": None,
                                         "cuda_reserved_mb": None}
     if device.type == "cuda":
         figures["cuda_peak_mb"] = torch.cuda.max_memory_allocated(device) / MB
@@ -53,35 +65,70 @@ def _memory_window(engine: Engine, rows: RowKeeper) -> dict[str, float | None]:
     return figures
 
 
-def measure(base: RunConfig, options: Options, micro_batch_size: int, effective_batch: int, budget_mb: float,
-            timed_steps: int = TIMED_STEPS) -> Candidate:
-    """Run the candidate's burst; out of memory, over budget and errors are results, never raised."""
+def measure(base: RunConfig, options: Options, micro_batch_size: int, effective_batch: int,
+            budget_mb: float) -> Candidate:
+    """The candidate's training memory over one window, after a warm-up step; out of memory, over budget
+    and errors are results, never raised. Not timed: time_speed does that for the sizes that matter."""
     config = burst_config(base, options, micro_batch_size, effective_batch)
     k = config.accum_steps
-    engine = None
     try:
-        engine = Engine(config)
-        rows = RowKeeper()
-        _train(engine, rows, WARMUP_STEPS)
-        memory = _memory_window(engine, rows)
+        memory = _memory(_memory_config(config))
         peak = memory["cuda_peak_mb"] if memory["cuda_peak_mb"] is not None else memory["counted_mb"]
-        if peak > budget_mb:
-            return Candidate(options, micro_batch_size, k, OVER_BUDGET, peak, detail=memory)
-        before = len(rows.steps)
-        _train(engine, rows, timed_steps)
-        timed = rows.steps[before:]
-        step_time = statistics.median(r["step_time_s"] for r in timed)
-        speed = statistics.median(r["samples"] / r["step_time_s"] for r in timed)
-        if config.is_text:  # sequences differ in length: tokens/s is the language run's throughput
-            memory["tokens_per_s"] = statistics.median(r["tokens"] / r["step_time_s"] for r in timed)
-        return Candidate(options, micro_batch_size, k, FITS, peak, speed, step_time, memory)
+        return Candidate(options, micro_batch_size, k, FITS if peak <= budget_mb else OVER_BUDGET, peak, detail=memory)
     except Exception as exc:  # noqa: BLE001 - every failure of a candidate is a row of the plan
         return _failure(options, micro_batch_size, k, exc)
+    finally:  # the engine is gone with _memory's frame: free it before the next candidate allocates
+        clear_cache(resolve_device(base.device))
+
+
+def time_speed(base: RunConfig, candidate: Candidate, effective_batch: int, timing: Timing = Timing()) -> Candidate:
+    """The candidate with its speed: full windows of (b, k) after a warm-up step, timed until `timing`
+    says the speed is known; an error while timing is the candidate's result."""
+    config = burst_config(base, candidate.options, candidate.micro_batch_size, effective_batch)
+    try:
+        speed, timed = _timed_steps(config, timing)
+        detail = dict(candidate.detail)
+        if config.is_text:  # sequences differ in length: tokens/s is the language run's throughput
+            detail["tokens_per_s"] = statistics.fmean(r["tokens"] / r["step_time_s"] for r in timed)
+        return dataclasses.replace(candidate, samples_per_s=speed.value, samples_per_s_error=speed.error,
+                                   timed_steps=speed.steps, detail=detail,
+                                   step_time_s=statistics.median(r["step_time_s"] for r in timed))
+    except Exception as exc:  # noqa: BLE001 - as in measure
+        failed = _failure(candidate.options, candidate.micro_batch_size, candidate.accum_steps, exc)
+        return dataclasses.replace(failed, peak_mb=candidate.peak_mb, detail={**candidate.detail, **failed.detail})
     finally:
-        device = engine.device if engine is not None else None
-        del engine  # before clearing: the candidate's tensors must go before the next one allocates
-        if device is not None:
-            clear_cache(device)
+        clear_cache(resolve_device(base.device))
+
+
+def _memory_config(config: RunConfig) -> RunConfig:
+    """The burst's config with the shortest window that has the same memory figures (see ALLOCATOR_WINDOW)."""
+    if config.is_text:
+        return config
+    counted = resolve_device(config.device).type != "cuda" and config.compile == "off"
+    return config.replace(accum_steps=min(config.accum_steps, COUNTED_WINDOW if counted else ALLOCATOR_WINDOW))
+
+
+def _memory(config: RunConfig) -> dict[str, float | None]:
+    """A fresh engine's memory figures over one window, after WARMUP_STEPS where the allocator's figures
+    or compilation need one."""
+    engine = Engine(config)
+    rows = RowKeeper()
+    if engine.device.type == "cuda" or config.compile != "off":
+        _train(engine, rows, WARMUP_STEPS)
+    return _memory_window(engine, rows)
+
+
+def _timed_steps(config: RunConfig, timing: Timing) -> tuple[Speed, list[Mapping[str, Any]]]:
+    """A fresh engine's speed and rows over the steps timed after WARMUP_STEPS, until `timing` is done."""
+    engine = Engine(config)
+    rows = RowKeeper()
+    _train(engine, rows, WARMUP_STEPS)
+
+    def step() -> Mapping[str, Any]:
+        _train(engine, rows, 1)
+        return rows.steps[-1]
+
+    return time_until_known(step, timing, time.perf_counter)
 
 
 def _failure(options: Options, micro_batch_size: int, k: int, exc: BaseException) -> Candidate:

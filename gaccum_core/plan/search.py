@@ -1,5 +1,6 @@
 """The planner's search: for an effective batch E, the largest micro-batch b that divides E and fits a
-memory budget, per option combination, and the recommendation across them.
+memory budget, per option combination (measuring around where the memory line predicts the budget
+falls), and which sizes to time (ranking.py recommends among them).
 
 Pure logic: a candidate is measured by a function the caller passes in (gaccum_core.plan.probe on a real
 device, a fake memory model in tests), so the search knows nothing of torch.
@@ -7,14 +8,20 @@ device, a fake memory model in tests), so the search knows nothing of torch.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from gaccum_core.plan.memory_line import predicted_index
+from gaccum_core.plan.speed import plus_minus
+
 FITS, OVER_BUDGET, OUT_OF_MEMORY, FAILED, UNAVAILABLE = "fits", "over budget", "out of memory", "failed", "unavailable"
 MARGIN = 0.10  # the recommendation keeps this share of the budget free: measured peaks move between runs
+MAX_LINE_PROBES = 4  # sizes chosen by the memory line per search; then bisection, whatever the memory does
+TYPICAL_PROBES = 5   # memory probes of one combination when memory is linear: 2 points, the answer, its neighbours
+TIMED_PER_OPTIONS = 2  # the largest size within the margin and the one below it are timed
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,8 @@ class Candidate:
     samples_per_s: float | None = None
     step_time_s: float | None = None
     detail: dict = dataclasses.field(default_factory=dict)  # memory parts, allocator figures, messages
+    samples_per_s_error: float | None = None  # half-width of the speed's 95% interval (inf: one step)
+    timed_steps: int | None = None  # optimizer steps the speed is the mean of
 
     @property
     def fits(self) -> bool:
@@ -58,10 +67,22 @@ class Candidate:
         return {"options": self.options.label(), **dataclasses.asdict(self.options),
                 "micro_batch_size": self.micro_batch_size, "accum_steps": self.accum_steps,
                 "status": self.status, "peak_mb": self.peak_mb, "samples_per_s": self.samples_per_s,
-                "step_time_s": self.step_time_s, **self.detail}
+                "samples_per_s_error": _finite(self.samples_per_s_error), "timed_steps": self.timed_steps,
+                "speed": self.speed_words(unit=False), "step_time_s": self.step_time_s, **self.detail}
+
+    def speed_words(self, unit: bool = True) -> str | None:
+        """'1530 ± 40 samples/s' (unit=False: '1530 ± 40'); None when not timed."""
+        if self.samples_per_s is None:
+            return None
+        return plus_minus(self.samples_per_s, self.samples_per_s_error, "samples/s" if unit else "")
 
 
-Measure = Callable[[Options, int], Candidate]
+def _finite(value: float | None) -> float | None:
+    """JSON has no infinity: an unknown error is null (timed_steps says why)."""
+    return value if value is None or math.isfinite(value) else None
+
+
+Measure = Callable[[Options, int], Candidate]  # memory of (options, b): a status and a peak
 
 
 def mb(value: float) -> str:
@@ -75,98 +96,102 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-def search(effective_batch: int, options: Options, measure: Measure, largest: int | None = None) -> list[Candidate]:
-    """Candidates measured to find the largest b dividing E that fits: doubling over E's divisors
-    from the smallest, then bisection between the last that fitted and the first that did not.
-    `largest` caps b (a data set smaller than E). Memory is assumed to grow with b."""
-    sizes = [d for d in divisors(effective_batch) if largest is None or d <= largest]
-    measured: list[Candidate] = []
+def sizes_within(effective_batch: int, largest: int | None = None) -> list[int]:
+    """The micro-batch sizes a plan may try: E's divisors, at most `largest` (the data set's size)."""
+    return [d for d in divisors(effective_batch) if largest is None or d <= largest]
 
-    def fits(index: int) -> bool:
-        measured.append(measure(options, sizes[index]))
-        return measured[-1].fits
 
-    good = 0
-    while good < len(sizes) and not fits(good):
-        if not measured[-1].detail.get("larger_may_work"):  # e.g. BatchNorm on one sample: try the next size
-            return measured
-        good += 1
-    if good == len(sizes):
-        return measured
-    bad = len(sizes)
-    while good < len(sizes) - 1:  # doubling: the smallest divisor at least twice the last that fitted
-        nxt = max(good + 1, bisect.bisect_left(sizes, 2 * sizes[good]))
-        if fits(nxt):
-            good = nxt
-        else:
-            bad = nxt
-            break
-    while bad - good > 1:  # bisection over the divisors strictly between
-        mid = (good + bad) // 2
-        if fits(mid):
-            good = mid
-        else:
-            bad = mid
-    return measured
+def search(effective_batch: int, options: Options, measure: Measure, budget_mb: float, largest: int | None = None,
+           known: Iterable[Candidate] = (), hints: Sequence[tuple[int, float]] = ()) -> list[Candidate]:
+    """The candidates newly measured to find the largest b dividing E whose peak is within budget_mb.
+
+    The first size is the one the `hints` (another combination's (b, peak) points) predict, else the
+    smallest; each next one is the size the memory line through this combination's measured points
+    predicts to be the largest within (or, once measured, its neighbour above, to confirm); bisection
+    once the line has missed. It ends when the answer's neighbour above has been measured and is not
+    within. `known` candidates (of any options) are not measured again; `largest` caps b. Memory is
+    assumed to grow with b."""
+    sizes = sizes_within(effective_batch, largest)
+    seen = {c.micro_batch_size: c for c in known if c.options == options}
+    new: list[Candidate] = []
+
+    def fits_at(index: int) -> bool:
+        if sizes[index] not in seen:
+            seen[sizes[index]] = measure(options, sizes[index])
+            new.append(seen[sizes[index]])
+        return within(seen[sizes[index]], budget_mb)
+
+    good = max((i for i, b in enumerate(sizes) if b in seen and within(seen[b], budget_mb)), default=None)
+    hinted = predicted_index(sizes, hints, budget_mb) if sizes and good is None else None
+    if hinted is not None and hinted >= 0 and fits_at(hinted):
+        good = hinted
+    if good is None:
+        good = 0
+        while good < len(sizes) and not fits_at(good):
+            if not seen[sizes[good]].detail.get("larger_may_work"):  # e.g. BatchNorm on one sample: next size
+                return new
+            good += 1
+        if good == len(sizes):
+            return new
+    bad = min((i for i in range(good + 1, len(sizes)) if sizes[i] in seen), default=len(sizes))
+    line_probes = 0
+    while bad - good > 1:
+        points = [(b, c.peak_mb) for b, c in seen.items() if c.peak_mb is not None]
+        guess = predicted_index(sizes, points, budget_mb) if line_probes < MAX_LINE_PROBES else None
+        index = (good + bad) // 2 if guess is None else min(max(guess, good + 1), bad - 1)
+        fitted = fits_at(index)
+        if guess is not None:  # the line missed: bisection from here on, so the count stays bounded
+            line_probes = line_probes + 1 if fitted == (index <= guess) else MAX_LINE_PROBES
+        good, bad = (index, bad) if fitted else (good, index)
+    return new
 
 
 def most_measurements(effective_batch: int, largest: int | None = None) -> int:
-    """An upper bound on search()'s measurements for one option combination (for a progress bar)."""
-    count = len([d for d in divisors(effective_batch) if largest is None or d <= largest])
-    return min(count, effective_batch.bit_length() + max(0, count - 1).bit_length())
+    """An upper bound on the memory probes of one option combination (search for the budget, then for
+    the margin, then the size below the largest within the margin): each size once at most."""
+    count = len(sizes_within(effective_batch, largest))
+    per_search = 1 + MAX_LINE_PROBES + max(0, count - 1).bit_length()
+    return min(count, 2 * per_search + 1)
+
+
+def expected_measurements(effective_batch: int, largest: int | None = None) -> int:
+    """What one option combination typically takes when memory is linear in b: a few memory probes
+    around the budget line, then TIMED_PER_OPTIONS timings (for the progress bar and the page)."""
+    return min(len(sizes_within(effective_batch, largest)), TYPICAL_PROBES) + TIMED_PER_OPTIONS
+
+
+def timing_sizes(effective_batch: int, candidates: Iterable[Candidate], options: Options, budget_mb: float,
+                 margin: float = MARGIN, largest: int | None = None) -> list[int]:
+    """The sizes to time for these options: the largest measured within the margin and the divisor just
+    below it (largest first): where the recommendation is decided. Empty when none is within."""
+    sizes = sizes_within(effective_batch, largest)
+    limit = (1 - margin) * budget_mb
+    inside = [c.micro_batch_size for c in candidates if c.options == options and within(c, limit)]
+    if not inside:
+        return []
+    top = sizes.index(max(inside))
+    return sizes[max(0, top - TIMED_PER_OPTIONS + 1):top + 1][::-1]
+
+
+def hint_points(candidates: Iterable[Candidate], options: Options) -> list[tuple[int, float]]:
+    """(b, peak) points of one other combination measured before, to place this one's first probe: one
+    with the same precision and compile mode (cache clearing leaves training memory as it is), else the
+    first measured. A hint only chooses what to measure first."""
+    others = [c for c in candidates if c.options != options and c.peak_mb is not None]
+    alike = [c for c in others if (c.options.amp, c.options.compile) == (options.amp, options.compile)]
+    source = (alike or others)[0].options if others else None
+    return [(c.micro_batch_size, c.peak_mb) for c in others if c.options == source]
+
+
+def within(candidate: Candidate, limit_mb: float) -> bool:
+    """Measured to fit, and its peak within limit_mb (the budget, or the budget less the margin)."""
+    return candidate.fits and candidate.peak_mb is not None and candidate.peak_mb <= limit_mb
 
 
 def best_fit(candidates: Iterable[Candidate]) -> Candidate | None:
     """The largest b that fits among one combination's candidates."""
     fitting = [c for c in candidates if c.fits]
     return max(fitting, key=lambda c: c.micro_batch_size) if fitting else None
-
-
-def recommend(candidates: Sequence[Candidate], budget_mb: float, margin: float = MARGIN) -> Candidate | None:
-    """The fastest measured candidate whose peak leaves `margin` of the budget free."""
-    safe = [c for c in candidates if _safe(c, budget_mb, margin)]
-    return max(safe, key=lambda c: (c.samples_per_s, c.micro_batch_size)) if safe else None
-
-
-def reason(choice: Candidate | None, candidates: Sequence[Candidate], budget_mb: float, margin: float = MARGIN) -> str:
-    """One sentence on why this is the recommendation, against the plain fp32 option where measured."""
-    if choice is None:
-        return _why_nothing(candidates, budget_mb, margin)
-    head = (f"{choice.options.label()} at b={choice.micro_batch_size}, k={choice.accum_steps} is the fastest setting "
-            f"that fits with a {margin:.0%} margin ({mb(choice.peak_mb)} of {mb(budget_mb)}, "
-            f"{choice.samples_per_s:.0f} samples/s)")
-    plain_safe = [c for c in candidates if c.options == Options() and _safe(c, budget_mb, margin)]
-    if not plain_safe or choice.options == Options():
-        others = {c.options for c in candidates} - {choice.options}
-        return head + ("; no other option combination measured faster." if others else ".")
-    plain = recommend(plain_safe, budget_mb, margin)
-    largest = max(c.micro_batch_size for c in plain_safe)
-    room = (f"; it needs less memory: b={choice.micro_batch_size} fits where fp32 stops at b={largest}"
-            if choice.micro_batch_size > largest else "")
-    return (head + f": {choice.samples_per_s / plain.samples_per_s:.2f}× the samples/s of fp32 without options, "
-            f"whose fastest within the margin is b={plain.micro_batch_size}{room}.")
-
-
-def _safe(c: Candidate, budget_mb: float, margin: float) -> bool:
-    return c.fits and c.peak_mb is not None and c.peak_mb <= (1 - margin) * budget_mb and c.samples_per_s is not None
-
-
-def _why_nothing(candidates: Sequence[Candidate], budget_mb: float, margin: float) -> str:
-    if not candidates:
-        return "Nothing was measured: no micro-batch size divides the effective batch within the data set."
-    if all(c.status == UNAVAILABLE for c in candidates):
-        return "None of the chosen options works on this device: " + candidates[0].detail.get("message", "")
-    smallest = min(candidates, key=lambda c: (c.micro_batch_size, c.peak_mb or 0))
-    if any(c.fits for c in candidates):
-        return (f"Every size that fits leaves less than {margin:.0%} of the {mb(budget_mb)} budget free: "
-                "raise the budget or choose a smaller model.")
-    return (f"Nothing fits in {mb(budget_mb)}, not even b={smallest.micro_batch_size} "
-            f"({smallest.status}{_peak(smallest)}): raise the budget, choose a smaller model or image size, "
-            "or use bf16/fp16.")
-
-
-def _peak(candidate: Candidate) -> str:
-    return f", {mb(candidate.peak_mb)}" if candidate.peak_mb is not None else ""
 
 
 def combinations(amp: Sequence[str], clear_cache: Sequence[str], compile_modes: Sequence[str]) -> list[Options]:

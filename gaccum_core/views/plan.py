@@ -4,6 +4,7 @@ no measuring."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
@@ -31,7 +32,8 @@ TABLE_COLUMNS: tuple[tuple[str, str, str | None, str | None], ...] = (
     ("status", "status", "status", None),
     ("peak_mb", "peak MB", "peak MB", "%.3g"),  # megabytes to 3 significant digits
     ("activations_mb", "activations MB", "activations MB", "%.3g"),
-    ("samples_per_s", "samples/s", "samples/s", "%.0f"),  # speeds whole
+    ("speed", "samples/s (± 95% interval)", "samples/s", None),  # '1530 ± 40', as Candidate.speed_words
+    ("timed_steps", "timed steps", "steps", "%.0f"),
     ("tokens_per_s", "tokens/s", "tokens/s", "%.0f"),
     ("step_time_s", "s per step", "s/step", "%.3f"),  # seconds to the millisecond
     ("message", "message", None, None),
@@ -74,12 +76,12 @@ def _figure(name: str, title: str, y_title: str, plan: Plan, traces: list[dict[s
 
 
 def candidate_words(candidate: Candidate) -> str:
-    """'fp32 b=64 fits (12.3 MB, 1500 samples/s)': one candidate in a few words."""
+    """'fp32 b=64 fits (12.3 MB, 1500 ± 40 samples/s)': one candidate in a few words."""
     figures = []
     if candidate.peak_mb is not None:
         figures.append(mb(candidate.peak_mb))
     if candidate.samples_per_s is not None:
-        figures.append(f"{candidate.samples_per_s:.0f} samples/s")
+        figures.append(candidate.speed_words())
     if candidate.status == UNAVAILABLE:
         return f"{candidate.options.label()} unavailable"
     text = f"{candidate.options.label()} b={candidate.micro_batch_size} {candidate.status}"
@@ -132,17 +134,25 @@ def memory_figure(plan: Plan) -> go.Figure:
                    None if sizes else "nothing was measured")
 
 
+def _error_bars(candidates: list[Candidate]) -> dict[str, Any]:
+    """Each speed's 95% interval as an error bar (none where one step gave no interval)."""
+    errors = [c.samples_per_s_error if c.samples_per_s_error is not None and math.isfinite(c.samples_per_s_error)
+              else 0.0 for c in candidates]
+    return dict(type="data", array=errors, visible=True, thickness=1.5, width=4)
+
+
 def speed_figure(plan: Plan) -> go.Figure:
-    """Samples/s against b on a log2 axis for the candidates that fit, one line per option
-    combination; the recommended setting is a star."""
+    """Samples/s against b on a log2 axis for the timed candidates, with their 95% intervals, one line
+    per option combination; the recommended setting is a star."""
     traces: list[dict[str, Any]] = []
     for i, options, candidates in _measured(plan):
         fitting = [c for c in candidates if c.fits and c.samples_per_s is not None]
         if fitting:
             traces.append(dict(
                 type="scatter", x=[c.micro_batch_size for c in fitting], y=[c.samples_per_s for c in fitting],
-                mode="lines+markers", name=options.label(), legendgroup=options.label(), meta=OPTION,
-                line=_line(i, options), text=[_hover(c) for c in fitting], hoverinfo="text"))
+                error_y=_error_bars(fitting), mode="lines+markers", name=options.label(),
+                legendgroup=options.label(), meta=OPTION, line=_line(i, options),
+                text=[_hover(c) for c in fitting], hoverinfo="text"))
     choice = plan.recommended
     if choice is not None:
         traces.append(dict(
@@ -150,7 +160,7 @@ def speed_figure(plan: Plan) -> go.Figure:
             name=f"recommended: {choice.options.label()} b={choice.micro_batch_size}", meta=RECOMMENDED,
             text=[_hover(choice)], hoverinfo="text",
             marker=dict(symbol="star", size=18, color="gold", line=dict(width=1.5, color="black"))))
-    return _figure("plan_speed", "throughput of the sizes that fit", "samples/s", plan, traces,
+    return _figure("plan_speed", "throughput of the sizes timed (± 95% interval)", "samples/s", plan, traces,
                    None if traces else "nothing fits the budget")
 
 
@@ -190,11 +200,12 @@ def plan_csv(plan: Plan) -> str:
     return pd.DataFrame(plan.rows()).to_csv(index=False)
 
 
-def progress_text(done: int, at_most: int, candidate: Candidate | None, seconds: float) -> str:
-    """'measured 3 of at most 12 candidates · about 9 s left · last: fp32 b=4 fits (0.3 MB, 900 samples/s)'."""
-    text = f"measured {done} of at most {at_most} candidates"
+def progress_text(done: int, about: int, candidate: Candidate | None, seconds: float) -> str:
+    """'measurement 3 of about 12 (memory, then speed near the budget) · about 9 s left · last: fp32 b=4
+    fits (0.3 MB)'."""
+    text = f"measurement {done} of about {about} (memory, then speed near the budget)"
     if done:
-        left = round(seconds / done * max(at_most - done, 0))
+        left = round(seconds / done * max(about - done, 0))
         minutes, secs = divmod(left, 60)
         text += f" · about {minutes} min {secs:02d} s left" if minutes else f" · about {secs} s left"
     return text + (f" · last: {candidate_words(candidate)}" if candidate is not None else "")

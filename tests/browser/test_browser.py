@@ -119,15 +119,15 @@ def test_a_tiny_plan_in_the_browser_and_its_settings_on_the_train_page(served):
         plan = page.locator(".st-key-plan_run button")
         expect(plan).to_be_enabled(timeout=WAIT_MS)
         plan.click()
-        expect(page.get_by_text(re.compile(r"^measured \d+ of at most \d+ candidates"))).to_be_visible(timeout=WAIT_MS)
+        expect(page.get_by_text(re.compile(r"^measurement \d+ of about \d+"))).to_be_visible(timeout=WAIT_MS)
         expect(page.locator(".js-plotly-plot")).to_have_count(2, timeout=WAIT_MS)
         page.wait_for_function(f"() => ({TRACES_JS})().every(traces => traces.length > 0)", timeout=WAIT_MS)
         memory, speed = page.evaluate(TRACES_JS)
         assert [name for name, meta, _ in memory if meta == "option"] == ["fp32", "bf16"], memory
         assert [[name, n] for name, meta, n in memory if meta in ("budget", "margin")] == [
             ["budget 0.5 MB", 2], ["budget less 10% margin (0.45 MB)", 2]], memory
-        assert all(n >= 4 for _, meta, n in memory if meta == "option"), memory  # b = 1 2 4 8 at least
-        assert [name for name, meta, n in speed if meta == "option" and n >= 4] == ["fp32", "bf16"], speed
+        assert all(n >= 3 for _, meta, n in memory if meta == "option"), memory  # the sizes around the budget
+        assert [name for name, meta, n in speed if meta == "option" and n >= 2] == ["fp32", "bf16"], speed  # 2 timed
         (star,) = [name for name, meta, n in speed if meta == "recommended" and n == 1]
 
         success = page.get_by_test_id("stAlertContentSuccess")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -37,23 +38,33 @@ def test_plan_json_is_one_object_with_the_recommendation_and_rows(capsys):
     assert data["micro_batch_size"] * data["accum_steps"] == 32 == data["effective_batch"]
     assert data["options"] == {"amp": "off", "clear_cache": "off", "compile": "off"}
     assert data["memory_source"] == "counted" and data["device"] == "cpu" and data["memory_budget_mb"] == 50.0
-    assert [r["micro_batch_size"] for r in data["rows"]] == [1, 2, 4, 8, 16, 32]
+    # b=1, then the memory line's answer (32 = E: every size fits), then the size below it, to time.
+    assert [r["micro_batch_size"] for r in data["rows"]] == [1, 32, 16]
     assert all(r["status"] == "fits" and r["peak_mb"] > 0 for r in data["rows"])
+    timed = [r for r in data["rows"] if r["timed_steps"] is not None]
+    assert [r["micro_batch_size"] for r in timed] == [32, 16]
+    assert all(r["timed_steps"] == 1 and r["samples_per_s"] > 0 and r["samples_per_s_error"] is None
+               and r["speed"].endswith("(1 step)") for r in timed)  # --timed-steps 1: no interval
+    assert data["rows"][0]["samples_per_s"] is None and data["rows"][0]["speed"] is None
     assert data["reason"].startswith(f"fp32 at b={data['micro_batch_size']}")
     assert "Traceback" not in err
 
 
 def test_plan_table_prints_the_header_and_the_recommended_flags(capsys):
-    code = cli(["plan", *TINY, "--effective-batch", "16", "--memory-budget-mb", ROOMY_MB, "--timed-steps", "1",
-                "--amp", "off,bf16"])
+    code = cli(["plan", *TINY, "--effective-batch", "16", "--memory-budget-mb", ROOMY_MB, "--timed-steps", "3",
+                "--time-cap-s", "0.01", "--amp", "off,bf16"])
     out, _ = capsys.readouterr()
     assert code == 0
     lines = out.strip().splitlines()
     header = lines[0].split()
-    assert header[:4] == ["options", "b", "k", "status"] and "samples/s" in header
+    assert header[:4] == ["options", "b", "k", "status"] and "samples/s" in header and "steps" in header
     table_end = next(i for i, line in enumerate(lines) if line.startswith("device cpu; peak = counted"))
     rows = [line.split() for line in lines[1:table_end]]
-    assert {r[0] for r in rows} == {"fp32", "bf16"} and len(rows) == 10  # 1, 2, 4, 8, 16 for each
+    assert {r[0] for r in rows} == {"fp32", "bf16"} and 4 <= len(rows) < 10  # not 1, 2, 4, 8, 16 for each
+    # Each timed size: its speed ± the half-width of the 95% interval, over 2 steps (the cap of 0.01 s).
+    timed = [line for line in lines[1:table_end] if " ± " in line]
+    assert len(timed) == 4 and all(re.search(r"\d[\d.]* ± \d[\d.]* +2 ", line) for line in timed), lines
+    assert "(4 timed; samples/s: mean ± 95% interval)" in out
     recommended = [line for line in lines if line.startswith("recommended: --micro-batch-size ")]
     assert len(recommended) == 1
     words = recommended[0].split()
@@ -87,6 +98,8 @@ def test_plan_with_a_budget_too_small_for_anything_exits_1_with_the_reason(capsy
     (["--effective-batch", "32", "--memory-budget-mb", "10", "--compile", "fast"], "gaccum: error: --compile='fast' "),
     (["--effective-batch", "32", "--memory-budget-mb", "10", "--timed-steps", "0"],
      "gaccum: error: --timed-steps=0 "),
+    (["--effective-batch", "32", "--memory-budget-mb", "10", "--time-cap-s", "0"], "gaccum: error: --time-cap-s=0.0 "),
+    (["--effective-batch", "32", "--memory-budget-mb", "10", "--precision", "1.5"], "gaccum: error: --precision=1.5 "),
 ])
 def test_plan_bad_values_are_one_line_errors_naming_the_flag(flags, prefix, capsys):
     code = cli(["plan", *TINY, *flags])
@@ -184,7 +197,7 @@ def test_the_real_entry_point_prints_one_json_object_on_stdout():
     data = json.loads(done.stdout)  # the progress bar is on stderr only
     assert data["micro_batch_size"] * data["accum_steps"] == 8
     assert data["memory_source"] == "counted" and data["options"]["amp"] == "off"
-    assert [r["micro_batch_size"] for r in data["rows"]] == [1, 2, 4, 8]
+    assert [r["micro_batch_size"] for r in data["rows"]] == [1, 8, 4]
     assert "Traceback" not in done.stderr
 
 

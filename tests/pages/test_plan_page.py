@@ -62,13 +62,13 @@ def test_the_page_opens_with_the_default_plan(runs_dir):
                for c in at.sidebar.caption)
     assert not at.button(key="plan_run").disabled
     assert not at.get("plotly_chart") and not at.dataframe  # nothing planned yet
-    # E=256 has 9 divisors (1, 2, 4 … 256): at most 9 measurements per combination.
+    # E=256 has 9 divisors (1, 2, 4 … 256): about 5 memory probes and 2 timings per combination, not 9.
     assert [c.value for c in at.main.caption if c.value.startswith("Plan crosses")] == [
-        "Plan crosses 4 option combinations: fp32, fp32 + clear/step, bf16, bf16 + clear/step; at most 36 "
-        "candidates, a few steps each."]
+        "Plan crosses 4 option combinations: fp32, fp32 + clear/step, bf16, bf16 + clear/step; about 28 "
+        "measurements: a few memory probes and 2 timed sizes per combination."]
     at.multiselect(key="plan_amp").set_value(["bf16"])
     at.multiselect(key="plan_clear_cache").set_value(["off"]).run()
-    assert any(c.value.startswith("Plan crosses 1 option combination: bf16; at most 9 ") for c in at.main.caption)
+    assert any(c.value.startswith("Plan crosses 1 option combination: bf16; about 7 ") for c in at.main.caption)
 
 
 def test_a_tiny_plan_shows_its_table_recommendation_charts_and_csv(runs_dir, downloads, monkeypatch):
@@ -82,18 +82,25 @@ def test_a_tiny_plan_shows_its_table_recommendation_charts_and_csv(runs_dir, dow
     plan = at.session_state["plan_result"]
     statuses = {c.status for c in plan.candidates}
     assert {FITS, OVER_BUDGET} <= statuses, statuses  # the largest sizes do not fit: the search bisected
-    assert {c.micro_batch_size for c in plan.candidates} >= {1, 8, 12, 24}
+    assert {c.micro_batch_size for c in plan.candidates} >= {1, 8, 12}
     done = len(plan.candidates)
-    assert [args[0] for args in shown] == list(range(1, done + 1))
-    assert [args[2] for args in shown] == plan.candidates and all(args[1] >= done for args in shown)
+    timed = [c for c in plan.candidates if c.timed_steps is not None]
+    assert len(timed) == 4  # per combination, the largest size within the margin and the one below it
+    # One progress line per memory probe and per timing, each counted against about how many in all.
+    assert [args[0] for args in shown] == list(range(1, done + len(timed) + 1))
+    assert all(args[1] >= args[0] for args in shown)
+    assert {id(args[2]) for args in shown} >= {id(c) for c in plan.candidates}
     (bar,) = at.get("progress")
-    assert bar.proto.text.startswith(f"done: {done} candidates measured in ")
+    assert bar.proto.text.startswith(f"done: {done} candidates measured, 4 of them timed, in ")
 
     table = at.dataframe[0].value
     assert len(table) == done
     assert list(table.columns[:4]) == ["options", "micro-batch b", "accumulation k", "status"]
     assert set(table["options"]) == {"fp32", "bf16"}
     assert (table["micro-batch b"] * table["accumulation k"] == 24).all()
+    speeds = table["samples/s (± 95% interval)"]
+    assert list(speeds.dropna()) == [c.speed_words(unit=False) for c in plan.candidates if c.timed_steps]
+    assert all(" ± " in s for s in speeds.dropna()) and speeds.isna().sum() == done - 4
 
     choice = plan.recommended
     assert choice is not None and choice.peak_mb <= 0.9 * 0.5
@@ -115,6 +122,8 @@ def test_a_tiny_plan_shows_its_table_recommendation_charts_and_csv(runs_dir, dow
     assert [t["name"] for t in speed["data"] if t.get("meta") == "option"] == ["fp32", "bf16"]
     (star,) = [t for t in speed["data"] if t.get("meta") == "recommended"]
     assert star["x"] == [choice.micro_batch_size] and star["y"] == [choice.samples_per_s]
+    bars = [e for t in speed["data"] if t.get("meta") == "option" for e in t["error_y"]["array"]]
+    assert sorted(bars) == sorted(c.samples_per_s_error for c in timed)  # each speed's 95% interval
 
     csv = pd.read_csv(io.BytesIO(downloads["plan_cnn_E24.csv"]))
     assert len(csv) == done and list(csv["micro_batch_size"]) == [c.micro_batch_size for c in plan.candidates]
@@ -164,7 +173,7 @@ def test_a_language_model_plan_carries_its_text_settings_to_the_train_page(runs_
     plan = at.session_state["plan_result"]
     choice = plan.recommended
     assert choice is not None and plan.request.base.max_seq_len == 32
-    assert all("tokens_per_s" in c.detail for c in plan.candidates if c.status == FITS)
+    assert all("tokens_per_s" in c.detail for c in plan.candidates if c.timed_steps is not None)
     at.button(key="plan_use").click().run()
     assert at.title[0].value == "Train"
     assert at.selectbox(key="cfg_model").value == "gpt" and at.selectbox(key="cfg_dataset").value == "pydoc"
@@ -257,7 +266,11 @@ def test_the_speed_chart_draws_fitting_sizes_and_stars_the_recommendation():
 
 
 def test_progress_text_counts_estimates_and_names_the_last_candidate():
-    candidate = Candidate(Options(), 64, 4, FITS, 12.34, 1500.2, 0.17)
-    assert progress_text(3, 12, candidate, 6.0) == ("measured 3 of at most 12 candidates · about 18 s left · "
-                                                    "last: fp32 b=64 fits (12.3 MB, 1500 samples/s)")
-    assert progress_text(1, 100, None, 10.0) == "measured 1 of at most 100 candidates · about 16 min 30 s left"
+    timed = Candidate(Options(), 64, 4, FITS, 12.34, 1500.2, 0.17, samples_per_s_error=41.0, timed_steps=6)
+    assert progress_text(3, 12, timed, 6.0) == (
+        "measurement 3 of about 12 (memory, then speed near the budget) · about 18 s left · "
+        "last: fp32 b=64 fits (12.3 MB, 1500 ± 41 samples/s)")
+    probed = Candidate(Options(), 64, 4, FITS, 12.34)
+    assert progress_text(1, 100, probed, 10.0) == (
+        "measurement 1 of about 100 (memory, then speed near the budget) · about 16 min 30 s left · "
+        "last: fp32 b=64 fits (12.3 MB)")

@@ -1,12 +1,14 @@
 """The planner's pure search against a fake memory model: the largest fitting divisor, found in few
-measurements; the recommendation, its reason and the option combinations. No torch, no engine."""
+measurements around the predicted budget line; hints from another combination; the sizes to time; the
+option combinations. No torch, no engine."""
 
 from __future__ import annotations
 
 import pytest
 
+from gaccum_core.plan.ranking import reason, recommend
 from gaccum_core.plan.search import (FAILED, FITS, OUT_OF_MEMORY, OVER_BUDGET, Candidate, Options, best_fit,
-                                     combinations, divisors, most_measurements, reason, recommend, search)
+                                     combinations, divisors, hint_points, most_measurements, search, timing_sizes)
 
 FP32 = Options()
 BF16 = Options(amp="bf16")
@@ -65,7 +67,7 @@ def test_divisors_are_every_divisor_ascending():
 ])
 def test_search_finds_the_largest_fitting_divisor(effective_batch, budget):
     memory = FakeMemory(budget)
-    candidates = search(effective_batch, FP32, memory)
+    candidates = search(effective_batch, FP32, memory, memory.budget)
     assert found(candidates) == brute_force(effective_batch, memory)
     assert len(candidates) == len(memory.sizes) <= most_measurements(effective_batch)
     assert len(set(memory.sizes)) == len(memory.sizes), "a size was measured twice"
@@ -78,7 +80,7 @@ def test_search_sweep_over_every_threshold_matches_brute_force_within_the_bound(
         bound = most_measurements(effective_batch)
         for budget in budgets_around_every_divisor(effective_batch):
             memory = FakeMemory(budget)
-            candidates = search(effective_batch, FP32, memory)
+            candidates = search(effective_batch, FP32, memory, memory.budget)
             expected = brute_force(effective_batch, memory)
             assert found(candidates) == expected, (effective_batch, budget)
             assert len(memory.sizes) <= bound, (effective_batch, budget, memory.sizes)
@@ -94,15 +96,99 @@ def test_a_highly_composite_effective_batch_measures_far_fewer_than_all_divisors
     worst = 0
     for budget in budgets_around_every_divisor(effective_batch):
         memory = FakeMemory(budget)
-        search(effective_batch, FP32, memory)
+        search(effective_batch, FP32, memory, memory.budget)
         worst = max(worst, len(memory.sizes))
     assert worst <= most_measurements(effective_batch) < len(divisors(effective_batch)) // 2
-    assert worst <= 20
+    assert worst <= 8  # doubling then bisection took up to 14
+
+
+@pytest.mark.parametrize("fixed,per_sample", [(10.0, 1.0), (0.12, 0.154), (30.0, 0.01), (0.0, 2.0)])
+def test_linear_memory_is_found_by_measuring_around_the_predicted_line(fixed, per_sample):
+    """E=256 with a budget at and around every divisor: the smallest size, one point the line through it
+    predicts, then the predicted answer and its neighbour above: never more than 5 of the 9 divisors."""
+    for budget in budgets_around_every_divisor(256, fixed):
+        budget = fixed + (budget - fixed) * per_sample  # the same thresholds on this line
+        memory = FakeMemory(budget, fixed, per_sample)
+        candidates = search(256, FP32, memory, budget)
+        assert found(candidates) == brute_force(256, memory), (fixed, per_sample, budget, memory.sizes)
+        assert len(memory.sizes) <= 5, (fixed, per_sample, budget, memory.sizes)
+
+
+def test_the_default_plans_line_measures_four_sizes():
+    """The Plan page's fp32 default (0.12 MB + 0.154 MB per sample, 32 MB): b=1, the line's first
+    guess 64, its answer 128, and 256 to confirm 128 is the largest; bisection took 1, 2, 4 … 256."""
+    memory = FakeMemory(32.0, 0.12, 0.154)
+    assert found(search(256, FP32, memory, 32.0)) == 128
+    assert memory.sizes == [1, 64, 128, 256]
+
+
+class Curved(FakeMemory):
+    """Memory that grows faster than the line predicts (quadratic): the search falls back to bisection."""
+
+    def peak(self, b: int) -> float:
+        return self.fixed + self.per_sample * b + 0.01 * b * b
+
+
+def test_memory_that_is_not_linear_still_finds_the_largest_fitting_size_within_the_bound():
+    for effective_batch in (256, 360, 5040):
+        for budget in budgets_around_every_divisor(effective_batch):
+            memory = Curved(budget * 3)
+            candidates = search(effective_batch, FP32, memory, memory.budget)
+            assert found(candidates) == brute_force(effective_batch, memory)
+            assert len(memory.sizes) <= most_measurements(effective_batch)
+            assert len(set(memory.sizes)) == len(memory.sizes)
+
+
+def test_known_candidates_are_not_measured_again_and_a_margin_search_reuses_them():
+    memory = FakeMemory(32.0, 0.12, 0.154)
+    first = search(256, FP32, memory, 32.0)
+    again = search(256, FP32, memory, 32.0, known=first)
+    assert again == [] and memory.sizes == [1, 64, 128, 256]
+    margin = search(256, FP32, memory, 0.9 * 32.0, known=first)  # 128 (19.8 MB) is within 28.8 MB too
+    assert margin == []
+    tight = search(256, FP32, memory, 15.0, known=first)  # between 64 (9.98) and 128 (19.8): nothing new
+    assert tight == []
+    assert found([c for c in first if c.peak_mb <= 15.0]) == 64
+
+
+def test_hints_from_another_combination_place_the_first_probe():
+    """fp32's points predict where bf16 + clear/step (less memory per sample) may fit: its first probe is
+    fp32's answer, then its own line; the smallest size is never measured when the hint fits."""
+    fp32 = FakeMemory(32.0, 0.12, 0.154)
+    fp32_found = search(256, FP32, fp32, 32.0)
+    bf16_step = Options(amp="bf16", clear_cache="step")
+    hints = hint_points(fp32_found, bf16_step)
+    assert hints == [(c.micro_batch_size, c.peak_mb) for c in fp32_found]
+    bf16 = FakeMemory(32.0, 0.11, 0.093)
+    candidates = search(256, bf16_step, bf16, 32.0, hints=hints)
+    assert bf16.sizes == [128, 256] and found(candidates) == 256
+    wrong = FakeMemory(32.0, 10.0, 1.0)  # a hint far off: its probe does not fit, the search starts over
+    candidates = search(256, bf16_step, wrong, 32.0, hints=hints)
+    assert found(candidates) == brute_force(256, wrong) == 16 and wrong.sizes[:2] == [128, 1]
+
+
+def test_hint_points_prefer_the_same_precision_and_compile_mode():
+    fp32, bf16, step = Options(), Options(amp="bf16"), Options(clear_cache="step")
+    measured = [Candidate(fp32, 8, 1, FITS, 5.0), Candidate(bf16, 8, 1, FITS, 3.0), Candidate(bf16, 16, 1, FITS, 5.0)]
+    assert hint_points(measured, Options(amp="bf16", clear_cache="step")) == [(8, 3.0), (16, 5.0)]
+    assert hint_points(measured, step) == [(8, 5.0)]
+    assert hint_points(measured, Options(amp="fp16")) == [(8, 5.0)]  # no fp16 yet: the first measured
+    assert hint_points([], step) == []
+
+
+def test_the_sizes_to_time_are_the_largest_within_the_margin_and_the_divisor_below():
+    measured = [Candidate(FP32, b, 256 // b, FITS if peak <= 32 else OVER_BUDGET, peak)
+                for b, peak in ((1, 0.27), (64, 10.0), (128, 19.9), (256, 39.6))]
+    assert timing_sizes(256, measured, FP32, 32.0) == [128, 64]
+    assert timing_sizes(256, measured, FP32, 20.0) == [64, 32]  # 128 is over the margin; 32 not measured yet
+    assert timing_sizes(256, measured, FP32, 0.3) == [1]  # nothing below b=1
+    assert timing_sizes(256, measured, FP32, 0.1) == []
+    assert timing_sizes(256, measured, Options(amp="bf16"), 32.0) == []  # none of these options measured
 
 
 def test_out_of_memory_at_every_size_measures_once_and_explains_itself():
     memory = FakeMemory(budget=5.0, over_status=OUT_OF_MEMORY)  # even b=1 needs 11
-    candidates = search(256, FP32, memory)
+    candidates = search(256, FP32, memory, memory.budget)
     assert len(candidates) == 1 and candidates[0].micro_batch_size == 1
     assert candidates[0].status == OUT_OF_MEMORY
     assert best_fit(candidates) is None
@@ -114,23 +200,23 @@ def test_out_of_memory_at_every_size_measures_once_and_explains_itself():
 
 def test_over_budget_at_every_size_names_the_budget_the_smallest_b_and_its_peak():
     memory = FakeMemory(budget=5.0)
-    candidates = search(64, FP32, memory)
+    candidates = search(64, FP32, memory, memory.budget)
     assert [c.micro_batch_size for c in candidates] == [1]
     sentence = reason(recommend(candidates, 5.0), candidates, 5.0)
     assert "Nothing fits in 5 MB" in sentence and "b=1" in sentence and "over budget, 11 MB" in sentence
 
 
 def test_a_prime_effective_batch_has_two_candidates():
-    assert [c.micro_batch_size for c in search(97, FP32, FakeMemory(budget=10 + 97))] == [1, 97]
-    small = search(97, FP32, FakeMemory(budget=10 + 96))
+    assert [c.micro_batch_size for c in search(97, FP32, FakeMemory(budget=10 + 97), 10 + 97)] == [1, 97]
+    small = search(97, FP32, FakeMemory(budget=10 + 96), 10 + 96)
     assert [(c.micro_batch_size, c.status) for c in small] == [(1, FITS), (97, OVER_BUDGET)]
     assert found(small) == 1
     assert most_measurements(97) == 2
 
 
 def test_an_effective_batch_of_one():
-    assert [c.micro_batch_size for c in search(1, FP32, FakeMemory(budget=100))] == [1]
-    nothing = search(1, FP32, FakeMemory(budget=5))
+    assert [c.micro_batch_size for c in search(1, FP32, FakeMemory(budget=100), 100)] == [1]
+    nothing = search(1, FP32, FakeMemory(budget=5), 5)
     assert len(nothing) == 1 and found(nothing) is None
     assert most_measurements(1) == 1
 
@@ -144,14 +230,14 @@ def test_an_effective_batch_of_one():
 ])
 def test_largest_caps_the_micro_batch_at_the_data_set(effective_batch, largest, budget, expected):
     memory = FakeMemory(budget)
-    candidates = search(effective_batch, FP32, memory, largest=largest)
+    candidates = search(effective_batch, FP32, memory, memory.budget, largest=largest)
     assert found(candidates) == expected == brute_force(effective_batch, memory, largest)
     assert max(memory.sizes) <= largest
     assert len(memory.sizes) <= most_measurements(effective_batch, largest)
 
 
 def test_no_divisor_within_the_data_set_measures_nothing():
-    assert search(256, FP32, FakeMemory(100), largest=0) == []
+    assert search(256, FP32, FakeMemory(100), 100, largest=0) == []
     assert reason(None, [], 100.0).startswith("Nothing was measured")
 
 
@@ -172,7 +258,7 @@ class BatchNormLike(FakeMemory):
 
 def test_a_failure_where_a_larger_size_may_work_moves_on_to_the_next_size():
     memory = BatchNormLike(budget=10 + 16, larger_may_work=True)
-    candidates = search(64, FP32, memory)
+    candidates = search(64, FP32, memory, memory.budget)
     assert memory.sizes[:2] == [1, 2]
     assert candidates[0].status == FAILED and candidates[1].status == FITS
     assert found(candidates) == 16
@@ -180,90 +266,16 @@ def test_a_failure_where_a_larger_size_may_work_moves_on_to_the_next_size():
 
 def test_a_batchnorm_like_failure_on_every_size_it_tries_still_ends():
     memory = BatchNormLike(budget=5.0, larger_may_work=True)  # b=1 fails, b=2 over budget
-    candidates = search(64, FP32, memory)
+    candidates = search(64, FP32, memory, memory.budget)
     assert [(c.micro_batch_size, c.status) for c in candidates] == [(1, FAILED), (2, OVER_BUDGET)]
     assert found(candidates) is None
 
 
 def test_a_failure_without_larger_may_work_stops_the_search():
     memory = BatchNormLike(budget=10 + 16, larger_may_work=False)
-    candidates = search(64, FP32, memory)
+    candidates = search(64, FP32, memory, memory.budget)
     assert memory.sizes == [1]
     assert len(candidates) == 1 and candidates[0].status == FAILED and found(candidates) is None
-
-
-def candidate(b: int, peak: float | None, speed: float | None, status: str = FITS, options: Options = FP32,
-              effective_batch: int = 64) -> Candidate:
-    return Candidate(options, b, effective_batch // b, status, peak, speed, None if speed is None else b / speed)
-
-
-def test_recommend_picks_the_fastest_within_the_margin_not_the_largest():
-    candidates = [
-        candidate(8, 50.0, 900.0),
-        candidate(16, 70.0, 1000.0),             # fastest within 90 MB of a 100 MB budget
-        candidate(32, 89.0, 950.0),              # largest safe, but slower
-        candidate(64, 95.0, 2000.0),             # fits the budget, not the margin
-        candidate(128, 120.0, 5000.0, OVER_BUDGET),
-        candidate(4, None, 9000.0, OUT_OF_MEMORY),
-        candidate(2, 10.0, None),                # no speed measured
-    ]
-    choice = recommend(candidates, 100.0)
-    assert choice is candidates[1]
-    assert recommend(candidates, 100.0, margin=0.0) is candidates[3]  # no margin: 95 ≤ 100 is safe
-    assert recommend(candidates, 100.0, margin=0.5) is candidates[0]
-    assert recommend(candidates[3:], 100.0) is None  # only unsafe, over budget, unmeasured
-
-
-def test_recommend_breaks_a_speed_tie_towards_the_larger_micro_batch():
-    a, b = candidate(8, 20.0, 1000.0), candidate(16, 30.0, 1000.0)
-    assert recommend([a, b], 100.0) is b and recommend([b, a], 100.0) is b
-
-
-def test_reason_when_plain_fp32_wins_mentions_the_budget_and_the_margin():
-    fp32 = [candidate(16, 70.0, 1000.0), candidate(32, 95.0, 1200.0)]
-    bf16 = [candidate(16, 40.0, 800.0, options=BF16)]
-    choice = recommend(fp32 + bf16, 100.0)
-    assert choice is fp32[0]
-    sentence = reason(choice, fp32 + bf16, 100.0)
-    assert sentence.startswith("fp32 at b=16, k=4 is the fastest setting that fits with a 10% margin")
-    assert "70 MB of 100 MB" in sentence and "1000 samples/s" in sentence
-    assert sentence.endswith("no other option combination measured faster.")
-    assert reason(choice, fp32, 100.0).endswith("samples/s).")  # nothing else measured
-
-
-def test_reason_gives_the_speed_ratio_against_fp32_when_another_option_wins():
-    fp32 = [candidate(8, 40.0, 800.0), candidate(16, 70.0, 1000.0), candidate(32, 120.0, None, OVER_BUDGET)]
-    bf16 = [candidate(8, 25.0, 1200.0, options=BF16), candidate(16, 45.0, 1500.0, options=BF16)]
-    choice = recommend(fp32 + bf16, 100.0)
-    assert choice is bf16[1]
-    sentence = reason(choice, fp32 + bf16, 100.0)
-    assert sentence.startswith("bf16 at b=16, k=4 is the fastest")
-    assert "1.50× the samples/s of fp32 without options" in sentence
-    assert "fastest within the margin is b=16" in sentence
-    assert "needs less memory" not in sentence  # same b as fp32's largest
-
-
-def test_reason_says_the_winner_needs_less_memory_when_its_micro_batch_is_larger():
-    fp32 = [candidate(8, 40.0, 800.0), candidate(16, 70.0, 1000.0), candidate(32, 120.0, None, OVER_BUDGET)]
-    bf16 = [candidate(16, 45.0, 1500.0, options=BF16), candidate(32, 80.0, 2000.0, options=BF16)]
-    choice = recommend(fp32 + bf16, 100.0)
-    assert choice is bf16[1]
-    sentence = reason(choice, fp32 + bf16, 100.0)
-    assert "2.00× the samples/s of fp32" in sentence
-    assert "it needs less memory: b=32 fits where fp32 stops at b=16" in sentence
-    assert sentence.endswith(".") and "\n" not in sentence
-
-
-def test_reason_when_everything_that_fits_is_inside_the_margin():
-    candidates = [candidate(1, 95.0, 100.0), candidate(2, 130.0, None, OVER_BUDGET)]
-    assert recommend(candidates, 100.0) is None
-    sentence = reason(None, candidates, 100.0)
-    assert "less than 10% of the 100 MB budget free" in sentence
-
-
-def test_reason_names_a_sub_megabyte_budget_as_given():
-    candidates = [candidate(1, 0.2, None, OVER_BUDGET)]
-    assert "0.1 MB" in reason(None, candidates, 0.1)
 
 
 def test_combinations_cross_every_value_plain_fp32_first():

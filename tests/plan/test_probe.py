@@ -3,6 +3,7 @@ as a result, and make_plan end to end; PlanRequest's validation."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -17,7 +18,9 @@ from gaccum_core.models.vision import build_model
 from gaccum_core.plan.planner import PlanRequest, make_plan
 from gaccum_core.plan.search import FITS, OUT_OF_MEMORY, OVER_BUDGET, Options
 from gaccum_core.train.precision import Precision
-from gaccum_core.plan.probe import measure
+from gaccum_core.plan.probe import _memory_window, burst_config, measure, time_speed
+from gaccum_core.plan.speed import Timing
+from gaccum_core.train.metrics import RowKeeper
 from gaccum_core.train.step import accumulate
 
 FP32 = Options()
@@ -40,8 +43,8 @@ def test_accumulating_k_micro_batches_costs_no_memory_beyond_one():
     """(b=8, k=4) against (b=8, k=1): the same counted peak, the same activations (one window's
     micro-batches never hold their graphs at once)."""
     base = cnn()
-    one = measure(base, FP32, 8, 8, BIG_BUDGET, timed_steps=1)
-    four = measure(base, FP32, 8, 32, BIG_BUDGET, timed_steps=1)
+    one = measure(base, FP32, 8, 8, BIG_BUDGET)
+    four = measure(base, FP32, 8, 32, BIG_BUDGET)
     assert one.status == four.status == FITS
     assert (one.accum_steps, four.accum_steps) == (1, 4)
     assert four.peak_mb == pytest.approx(one.peak_mb, rel=0.02)
@@ -50,13 +53,42 @@ def test_accumulating_k_micro_batches_costs_no_memory_beyond_one():
     assert four.detail["cuda_peak_mb"] is None and four.detail["cuda_reserved_mb"] is None
     parts = ("weights_mb", "gradients_mb", "optimizer_mb", "activations_mb")
     assert four.detail["counted_mb"] == pytest.approx(sum(four.detail[p] for p in parts))
-    assert four.samples_per_s > 0 and four.step_time_s > 0
+    assert four.samples_per_s is None  # memory only: time_speed times the sizes that matter
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_the_memory_probes_short_window_counts_what_a_whole_window_after_a_warm_up_counts(optimizer):
+    """measure() runs one micro-batch and its step on the CPU; the figures are those of a full window of
+    k = 8 micro-batches after a warm-up step (the way every candidate was measured before)."""
+    base = cnn(optimizer=optimizer, lr=1e-3)
+    probed = measure(base, FP32, 4, 32, BIG_BUDGET)
+    engine = gaccum_core.train.engine.Engine(burst_config(base, FP32, 4, 32))
+    rows = RowKeeper()
+    engine.run(rows, steps=1, evaluate=False)  # the warm-up
+    whole = _memory_window(engine, rows)
+    assert engine.config.accum_steps == 8 and len(rows.steps) == 2
+    for part in ("weights_mb", "gradients_mb", "optimizer_mb", "activations_mb", "counted_mb"):
+        assert probed.detail[part] == pytest.approx(whole[part], rel=1e-6), part
+    assert probed.peak_mb == pytest.approx(whole["counted_mb"], rel=1e-6)
+
+
+def test_time_speed_times_full_windows_until_the_speed_is_known_or_the_cap():
+    base = cnn(model="mlp")
+    fitted = measure(base, FP32, 8, 32, BIG_BUDGET)
+    timed = time_speed(base, fitted, 32, Timing(cap_s=0.05, max_steps=4))
+    assert timed.status == FITS and timed.peak_mb == fitted.peak_mb and timed.detail == fitted.detail
+    assert timed.micro_batch_size == 8 and timed.accum_steps == 4
+    assert 2 <= timed.timed_steps <= 4 and timed.samples_per_s > 0 and timed.step_time_s > 0
+    assert math.isfinite(timed.samples_per_s_error) and timed.samples_per_s_error >= 0
+    once = time_speed(base, fitted, 32, Timing(max_steps=1))
+    assert once.timed_steps == 1 and once.samples_per_s_error == math.inf
+    assert json.loads(json.dumps(once.row(), allow_nan=False))["samples_per_s_error"] is None
 
 
 def test_activations_grow_linearly_with_the_micro_batch():
     base = cnn()
-    small = measure(base, FP32, 8, 32, BIG_BUDGET, timed_steps=1)
-    large = measure(base, FP32, 32, 32, BIG_BUDGET, timed_steps=1)
+    small = measure(base, FP32, 8, 32, BIG_BUDGET)
+    large = measure(base, FP32, 32, 32, BIG_BUDGET)
     ratio = large.detail["activations_mb"] / small.detail["activations_mb"]
     assert 3.5 <= ratio <= 4.5, ratio
     assert large.detail["weights_mb"] == small.detail["weights_mb"]
@@ -111,12 +143,12 @@ def test_weights_gradients_and_optimizer_state_equal_hand_counts():
     assert sum(p.numel() for p in model.parameters()) == CNN_PARAMS  # the hand count matches the model
     assert len(list(model.parameters())) == CNN_PARAM_TENSORS and not list(model.buffers())
 
-    sgd = measure(cnn(optimizer="sgd", momentum=0.9), FP32, 8, 8, BIG_BUDGET, timed_steps=1).detail
+    sgd = measure(cnn(optimizer="sgd", momentum=0.9), FP32, 8, 8, BIG_BUDGET).detail
     assert sgd["weights_mb"] * MB == params_bytes
     assert sgd["gradients_mb"] * MB == params_bytes
     assert sgd["optimizer_mb"] * MB == params_bytes  # one momentum buffer per parameter
 
-    adamw = measure(cnn(optimizer="adamw", lr=1e-3), FP32, 8, 8, BIG_BUDGET, timed_steps=1).detail
+    adamw = measure(cnn(optimizer="adamw", lr=1e-3), FP32, 8, 8, BIG_BUDGET).detail
     assert adamw["weights_mb"] * MB == params_bytes and adamw["gradients_mb"] * MB == params_bytes
     extra = adamw["optimizer_mb"] * MB - 2 * params_bytes  # exp_avg and exp_avg_sq, plus a step counter each
     assert 0 <= extra <= 8 * CNN_PARAM_TENSORS
@@ -126,7 +158,7 @@ def test_buffers_count_as_weights_but_have_no_gradients():
     """cnn_bn: BatchNorm's running mean and variance (fp32) and num_batches_tracked (int64) are weights."""
     bn_params = CNN_PARAMS + 2 * (16 + 32)  # each BatchNorm's weight and bias
     buffers = 2 * (16 + 32) * 4 + 2 * 8
-    detail = measure(cnn(model="cnn_bn"), FP32, 8, 8, BIG_BUDGET, timed_steps=1).detail
+    detail = measure(cnn(model="cnn_bn"), FP32, 8, 8, BIG_BUDGET).detail
     assert detail["weights_mb"] * MB == bn_params * 4 + buffers
     assert detail["gradients_mb"] * MB == bn_params * 4
     assert detail["optimizer_mb"] * MB == bn_params * 4
@@ -136,10 +168,10 @@ def test_batchnorm_on_one_sample_is_a_failure_where_a_larger_size_may_work():
     """resnet18 on 32×32 images reaches 1×1 feature maps: its BatchNorm cannot train on one sample
     (cnn_bn can: its BatchNorm2d normalises over H·W values even for one sample)."""
     base = cnn(model="resnet18", image_size=32, fake_samples=64)
-    one = measure(base, FP32, 1, 2, BIG_BUDGET, timed_steps=1)
+    one = measure(base, FP32, 1, 2, BIG_BUDGET)
     assert one.status == "failed" and one.detail["larger_may_work"] is True
     assert one.detail["message"].startswith("ConfigError: micro_batch_size=1")
-    two = measure(base, FP32, 2, 2, BIG_BUDGET, timed_steps=1)
+    two = measure(base, FP32, 2, 2, BIG_BUDGET)
     assert two.status == FITS and two.peak_mb > 0
 
 
@@ -148,13 +180,13 @@ def test_an_error_that_is_not_about_memory_is_a_failure_that_stops(monkeypatch):
         raise ZeroDivisionError("something else went wrong")
 
     monkeypatch.setattr(gaccum_core.train.engine, "summed_cross_entropy", broken)
-    candidate = measure(cnn(model="mlp"), FP32, 4, 8, BIG_BUDGET, timed_steps=1)
+    candidate = measure(cnn(model="mlp"), FP32, 4, 8, BIG_BUDGET)
     assert candidate.status == "failed" and candidate.detail["larger_may_work"] is False
     assert candidate.detail["message"] == "ZeroDivisionError: something else went wrong"
 
 
 def test_a_candidate_over_the_budget_is_measured_but_not_timed():
-    candidate = measure(cnn(), FP32, 8, 8, 0.01, timed_steps=1)
+    candidate = measure(cnn(), FP32, 8, 8, 0.01)
     assert candidate.status == OVER_BUDGET and candidate.peak_mb > 0.01
     assert candidate.samples_per_s is None and candidate.detail["activations_mb"] > 0
 
@@ -184,18 +216,21 @@ def out_of_memory_from_16(request, monkeypatch):
 
 def test_out_of_memory_is_a_status_and_the_next_candidate_measures_normally(out_of_memory_from_16):
     base = cnn(model="mlp")
-    failed = measure(base, FP32, 16, 32, BIG_BUDGET, timed_steps=1)
+    failed = measure(base, FP32, 16, 32, BIG_BUDGET)
     assert failed.status == OUT_OF_MEMORY and failed.peak_mb is None and failed.samples_per_s is None
     assert failed.detail["message"].split(":")[0] in ("OutOfMemoryError", "RuntimeError")
-    after = measure(base, FP32, 8, 32, BIG_BUDGET, timed_steps=1)
-    assert after.status == FITS and after.peak_mb > 0 and after.samples_per_s > 0
+    after = measure(base, FP32, 8, 32, BIG_BUDGET)
+    assert after.status == FITS and after.peak_mb > 0
+    assert time_speed(base, after, 32, Timing(max_steps=2)).samples_per_s > 0
+    refused = time_speed(base, dataclasses.replace(after, micro_batch_size=16, accum_steps=2), 32)
+    assert refused.status == OUT_OF_MEMORY and refused.samples_per_s is None and refused.peak_mb == after.peak_mb
 
 
 def test_make_plan_finds_the_largest_size_below_an_out_of_memory_error(out_of_memory_from_16):
-    plan = make_plan(PlanRequest(cnn(model="mlp"), 64, BIG_BUDGET, timed_steps=1))
+    plan = make_plan(PlanRequest(cnn(model="mlp"), 64, BIG_BUDGET, timed_steps=2))
     statuses = {c.micro_batch_size: c.status for c in plan.candidates}
-    assert statuses[16] == OUT_OF_MEMORY and 32 not in statuses  # bisection stops at the first failure
-    assert all(statuses[b] == FITS for b in (1, 2, 4, 8))
+    assert statuses[16] == OUT_OF_MEMORY and 32 not in statuses  # no size above the first failure
+    assert statuses[8] == FITS and all(status == FITS for b, status in statuses.items() if b < 16)
     assert plan.largest_fitting() == {"fp32": 8}
     assert plan.recommended is not None and plan.recommended.micro_batch_size <= 8
     assert plan.recommended.micro_batch_size * plan.recommended.accum_steps == 64
@@ -204,42 +239,43 @@ def test_make_plan_finds_the_largest_size_below_an_out_of_memory_error(out_of_me
 def test_make_plan_recommends_a_fitting_candidate_within_the_margin():
     base = cnn()
     # A budget between the peaks of b=16 and b=32, measured on this machine: the largest sizes do not fit.
-    p16, p32 = (measure(base, FP32, b, 32, BIG_BUDGET, timed_steps=1).peak_mb for b in (16, 32))
+    p16, p32 = (measure(base, FP32, b, 32, BIG_BUDGET).peak_mb for b in (16, 32))
     assert p16 < p32
     budget = (p16 + p32) / 2
     calls = []
-    plan = make_plan(PlanRequest(base, 32, budget, timed_steps=1), lambda *args: calls.append(args))
+    plan = make_plan(PlanRequest(base, 32, budget, timed_steps=3), lambda *args: calls.append(args))
 
-    assert [c.micro_batch_size for c in plan.candidates] == [1, 2, 4, 8, 16, 32]
-    assert plan.candidates[-1].status == OVER_BUDGET and plan.largest_fitting() == {"fp32": 16}
+    sizes = [c.micro_batch_size for c in plan.candidates]
+    assert len(sizes) == len(set(sizes)) < 6 and {16, 32} <= set(sizes)  # not every divisor of 32
+    statuses = {c.micro_batch_size: c.status for c in plan.candidates}
+    assert statuses[32] == OVER_BUDGET and plan.largest_fitting() == {"fp32": 16}
     choice = plan.recommended
     assert choice is not None and choice in plan.candidates and choice.fits
-    assert choice.peak_mb <= 0.9 * budget
-    assert choice.samples_per_s == max(c.samples_per_s for c in plan.candidates
-                                       if c.fits and c.peak_mb <= 0.9 * budget)
+    assert choice.peak_mb <= 0.9 * budget and choice.timed_steps is not None
+    timed = [c for c in plan.candidates if c.timed_steps is not None]
+    assert 1 <= len(timed) <= 2 and all(c.peak_mb <= 0.9 * budget for c in timed)
     assert plan.reason.startswith(f"fp32 at b={choice.micro_batch_size}, k={choice.accum_steps}")
 
-    assert len(calls) == len(plan.candidates)  # once per measured candidate
+    assert len(calls) == len(plan.candidates) + len(timed)  # once per memory probe and per timing
     done = [c[0] for c in calls]
-    at_most = [c[1] for c in calls]
-    assert done == list(range(1, len(plan.candidates) + 1))
-    assert at_most == sorted(at_most) and all(d <= m for d, m in zip(done, at_most))
-    assert [c[2] for c in calls] == plan.candidates
+    assert done == list(range(1, len(calls) + 1)) and all(d <= about for d, about, _, _ in calls)
+    assert {id(c[2]) for c in calls} >= {id(c) for c in plan.candidates}
     seconds = [c[3] for c in calls]
     assert seconds == sorted(seconds) and seconds[-1] <= plan.seconds
 
-    data = json.loads(json.dumps(plan.to_dict()))
+    data = json.loads(json.dumps(plan.to_dict(), allow_nan=False))
     assert data["micro_batch_size"] * data["accum_steps"] == 32 == data["effective_batch"]
     assert data["micro_batch_size"] == choice.micro_batch_size
     assert data["options"] == {"amp": "off", "clear_cache": "off", "compile": "off"}
     assert data["memory_source"] == "counted" and data["device"] == "cpu"
     assert data["memory_budget_mb"] == budget and len(data["rows"]) == len(plan.candidates)
     assert data["largest_fitting"] == {"fp32": 16}
+    assert all(" ± " in r["speed"] for r in data["rows"] if r["timed_steps"] and r["timed_steps"] > 1)
 
 
 def test_make_plan_caps_the_micro_batch_at_the_data_set():
     base = cnn(model="mlp", fake_samples=20)  # 20 training samples, E = 64
-    plan = make_plan(PlanRequest(base, 64, BIG_BUDGET, timed_steps=1))
+    plan = make_plan(PlanRequest(base, 64, BIG_BUDGET))
     assert max(c.micro_batch_size for c in plan.candidates) <= 20
     assert plan.largest_fitting() == {"fp32": 16}
 
@@ -264,6 +300,13 @@ def test_make_plan_caps_the_micro_batch_at_the_data_set():
     ({"compile": ("fast",)}, "compile"),
     ({"timed_steps": 0}, "timed_steps"),
     ({"timed_steps": 101}, "timed_steps"),
+    ({"timed_steps": 2.5}, "timed_steps"),
+    ({"time_cap_s": 0}, "time_cap_s"),
+    ({"time_cap_s": math.nan}, "time_cap_s"),
+    ({"time_cap_s": 601.0}, "time_cap_s"),
+    ({"precision": 0.0}, "precision"),
+    ({"precision": 1.0}, "precision"),
+    ({"precision": "5%"}, "precision"),
     ({"margin": -0.1}, "margin"),
     ({"margin": 1.0}, "margin"),
 ])

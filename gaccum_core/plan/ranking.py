@@ -1,0 +1,111 @@
+"""The recommendation among measured candidates and why, in words: speeds that cannot be told apart
+(overlapping 95% intervals) are ties, and the largest micro-batch among ties wins (fewer accumulation
+steps). Pure, like search.py."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from gaccum_core.plan.search import MARGIN, UNAVAILABLE, Candidate, Options, mb, within
+from gaccum_core.plan.speed import indistinguishable
+
+MAX_NAMED = 4  # tied settings named in the reason
+
+
+def recommend(candidates: Sequence[Candidate], budget_mb: float, margin: float = MARGIN) -> Candidate | None:
+    """Among the timed candidates whose peak leaves `margin` of the budget free, those whose speed cannot
+    be told from the fastest's are ties: the largest b of them (fewer accumulation steps), then the
+    fewest options, then the first measured."""
+    safe = [c for c in candidates if _safe(c, budget_mb, margin)]
+    if not safe:
+        return None
+    return max(ties(safe), key=lambda c: (c.micro_batch_size, -_options_on(c.options)))
+
+
+def ties(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The timed candidates whose 95% speed intervals overlap the fastest's (the fastest among them)."""
+    timed = [c for c in candidates if c.samples_per_s is not None]
+    if not timed:
+        return []
+    fastest = max(timed, key=lambda c: c.samples_per_s)
+    return [c for c in timed if indistinguishable(c.samples_per_s, c.samples_per_s_error,
+                                                  fastest.samples_per_s, fastest.samples_per_s_error)]
+
+
+def reason(choice: Candidate | None, candidates: Sequence[Candidate], budget_mb: float, margin: float = MARGIN) -> str:
+    """Why this is the recommendation, in a sentence or two: the settings it ties with on speed, and how
+    it compares with plain fp32 where that was measured."""
+    if choice is None:
+        return _why_nothing(candidates, budget_mb, margin)
+    safe = [c for c in candidates if _safe(c, budget_mb, margin)]
+    tied = ties(safe)
+    figures = f"({mb(choice.peak_mb)} of {mb(budget_mb)}, {choice.speed_words()})"
+    setting = f"{choice.options.label()} at b={choice.micro_batch_size}, k={choice.accum_steps}"
+    if len(tied) > 1:
+        text = (f"{setting} fits with a {margin:.0%} margin {figures}: {_tie_words(choice, tied)}")
+    else:
+        text = f"{setting} is the fastest setting that fits with a {margin:.0%} margin {figures}"
+    plain_safe = [c for c in safe if c.options == Options()]
+    if not plain_safe or choice.options == Options():
+        others = {c.options for c in candidates} - {choice.options}
+        return text + ("; no other option combination measured faster." if others and len(tied) == 1 else ".")
+    return text + _against_plain(choice, plain_safe, tied, budget_mb, margin) + "."
+
+
+def _tie_words(choice: Candidate, tied: Sequence[Candidate]) -> str:
+    """'b=32 and b=16 are equally fast within the measurement's precision; the larger b is recommended: ...'."""
+    same_options = all(c.options == choice.options for c in tied)
+    ordered = sorted(tied, key=lambda c: -c.micro_batch_size)  # stable: measured order within a size
+    names = [f"b={c.micro_batch_size}" if same_options else f"{c.options.label()} b={c.micro_batch_size}"
+             for c in ordered]
+    if len(names) > MAX_NAMED:  # a long list says nothing more: the first few, then how many
+        names = names[:MAX_NAMED - 1] + [f"{len(names) - MAX_NAMED + 1} more settings"]
+    listed = ", ".join(names[:-1]) + " and " + names[-1]
+    which = "larger" if len(tied) == 2 else "largest"
+    text = (f"{listed} are equally fast within the measurement's precision (their 95% intervals overlap); "
+            f"the {which} b is recommended: fewer accumulation steps")
+    if sum(c.micro_batch_size == choice.micro_batch_size for c in tied) > 1:
+        text += ", and of those the one with the fewest options"
+    return text
+
+
+def _against_plain(choice: Candidate, plain_safe: Sequence[Candidate], tied: Sequence[Candidate],
+                   budget_mb: float, margin: float) -> str:
+    """'; 1.50× the samples/s of fp32 without options, whose ...': the recommendation against plain fp32."""
+    plain = recommend(plain_safe, budget_mb, margin)
+    largest = max(c.micro_batch_size for c in plain_safe)
+    room = (f"; it needs less memory: b={choice.micro_batch_size} fits where fp32 stops at b={largest}"
+            if choice.micro_batch_size > largest else "")
+    if any(c.options == Options() for c in tied):  # fp32 is named among the ties: no ratio to quote
+        return room
+    if indistinguishable(choice.samples_per_s, choice.samples_per_s_error, plain.samples_per_s,
+                         plain.samples_per_s_error):
+        return f"; as fast as fp32 without options at b={plain.micro_batch_size} within the precision{room}"
+    return (f"; {choice.samples_per_s / plain.samples_per_s:.2f}× the samples/s of fp32 without options, "
+            f"whose recommended size within the margin is b={plain.micro_batch_size}{room}")
+
+
+def _options_on(options: Options) -> int:
+    return sum(value != "off" for value in (options.amp, options.clear_cache, options.compile))
+
+
+def _safe(c: Candidate, budget_mb: float, margin: float) -> bool:
+    return within(c, (1 - margin) * budget_mb) and c.samples_per_s is not None
+
+
+def _why_nothing(candidates: Sequence[Candidate], budget_mb: float, margin: float) -> str:
+    if not candidates:
+        return "Nothing was measured: no micro-batch size divides the effective batch within the data set."
+    if all(c.status == UNAVAILABLE for c in candidates):
+        return "None of the chosen options works on this device: " + candidates[0].detail.get("message", "")
+    smallest = min(candidates, key=lambda c: (c.micro_batch_size, c.peak_mb or 0))
+    if any(c.fits for c in candidates):
+        return (f"Every size that fits leaves less than {margin:.0%} of the {mb(budget_mb)} budget free: "
+                "raise the budget or choose a smaller model.")
+    return (f"Nothing fits in {mb(budget_mb)}, not even b={smallest.micro_batch_size} "
+            f"({smallest.status}{_peak(smallest)}): raise the budget, choose a smaller model or image size, "
+            "or use bf16/fp16.")
+
+
+def _peak(candidate: Candidate) -> str:
+    return f", {mb(candidate.peak_mb)}" if candidate.peak_mb is not None else ""

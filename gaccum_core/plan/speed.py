@@ -1,0 +1,100 @@
+"""How fast a candidate trains, from its timed optimizer steps: the mean samples/s with its 95% interval,
+when timing may stop, and whether two speeds can be told apart.
+
+Pure: the step times come in, numbers go out (no torch, no clock), so the rule is tested with made-up
+timings and gives the same answer for the same timings.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+PRECISION = 0.05  # timing stops once the 95% interval's half-width is within 5% of the speed
+MIN_STEPS = 3     # an interval from two steps rests on one difference: never "known" from fewer than three
+# Student's t for a two-sided 95% interval, by degrees of freedom (steps - 1); the normal 1.96 beyond.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)
+
+
+@dataclass(frozen=True)
+class Speed:
+    """A measured speed: the mean of the timed steps' samples/s and the half-width of its 95% interval."""
+
+    value: float
+    error: float  # math.inf from a single step: no interval
+    steps: int
+
+    @property
+    def relative_error(self) -> float:
+        """The half-width as a share of the speed (inf when unknown)."""
+        return self.error / self.value if self.value > 0 else math.inf
+
+
+def t95(degrees: int) -> float:
+    """Student's t quantile of a two-sided 95% interval with this many degrees of freedom (>= 1)."""
+    return _T95[degrees - 1] if degrees <= len(_T95) else 1.96
+
+
+def estimate(samples: Sequence[float], seconds: Sequence[float]) -> Speed:
+    """The speed of steps that trained samples[i] in seconds[i]: the mean of samples/s per step, with its
+    t-interval (each step one measurement; a noisy step widens the interval rather than moving a median)."""
+    if not samples or len(samples) != len(seconds) or min(seconds) <= 0:
+        raise ValueError(f"one positive duration per step is needed, got {list(seconds)} for {list(samples)}")
+    speeds = [n / s for n, s in zip(samples, seconds)]
+    mean = statistics.fmean(speeds)
+    if len(speeds) < 2:
+        return Speed(mean, math.inf, 1)
+    return Speed(mean, t95(len(speeds) - 1) * statistics.stdev(speeds) / math.sqrt(len(speeds)), len(speeds))
+
+
+def known(speed: Speed, precision: float = PRECISION, min_steps: int = MIN_STEPS) -> bool:
+    """Whether the speed is known to the stated precision: enough steps and a narrow enough interval."""
+    return speed.steps >= min_steps and speed.relative_error <= precision
+
+
+@dataclass(frozen=True)
+class Timing:
+    """When a candidate's timing stops: its speed known within `precision` (95% interval), or `cap_s`
+    seconds of timed steps (and at least 2 steps, for an interval), or `max_steps` steps."""
+
+    precision: float = PRECISION
+    cap_s: float = 1.0
+    max_steps: int = 20
+
+    def done(self, speed: Speed, seconds: float) -> bool:
+        """Whether to stop timing after `seconds` of timed steps with this estimate."""
+        return (known(speed, self.precision, min(MIN_STEPS, self.max_steps)) or speed.steps >= self.max_steps
+                or (seconds >= self.cap_s and speed.steps >= 2))
+
+
+def time_until_known(step: Callable[[], Mapping[str, float]], timing: Timing,
+                     clock: Callable[[], float]) -> tuple[Speed, list[Mapping[str, float]]]:
+    """Run step() (one optimizer step, its row with "samples" and "step_time_s") until `timing` is done;
+    the speed and the rows. `clock` measures the cap (time.perf_counter; a fake one in tests)."""
+    start, rows = clock(), []
+    while True:
+        rows.append(step())
+        speed = estimate([r["samples"] for r in rows], [r["step_time_s"] for r in rows])
+        if timing.done(speed, clock() - start):
+            return speed, rows
+
+
+def indistinguishable(a: float, a_error: float | None, b: float, b_error: float | None) -> bool:
+    """Whether two speeds' 95% intervals overlap (an error of None counts as exact, inf overlaps all)."""
+    return abs(a - b) <= (a_error or 0.0) + (b_error or 0.0)
+
+
+def plus_minus(value: float, error: float | None, unit: str = "") -> str:
+    """'1530 ± 40 samples/s': the error to two significant digits, the value to the same place;
+    the value alone when there is no error, with '(1 step)' when the interval is unknown."""
+    tail = f" {unit}" if unit else ""
+    if error is None:
+        return f"{value:.0f}{tail}"
+    if not math.isfinite(error):
+        return f"{value:.0f}{tail} (1 step)"
+    decimals = max(0, 1 - math.floor(math.log10(error))) if error > 0 else 0
+    return f"{value:.{decimals}f} ± {error:.{decimals}f}{tail}"

@@ -1,0 +1,131 @@
+"""make_plan with a fake memory model and fake noisy timings in place of the engine: how many sizes
+it measures, which it times, that equal speeds give the same recommendation plan after plan, and the
+progress it reports. The real engine's measurements are in test_probe.py."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import gaccum_core.plan.planner as planner
+from gaccum_core.config import RunConfig
+from gaccum_core.plan.planner import PlanRequest, make_plan
+from gaccum_core.plan.search import FITS, OVER_BUDGET, Candidate, Options, divisors
+from gaccum_core.plan.speed import Timing, time_until_known
+
+BASE = RunConfig(model="cnn", dataset="fake", image_size=32, fake_samples=1024, device="cpu",
+                 micro_batch_size=1, accum_steps=1)
+# The default plan's counted memory on this machine (MB): fixed + per sample, by precision.
+LINES = {"off": (0.12, 0.154), "bf16": (0.11, 0.093)}
+
+
+class FakeEngine:
+    """Stands in for probe.measure and probe.time_speed: linear memory per precision (cache clearing
+    leaves it as it is) and steps at each setting's true speed with seeded ±noise, on a fake clock."""
+
+    def __init__(self, seed: int, noise: float = 0.2, speeds: dict[str, float] | None = None) -> None:
+        self.random, self.noise = random.Random(seed), noise
+        self.speeds = speeds or {}  # options label -> samples/s (default 1000: every setting equally fast)
+        self.measured: list[tuple[Options, int]] = []
+        self.timed: list[tuple[Options, int]] = []
+
+    def measure(self, base: RunConfig, options: Options, b: int, effective_batch: int, budget_mb: float) -> Candidate:
+        self.measured.append((options, b))
+        fixed, per_sample = LINES[options.amp]
+        peak = fixed + per_sample * b
+        return Candidate(options, b, effective_batch // b, FITS if peak <= budget_mb else OVER_BUDGET, peak)
+
+    def time_speed(self, base: RunConfig, candidate: Candidate, effective_batch: int, timing: Timing) -> Candidate:
+        self.timed.append((candidate.options, candidate.micro_batch_size))
+        true = self.speeds.get(candidate.options.label(), 1000.0)
+        clock = [0.0]
+
+        def step() -> dict:
+            seconds = effective_batch / true * (1 + self.noise * self.random.uniform(-1, 1))
+            clock[0] += seconds
+            return {"samples": effective_batch, "step_time_s": seconds}
+
+        speed, _ = time_until_known(step, timing, lambda: clock[0])
+        return Candidate(candidate.options, candidate.micro_batch_size, candidate.accum_steps, FITS,
+                         candidate.peak_mb, speed.value, effective_batch / speed.value, candidate.detail,
+                         speed.error, speed.steps)
+
+
+@pytest.fixture
+def fake_engine(monkeypatch):
+    def install(seed: int = 0, **kwargs) -> FakeEngine:
+        engine = FakeEngine(seed, **kwargs)
+        monkeypatch.setattr(planner, "measure", engine.measure)
+        monkeypatch.setattr(planner, "time_speed", engine.time_speed)
+        return engine
+    return install
+
+
+def default_like(**changes) -> PlanRequest:
+    values = dict(base=BASE, effective_batch=256, budget_mb=32.0, amp=("off", "bf16"), clear_cache=("off", "step"))
+    return PlanRequest(**{**values, **changes})
+
+
+def test_the_planner_measures_a_few_sizes_around_the_budget_line_not_every_divisor(fake_engine):
+    engine = fake_engine()
+    plan = make_plan(default_like())
+    every = len(plan.request.options) * len(divisors(256))  # 36: what doubling and bisection came close to
+    assert len(engine.measured) == len(set(engine.measured)) == len(plan.candidates) <= 12 < every
+    per_options = {o: [b for opts, b in engine.measured if opts == o] for o in plan.request.options}
+    assert per_options[Options()] == [1, 64, 128, 256]  # the smallest, the line's guess, its answer, above it
+    assert all(len(sizes) <= 4 for sizes in per_options.values())
+    assert plan.largest_fitting() == {"fp32": 128, "fp32 + clear/step": 128, "bf16": 256, "bf16 + clear/step": 256}
+    # Timed: the largest size within the margin per combination and the one below it.
+    assert sorted(engine.timed, key=lambda t: (t[0].label(), -t[1])) == sorted(
+        [(o, b) for o in plan.request.options for b in ((256, 128) if o.amp == "bf16" else (128, 64))],
+        key=lambda t: (t[0].label(), -t[1]))
+    assert all(c.samples_per_s is None for c in plan.candidates if (c.options, c.micro_batch_size) not in engine.timed)
+
+
+def test_five_plans_with_noisy_equal_speeds_recommend_the_same_setting(fake_engine):
+    """Every setting trains at 1000 samples/s, each step ±20% at random (a seed per plan): the speeds tie
+    within their intervals, and the largest b among them wins, plan after plan."""
+    picks = set()
+    for seed in range(5):
+        fake_engine(seed)
+        plan = make_plan(default_like())
+        picks.add((plan.recommended.options.label(), plan.recommended.micro_batch_size))
+        assert "equally fast within the measurement's precision" in plan.reason
+    assert picks == {("bf16", 256)}
+
+
+def test_five_plans_recommend_a_setting_that_is_clearly_faster_every_time(fake_engine):
+    picks = set()
+    for seed in range(5):
+        fake_engine(seed, speeds={"fp32": 3000.0})
+        plan = make_plan(default_like())
+        picks.add((plan.recommended.options.label(), plan.recommended.micro_batch_size))
+    assert picks == {("fp32", 128)}
+
+
+def test_noisy_timings_reach_the_precision_or_the_cap_and_the_rows_say_how(fake_engine):
+    fake_engine(0, noise=0.01)
+    quiet = make_plan(default_like(amp=("off",), clear_cache=("off",)))
+    timed = [c for c in quiet.candidates if c.timed_steps is not None]
+    assert len(timed) == 2 and all(c.samples_per_s_error / c.samples_per_s <= 0.05 for c in timed)
+    assert all(c.timed_steps == 3 for c in timed)  # known at the minimum of steps
+    fake_engine(0, noise=0.6)
+    noisy = make_plan(default_like(amp=("off",), clear_cache=("off",), time_cap_s=0.5))
+    rows = [r for r in noisy.rows() if r["timed_steps"] is not None]
+    assert all(r["samples_per_s_error"] / r["samples_per_s"] > 0.05 for r in rows)  # stopped by the cap
+    assert all(" ± " in r["speed"] for r in rows)
+
+
+def test_progress_counts_memory_probes_and_timings_and_about_how_many_are_left(fake_engine):
+    engine = fake_engine()
+    calls = []
+    plan = make_plan(default_like(), lambda *args: calls.append(args))
+    assert [c[0] for c in calls] == list(range(1, len(engine.measured) + len(engine.timed) + 1))
+    assert all(about >= done for done, about, _, _ in calls)
+    assert calls[0][1] == 4 * 7  # before anything is known: 5 memory probes and 2 timings per combination
+    assert calls[-1][1] < calls[0][1]  # the count shrinks to what the plan took
+    reported = {id(c[2]) for c in calls if c[2].timed_steps is not None}
+    assert reported == {id(c) for c in plan.candidates if c.timed_steps is not None}  # each timing, as it ends
+    seconds = [c[3] for c in calls]
+    assert seconds == sorted(seconds) and seconds[-1] <= plan.seconds

@@ -1,0 +1,106 @@
+"""The planner's speed statistics on made-up step times: the mean samples/s and its 95% interval, when
+timing stops (precision, cap, steps), whether two speeds can be told apart, and how they are written."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import pytest
+
+from gaccum_core.plan.speed import (Speed, Timing, estimate, indistinguishable, known, plus_minus, t95,
+                                    time_until_known)
+
+
+def test_the_estimate_is_the_mean_speed_with_a_student_t_interval():
+    speed = estimate([256, 256, 256, 256], [0.25, 0.25, 0.2, 0.2])  # 1024, 1024, 1280, 1280 samples/s
+    assert speed.value == pytest.approx(1152.0) and speed.steps == 4
+    half = 3.182 * statistics.stdev([1024, 1024, 1280, 1280]) / 2  # t(3 degrees) · s / √4
+    assert speed.error == pytest.approx(half)
+    assert speed.relative_error == pytest.approx(half / 1152.0)
+
+
+def test_identical_steps_are_known_exactly_and_one_step_has_no_interval():
+    assert estimate([100] * 3, [0.1] * 3) == Speed(1000.0, 0.0, 3)
+    once = estimate([100], [0.1])
+    assert once.value == 1000.0 and once.error == math.inf and once.steps == 1
+    assert not known(once)
+
+
+def test_a_partial_last_window_counts_its_own_samples():
+    assert estimate([256, 64], [0.2, 0.05]).value == pytest.approx(1280.0)
+
+
+@pytest.mark.parametrize("samples,seconds", [([], []), ([1, 2], [0.1]), ([1], [0.0]), ([1], [-1.0])])
+def test_steps_without_positive_durations_are_refused(samples, seconds):
+    with pytest.raises(ValueError, match="one positive duration per step"):
+        estimate(samples, seconds)
+
+
+def test_t_quantiles_shrink_towards_the_normal():
+    assert t95(1) == 12.706 and t95(2) == 4.303 and t95(30) == 2.042 and t95(31) == t95(1000) == 1.96
+    assert all(t95(d) > t95(d + 1) for d in range(1, 30))
+
+
+def test_known_needs_three_steps_and_the_stated_precision():
+    assert known(Speed(1000.0, 40.0, 3)) and not known(Speed(1000.0, 40.0, 2))
+    assert not known(Speed(1000.0, 60.0, 10)) and known(Speed(1000.0, 60.0, 10), precision=0.1)
+    assert known(Speed(1000.0, 60.0, 1), precision=0.1, min_steps=1)
+
+
+def test_overlapping_intervals_are_indistinguishable():
+    assert indistinguishable(1000.0, 30.0, 1050.0, 20.0)      # 1030 reaches 1030
+    assert not indistinguishable(1000.0, 20.0, 1050.0, 20.0)
+    assert indistinguishable(1000.0, math.inf, 5000.0, 1.0)   # one step: no interval, no claim
+    assert not indistinguishable(1000.0, None, 1001.0, None)  # exact figures differ
+    assert indistinguishable(1000.0, None, 1000.0, None)
+
+
+def test_plus_minus_writes_the_error_to_two_digits_and_the_value_to_the_same_place():
+    assert plus_minus(1534.2, 41.0, "samples/s") == "1534 ± 41 samples/s"
+    assert plus_minus(1534.26, 3.74) == "1534.3 ± 3.7"
+    assert plus_minus(1534.2, 0.0) == "1534 ± 0"
+    assert plus_minus(1534.2, None, "samples/s") == "1534 samples/s"
+    assert plus_minus(1534.2, math.inf, "samples/s") == "1534 samples/s (1 step)"
+
+
+class FakeSteps:
+    """Steps of 256 samples at `speed` samples/s with seeded relative noise, and a clock they advance."""
+
+    def __init__(self, speed: float, noise: float, seed: int) -> None:
+        self.speed, self.noise, self.random, self.now, self.calls = speed, noise, random.Random(seed), 0.0, 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def step(self) -> dict:
+        self.calls += 1
+        seconds = 256 / self.speed * (1 + self.noise * self.random.uniform(-1, 1))
+        self.now += seconds
+        return {"samples": 256, "step_time_s": seconds}
+
+
+def test_quiet_steps_stop_as_soon_as_the_speed_is_known():
+    steps = FakeSteps(1000.0, 0.01, seed=0)
+    speed, rows = time_until_known(steps.step, Timing(), steps.clock)
+    assert speed.steps == len(rows) == steps.calls == 3  # the minimum: ±1% noise is known at once
+    assert speed.relative_error <= 0.05 and speed.value == pytest.approx(1000.0, rel=0.02)
+
+
+def test_noisy_steps_stop_at_the_time_cap_with_the_interval_they_reached():
+    steps = FakeSteps(1000.0, 0.5, seed=1)  # ±50%: 5% is out of reach within a second
+    speed, rows = time_until_known(steps.step, Timing(cap_s=1.0), steps.clock)
+    assert not known(speed) and steps.now >= 1.0 and steps.now - rows[-1]["step_time_s"] < 1.0
+    assert math.isfinite(speed.error) and speed.steps >= 2
+
+
+def test_timing_stops_at_its_most_steps_and_never_before_two_steps_for_the_cap():
+    steps = FakeSteps(10.0, 0.5, seed=2)  # 25 s a step: over the cap at once
+    speed, _ = time_until_known(steps.step, Timing(cap_s=1.0), steps.clock)
+    assert speed.steps == 2
+    steps = FakeSteps(1000.0, 0.5, seed=3)
+    speed, _ = time_until_known(steps.step, Timing(cap_s=1000.0, max_steps=7), steps.clock)
+    assert speed.steps == 7
+    speed, _ = time_until_known(FakeSteps(10.0, 0.5, seed=4).step, Timing(max_steps=1), lambda: 0.0)
+    assert speed.steps == 1
