@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -173,11 +174,43 @@ def unstepped(table: pd.DataFrame) -> pd.Series:
     return ended & (table["steps"].fillna(0) == 0) & (table["state"] != RunState.DAMAGED)
 
 
+# The rows of ended and damaged runs, kept while none of their files changes: a page refreshed every second
+# while a run goes then reads only the runs that change, not every run on disk.
+_ENDED_ROWS: dict[Path, tuple[tuple, dict[str, object]]] = {}
+
+
+def _files_signature(run_dir: Path) -> tuple:
+    """Each file of a run directory by name, inode, size and modification time (an atomic replace is a new inode)."""
+    try:
+        with os.scandir(run_dir) as entries:
+            return tuple(sorted((e.name, e.inode(), e.stat().st_size, e.stat().st_mtime_ns)
+                                for e in entries if e.is_file()))
+    except OSError:
+        return ()
+
+
+def _row(store: RunStore, run_id: str, live: set[str]) -> dict[str, object]:
+    """describe_run's row, read again only when the run goes on or one of its files changed."""
+    run_dir = store.path(run_id).resolve()
+    signature = _files_signature(run_dir)
+    kept = _ENDED_ROWS.get(run_dir)
+    if kept is not None and kept[0] == signature and signature:
+        return kept[1]
+    row = describe_run(store, run_id, live)
+    if row["state"] in FINAL_STATES or row["state"] == RunState.DAMAGED:
+        _ENDED_ROWS[run_dir] = (signature, row)
+    return row
+
+
 def run_table(store: RunStore, live: Iterable[str] = (), hide_unstepped: bool = False) -> pd.DataFrame:
     """Every run on disk, newest first; hide_unstepped leaves out the runs that ended without a step
     (stopped or failed before their first), which only clutter a summary such as the home page's."""
-    live = set(live)
-    rows = [describe_run(store, run_id, live) for run_id in reversed(store.list_runs())]
+    live, run_ids = set(live), store.list_runs()
+    rows = [_row(store, run_id, live) for run_id in reversed(run_ids)]
+    listed, root = {store.path(r).resolve() for r in run_ids}, store.root.resolve()
+    for run_dir in list(_ENDED_ROWS):  # deleted runs are forgotten
+        if run_dir.parent == root and run_dir not in listed:
+            _ENDED_ROWS.pop(run_dir, None)
     table = pd.DataFrame(rows)
     return table[~unstepped(table)].reset_index(drop=True) if hide_unstepped else table
 
