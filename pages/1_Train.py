@@ -113,7 +113,7 @@ with x_col:
     x_axis = widget(st.radio, "x axis", "chart_x", "step", options=[x for x in X_AXES if language or x not in TOKEN_AXES],
                     format_func=X_AXES.get, horizontal=True)
 with smooth_col:
-    smoothing = widget(st.slider, "Loss smoothing", "chart_smoothing", 0.6, min_value=0.0, max_value=0.99)
+    smoothing = widget(st.slider, "Smoothing (loss, throughput)", "chart_smoothing", 0.6, min_value=0.0, max_value=0.99)
 labels_of = run_choice_labels(runner.store)  # every run on disk, newest first, in the legends' words
 earlier = [r for r in labels_of if r not in mine[-1:]]
 overlay_col, log_col = st.columns([3, 2])

@@ -123,7 +123,7 @@ if readable:
     st.subheader("Charts")
     x_axis = widget(st.radio, "x axis", "runs_x", "step", options=list(X_AXES), format_func=X_AXES.get,
                     horizontal=True)
-    smoothing = widget(st.slider, "Loss smoothing", "runs_smoothing", 0.6, min_value=0.0, max_value=0.99)
+    smoothing = widget(st.slider, "Smoothing (loss, throughput)", "runs_smoothing", 0.6, min_value=0.0, max_value=0.99)
     names = run_labels(list(configs.values()))
     runs = [RunSeries(r, f"{name} · {r[-6:]}", store.read_metrics(r), store.read_evals(r))
             for r, name in zip(readable, names)]

@@ -88,9 +88,11 @@ lr_figure = _per_run_line("lr", "learning rate", "lr", "lr", shape="hv")
 cache_figure = _per_run_line("cache", "cache-clearing time per step", "cache_clear_s", "seconds")
 
 
-def throughput_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_other_options: Any) -> go.Figure:
+def throughput_figure(runs: list[RunSeries], x: str, smoothing: float = 0.0, log_y: bool = False,
+                      **_other_options: Any) -> go.Figure:
     """Samples/s per image run, tokens/s per language run (what a language model's speed is quoted
-    in); with both kinds shown, tokens/s go on a right-hand axis and the legend names the unit."""
+    in), EMA-smoothed like the loss over a faint raw line; with both kinds shown, tokens/s go on a
+    right-hand axis and the legend names the unit."""
     axis = resolve_axis(runs, x)
     language = {run.run_id for _, run in axis.drawn if is_language(run)}
     mixed = 0 < len(language) < len(axis.drawn)
@@ -99,8 +101,14 @@ def throughput_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_oth
         text = run.run_id in language
         column, unit = ("tokens_per_s", "tokens/s") if text else ("samples_per_s", "samples/s")
         extra = {"yaxis": "y2"} if mixed and text else {}
-        traces.append(_line(run.metrics, axis.x, column, name=f"{run.label} {unit}" if mixed else run.label,
-                            legendgroup=run.run_id, uid=_uid(run, column), line={"color": _colour(i, run)}, **extra))
+        frame = run.metrics.assign(smoothed=smooth_ema(run.metrics[column].astype(float).tolist(), smoothing))
+        colour = _colour(i, run)
+        if smoothing:  # one step's speed jumps with evaluations and the machine's load
+            traces.append(_line(frame, axis.x, column, name=f"{run.label} raw", showlegend=False, opacity=0.3,
+                                legendgroup=run.run_id, uid=_uid(run, f"{column} raw"), hoverinfo="skip",
+                                line={"color": colour, "width": 1}, **extra))
+        traces.append(_line(frame, axis.x, "smoothed", name=f"{run.label} {unit}" if mixed else run.label,
+                            legendgroup=run.run_id, uid=_uid(run, column), line={"color": colour}, **extra))
     if mixed:
         return chart_figure("throughput", "throughput", axis, "samples/s (image runs)", traces, None, log_y,
                             y2_title="tokens/s (language runs)", scale=YScale(rangemode="tozero"))

@@ -101,9 +101,10 @@ def test_every_chart_draws_overlaid_runs_with_a_stable_uirevision(x):
     runs = [run(50, "a", evals_at=[25, 50], fp16=True), run(80, "b", evals_at=[40, 80], fp16=True)]
     figures = build_figures(runs, x, smoothing=0.6)
     assert list(figures) == list(CHARTS)
+    # loss and throughput (smoothed): a raw and a smoothed line per run;
     # scale: a line and the skipped marks per run, and the marks' legend key; memory: training memory,
     # activations and process memory per run, and three legend keys for the line styles
-    expected = {"loss": 4, "scale": 5, "skipped": 2, "memory": 9, "throughput": 2, "accuracy": 2,
+    expected = {"loss": 4, "scale": 5, "skipped": 2, "memory": 9, "throughput": 4, "accuracy": 2,
                 "grad_norm": 2, "lr": 2, "cache": 2}
     for name, figure in figures.items():
         assert isinstance(figure, go.Figure)
@@ -169,7 +170,7 @@ def test_coinciding_runs_are_found_and_the_later_one_is_dashed():
 
 def test_a_run_keeps_its_colour_across_charts():
     figures = build_figures([run(10, "a"), run(10, "b")], "step", 0.5)
-    assert figures["throughput"].data[1].line.color == PALETTE[1]
+    assert figures["throughput"].data[3].line.color == PALETTE[1]
     assert figures["loss"].data[3].line.color == PALETTE[1]
     assert {t.line.color for t in figures["memory"].data if t.name.startswith("b ")} == {PALETTE[1]}
 
@@ -354,7 +355,8 @@ def test_against_tokens_seen_image_runs_are_left_out_and_the_charts_say_so():
     by_step = build_figures([image, lm], "step", 0.6)
     assert {t.legendgroup for t in by_step["loss"].data} == {"img", "lm"}
     throughput = by_step["throughput"]
-    (samples,), (tokens,) = ([t for t in throughput.data if t.legendgroup == g] for g in ("img", "lm"))
+    (samples,), (tokens,) = ([t for t in throughput.data if t.legendgroup == g and t.showlegend is not False]
+                             for g in ("img", "lm"))
     assert samples.name == "img samples/s" and samples.yaxis in (None, "y")
     assert tokens.name == "lm tokens/s" and tokens.yaxis == "y2"
     assert throughput.layout.yaxis.title.text == "samples/s (image runs)"
@@ -408,3 +410,15 @@ def test_a_real_gpt_run_draws_without_errors():
     assert list(figures["perplexity"].data[0].y) == pytest.approx([eval_rows[-1]["perplexity"]])
     for figure in figures.values():
         figure.to_json()
+
+
+def test_throughput_is_smoothed_like_the_loss_over_its_faint_raw_line():
+    noisy = run(50)
+    noisy.metrics["samples_per_s"] = np.where(np.arange(50) % 2, 1000.0, 3000.0)  # every other step slow
+    raw_only = throughput_figure([noisy], "step", smoothing=0.0)
+    assert len(raw_only.data) == 1 and np.ptp(np.asarray(raw_only.data[0].y, dtype=float)) == 2000.0
+    smoothed = throughput_figure([noisy], "step", smoothing=0.9)
+    raw, line = smoothed.data
+    assert raw.showlegend is False and raw.opacity == 0.3
+    ys = np.asarray(line.y, dtype=float)
+    assert np.ptp(ys[10:]) < 500 and abs(ys[-1] - 2000.0) < 300  # the mean speed, not the zigzag
