@@ -1,5 +1,5 @@
 """The Runs page's table: filters, rows clicked to select runs (kept in step with the multiselect and the
-?run= link), and the tags of the selected runs.
+?run= link), the progress and Stop of the runs going, and the tags of the selected runs.
 
 The selection lives in st.session_state["runs_selected"] (the multiselect's key). A click in the table
 changes the table's own state ("runs_table"); each draw turns a click into runs_selected, then draws the
@@ -15,8 +15,10 @@ import pandas as pd
 import streamlit as st
 
 from gaccum_core.runs.catalog import all_tags, filter_runs, unstepped
+from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.store import RunStore, StoreError, parse_tags
 from gaccum_core.states import RunState
+from dashboard.ui import progress
 
 SELECTED, TABLE = "runs_selected", "runs_table"  # the multiselect's key and the table's
 COLUMNS = ["run_id", "name", "state", "progress", "tags", "label", "dataset", "world_size", "effective_batch",
@@ -113,6 +115,27 @@ def draw_table(shown: pd.DataFrame) -> None:
     if empty:
         st.caption(f"The {empty} run{'s' if empty > 1 else ''} that ended before a first step "
                    f"{'are' if empty > 1 else 'is'} listed last (the home page leaves them out).")
+
+
+def _stop(runner: Runner, run_id: str) -> None:
+    """Ask a run to stop (a button callback): it ends within a micro-batch, or at once if not yet started."""
+    try:
+        runner.stop(run_id)
+    except KeyError:  # deleted meanwhile, in another session
+        pass
+
+
+def progress_with_stop(runner: Runner, selected: set[str]) -> None:
+    """A progress bar (steps, time left) for each run the runner has going, with its Stop button, and for
+    each selected run it ran here, which says how it ended."""
+    for snapshot in runner.snapshots():
+        if snapshot.done and snapshot.run_id not in selected:
+            continue
+        bar, button = st.columns([6, 1], vertical_alignment="bottom")
+        with bar:
+            progress(snapshot)
+        if not snapshot.done:
+            button.button("Stop", key=f"stop_{snapshot.run_id}", on_click=_stop, args=(runner, snapshot.run_id))
 
 
 def _save_tags(store: RunStore, run_id: str) -> None:

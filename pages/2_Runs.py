@@ -12,8 +12,9 @@ from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError, validate_run_id
-from dashboard.runs_table import SELECTED, RunFilter, draw_filter, draw_table, going, sync_selection, tags_editor
-from dashboard.ui import REFRESH_S, chart_cache, get_runner, plain, progress, widget
+from dashboard.runs_table import (SELECTED, RunFilter, draw_filter, draw_table, going, progress_with_stop,
+                                  sync_selection, tags_editor)
+from dashboard.ui import REFRESH_S, chart_cache, get_runner, plain, widget
 
 st.set_page_config(page_title="gaccum · Runs", layout="wide")
 st.title("Runs")
@@ -60,27 +61,12 @@ if SELECTED in st.session_state:
 run_filter = draw_filter(table)
 
 
-def stop(run_id: str) -> None:
-    """Ask a run to stop (a button callback); it ends within a micro-batch, or at once if not yet started."""
-    try:
-        runner.stop(run_id)
-    except KeyError:  # deleted meanwhile, in another session
-        pass
-
-
 @st.fragment(run_every=REFRESH_S if going(table) or live else None)
 def runs_now(first: list, shown_filter: RunFilter) -> None:
     """The table, and a progress bar with Stop for each run this server trains, refreshed while runs go.
     first holds the page's table for its first draw; each refresh reads the runs again."""
     now = first.pop() if first else run_table(store, live_ids())
-    selected = st.session_state.get(SELECTED, [])
-    for snapshot in runner.snapshots():
-        if not snapshot.done or (snapshot.run_id in selected and snapshot.run_id in states):
-            bar, button = st.columns([6, 1], vertical_alignment="bottom")
-            with bar:
-                progress(snapshot)
-            if not snapshot.done:
-                button.button("Stop", key=f"stop_{snapshot.run_id}", on_click=stop, args=(snapshot.run_id,))
+    progress_with_stop(runner, set(st.session_state.get(SELECTED, [])) & set(now["run_id"]))
     shown = shown_filter.apply(now)
     clicked = sync_selection(list(shown["run_id"]))
     draw_table(shown)
