@@ -27,7 +27,8 @@ COLUMNS = ["run_id", "name", "state", "progress", "tags", "label", "dataset", "w
 COLUMN_CONFIG = {
     "progress": st.column_config.ProgressColumn("progress", help="steps done of the run's total", format="percent",
                                                 min_value=0.0, max_value=1.0),
-    "tags": st.column_config.ListColumn("tags", help="your tags: set them under Tags when the run is selected"),
+    "tags": st.column_config.ListColumn("tags", help="your tags: set them under Tags when the run is selected",
+                                        width="medium"),
     "final_loss": st.column_config.NumberColumn(format="%.4f"),
     "test_accuracy": st.column_config.NumberColumn(format="%.3f"),
     "peak_mem_mb": st.column_config.NumberColumn(format="%.0f"),

@@ -7,6 +7,7 @@ from gaccum_core.runs.catalog import combined_csv, run_labels, run_table, settin
 from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.views.axes import X_AXES
 from gaccum_core.views.charts import build_figures
+from gaccum_core.views.colours import run_colours
 from gaccum_core.views.series import RunSeries
 from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import RunBusyError
@@ -110,9 +111,12 @@ if readable:
     x_axis = widget(st.radio, "x axis", "runs_x", "step", options=list(X_AXES), format_func=X_AXES.get,
                     horizontal=True)
     smoothing = widget(st.slider, "Smoothing (loss, throughput)", "runs_smoothing", 0.6, min_value=0.0, max_value=0.99)
-    names = run_labels(list(configs.values()))
-    runs = [RunSeries(r, f"{name} · {r[-6:]}", store.read_metrics(r), store.read_evals(r))
-            for r, name in zip(readable, names)]
+    # Named as on the Train page (what differs, the run's name, when made), coloured by creation order on disk.
+    names = dict(zip(table["run_id"], table["name"].fillna("")))
+    legends = run_labels(list(configs.values()), [names[r] for r in readable], readable)
+    colour = run_colours(store.list_runs())
+    runs = [RunSeries(r, legend, store.read_metrics(r), store.read_evals(r), colour.get(r))
+            for r, legend in zip(readable, legends)]
     left, right = st.columns(2)
     for i, (name, figure) in enumerate(build_figures(runs, x_axis, smoothing).items()):
         (left if i % 2 == 0 else right).plotly_chart(figure, key=f"runs_chart_{name}", width="stretch", theme=None)

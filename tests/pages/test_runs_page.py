@@ -168,3 +168,15 @@ def test_an_empty_run_can_still_be_selected_and_deleted(runs_dir, state):
     at.checkbox(key="confirm_delete").check().run()
     at.button(key="delete_run").click().run()
     assert not at.exception and not (runs_dir / empty).exists()
+
+
+def test_the_runs_pages_legends_name_runs_by_their_names_never_by_the_end_of_their_ids(runs_dir):
+    import json
+
+    fp16, bf16 = _finished("fp16 try 1", "bf16 try 1")
+    at = runs_page()
+    _click_rows(at, [0, 1])
+    loss = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "loss" in c.proto.spec)
+    legends = {trace.get("name", "") for trace in loss["data"]}
+    assert any("fp16 try 1" in name for name in legends) and any("bf16 try 1" in name for name in legends)
+    assert not any("-try-1" in name for name in legends), legends  # both ids end so
