@@ -63,7 +63,7 @@ def _run_traces(run: RunSeries, x: str, colour_: str) -> list[dict[str, Any]]:
 def _keys(traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Legend entries for the line styles drawn: each run has one entry (its colour), these say what
     its thick, dotted, dashed and faint lines are."""
-    drawn = {trace["uid"].rsplit(" ", 1)[-1] for trace in traces}
+    drawn = {trace["uid"].rsplit("--", 1)[-1] for trace in traces}
     keys = [key("training memory", line={"width": 2.5})] if "train_mem_mb" in drawn else []
     keys += [key("activations", line={"width": 1, "dash": "dot"})] if "activation_mb" in drawn else []
     keys += [key(suffix, line={"width": 1.5, "dash": dash}) for column, (suffix, dash) in CUDA_LINES.items()

@@ -4,6 +4,7 @@ downsampled line, a trace uid that follows its run. Pure: no I/O."""
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 import pandas as pd
@@ -36,17 +37,26 @@ def line(frame: pd.DataFrame, x: str, y: str, **props: Any) -> dict[str, Any]:
                    **props)
 
 
+_NOT_CSS = re.compile(r"[^A-Za-z0-9_-]")
+
+
 def key(name: str, **style: Any) -> dict[str, Any]:
     """A legend entry with no data that says what a line style means ("activations" for dotted lines),
     so that each run needs one entry only: horizontal legends stack a run's several entries in a column."""
     style = {"mode": "lines", **style}
     if "lines" in style["mode"]:
         style["line"] = {"color": KEY_COLOUR, **style.get("line", {})}
-    return scatter([None], [None], name=name, legendgroup=f"key {name}", uid=f"key {name}", hoverinfo="skip",
+    return scatter([None], [None], name=name, legendgroup=f"key {name}", uid=css_safe(f"key-{name}"), hoverinfo="skip",
                    showlegend=True, **style)
 
 
+def css_safe(text: str) -> str:
+    """Text usable in a CSS class name: plotly.js builds selectors from uids ('.cbkey' + uid), and a space
+    or a bracket there threw in Plotly.purge and Plotly.react ("not a valid selector")."""
+    return _NOT_CSS.sub("_", text)
+
+
 def uid(run: RunSeries, line: str) -> str:
-    """A trace's plotly uid: the run and the line, so a hidden legend entry stays with its run's line
-    when a redraw adds or drops traces before it (plotly matches UI state by uid, else by position)."""
-    return f"{run.run_id} {line}"
+    """A trace's plotly uid: the run and the line (run id--line), so a hidden legend entry stays with its
+    run's line when a redraw adds or drops traces before it (plotly matches UI state by uid, else by position)."""
+    return css_safe(f"{run.run_id}--{line}")

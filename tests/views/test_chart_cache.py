@@ -79,4 +79,4 @@ def test_each_trace_keeps_its_uid_so_a_hidden_legend_entry_stays_with_its_run():
     runs = [ChartInput(run_id, run_id, rows(4), ()) for run_id in ("r1", "r2")]
     loss = json.loads(cache.charts(runs, "step", 0.6).specs["loss"])
     uids = [trace.get("uid") for trace in loss["data"] if trace.get("uid")]
-    assert any(uid.startswith("r1 ") for uid in uids) and any(uid.startswith("r2 ") for uid in uids), uids
+    assert any(uid.startswith("r1--") for uid in uids) and any(uid.startswith("r2--") for uid in uids), uids

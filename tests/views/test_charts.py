@@ -164,7 +164,7 @@ def test_coinciding_runs_are_found_and_the_later_one_is_dashed():
     assert group.run_ids == ("a", "b") and group.steps == 40 and 0 < group.max_diff < 1e-6
     loss = loss_figure([a, other, same], "step", 0.6)
     dashes = {t.uid: t.line.dash for t in loss.data if t.showlegend is not False}
-    assert dashes == {"a loss": "solid", "c loss": "solid", "b loss": "dash"}
+    assert dashes == {"a--loss": "solid", "c--loss": "solid", "b--loss": "dash"}
     assert coinciding([a, run(41, "d")]) == []  # different lengths are never called the same
 
 
@@ -345,11 +345,11 @@ def test_against_tokens_seen_image_runs_are_left_out_and_the_charts_say_so():
     image, lm = run(30, "img", evals_at=[30], fp16=True), lm_run(30, "lm", evals_at=[30], fp16=True)
     figures = build_figures([image, lm], "tokens_seen", 0.6)
     for name, figure in figures.items():
-        drawn = {trace.legendgroup for trace in figure.data if not trace.uid.startswith("key ")}
+        drawn = {trace.legendgroup for trace in figure.data if not trace.uid.startswith("key-")}
         assert drawn == {"lm"}, name
         # perplexity is a chart of language runs only, whatever the x axis: nothing to say there
         assert (LEFT_OUT in annotations(figure)) == (name != "perplexity"), name
-        colours = {t.line.color for t in figure.data if t.line.color and not t.uid.startswith("key ")}
+        colours = {t.line.color for t in figure.data if t.line.color and not t.uid.startswith("key-")}
         assert colours <= {PALETTE[1]}, name  # lm keeps its colour
     # Against steps both are drawn, and the throughput chart gives each unit its own axis.
     by_step = build_figures([image, lm], "step", 0.6)
@@ -422,3 +422,14 @@ def test_throughput_is_smoothed_like_the_loss_over_its_faint_raw_line():
     assert raw.showlegend is False and raw.opacity == 0.3
     ys = np.asarray(line.y, dtype=float)
     assert np.ptp(ys[10:]) < 500 and abs(ys[-1] - 2000.0) < 300  # the mean speed, not the zigzag
+
+
+def test_every_trace_uid_is_css_safe():
+    """plotly.js builds CSS selectors from uids ('.cbkey' + uid): a space or a bracket made Plotly.react
+    and Plotly.purge throw, and the memory chart said "This chart could not be drawn"."""
+    import re
+
+    runs = [run(20, "20261124-081356-e1397b", evals_at=[10, 20], fp16=True), run(20, "b c(d)", cuda=True)]
+    for name, figure in build_figures(runs, "step", 0.6).items():
+        for trace in figure.data:
+            assert re.fullmatch(r"[A-Za-z0-9_-]+", trace.uid), (name, trace.uid)
