@@ -6,6 +6,7 @@ page) has found it, and the runs come from the runs directory until the runner i
 import streamlit as st
 
 from dashboard import warm
+from dashboard.nav import PAGES
 from gaccum_core.runs.catalog import run_table
 from gaccum_core.runs.store import RunStore
 
@@ -18,11 +19,8 @@ st.write(
     "micro-batch. gaccum trains with exact accumulation, checked against the one-big-batch update, and "
     "measures what mixed precision, cache clearing and torch.compile cost and save."
 )
-st.page_link("pages/1_Train.py", label="Train: configure and watch a run", icon="▶️")
-st.page_link("pages/2_Runs.py", label="Runs: compare, export, delete, tag", icon="📊")
-st.page_link("pages/3_Equivalence.py", label="Equivalence: accumulated vs one big batch, on your model", icon="⚖️")
-st.page_link("pages/4_Pitfalls.py", label="Pitfalls: the classic accumulation bugs, side by side", icon="🐞")
-st.page_link("pages/5_Plan.py", label="Plan: the largest micro-batch that fits a memory budget", icon="📐")
+for entry in PAGES[1:]:
+    st.page_link(entry.script, label=f"{entry.title}: {entry.blurb}", icon=entry.icon)
 
 
 def _active(runner) -> list:

@@ -121,3 +121,17 @@ def test_home_page_is_drawn_without_torch(runs_dir):
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False|gaccum|Device: checking… (the server is loading torch)|Latest runs"
+
+
+def test_home_page_leaves_out_runs_that_ended_before_a_step(runs_dir):
+    from gaccum_core.runs.store import RunStore
+
+    trained = runner().submit(RunConfig(device="cpu", model="mlp", max_steps=2))
+    runner().wait(trained, timeout=60)
+    store = RunStore(runs_dir)
+    empty = store.create(RunConfig(device="cpu", model="mlp"))
+    store.update_status(empty, state="stopped", message="stopped before its first step")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    assert not at.exception
+    listed = set(at.dataframe[0].value["run_id"])
+    assert trained in listed and empty not in listed
