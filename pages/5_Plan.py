@@ -17,7 +17,7 @@ from gaccum_core.plan.planner import (MEMORY_SOURCES, PlanRequest, config_from_p
                               make_plan)
 from gaccum_core.views.plan import (memory_figure, plan_csv, plan_table, progress_text, recommendation_words,
                                     speed_figure, table_formats)
-from gaccum_core.plan.search import TIMED_PER_OPTIONS, expected_measurements, mb
+from gaccum_core.plan.search import TIMED_PER_OPTIONS, mb, typical_probes
 from dashboard.ui import FieldWidgets
 
 LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)"}
@@ -31,9 +31,10 @@ st.set_page_config(page_title="gaccum · Plan", layout="wide")
 st.title("Plan")
 st.write("For an effective batch E and a memory budget: the largest micro-batch b dividing E that fits, per "
          "option combination, found by measuring a few sizes around where the memory line predicts the budget "
-         "falls; the sizes near it are timed until their speed is known (±5%, 95% interval) or for about "
-         f"{DEFAULT.time_cap_s:g} s each. Of the settings that leave {DEFAULT.margin:.0%} of the budget free, "
-         "those as fast as the fastest within that precision tie, and the largest b among them is recommended.")
+         "falls; the sizes near it are timed in turns until their speed is known (±5%, 95% interval) or for "
+         f"about {DEFAULT.time_cap_s:g} s each. Of the settings that leave {DEFAULT.margin:.0%} of the budget "
+         "free, those as fast as the fastest within that precision tie, and the largest b among them is "
+         "recommended.")
 controls = FieldWidgets("plan_", LABELS, DEFAULT.base)  # each input with the slot for its message, under it
 
 
@@ -107,9 +108,9 @@ if problem:
 if request is not None:  # what Plan will measure, as the server has it: said before anything is measured
     combos = request.options
     st.caption(f"Plan crosses {len(combos)} option combination{'s' * (len(combos) != 1)}: "
-               f"{', '.join(o.label() for o in combos)}; about "
-               f"{len(combos) * expected_measurements(request.effective_batch)} measurements: a few memory probes "
-               f"and {TIMED_PER_OPTIONS} timed sizes per combination.")
+               f"{', '.join(o.label() for o in combos)}: about "
+               f"{len(combos) * typical_probes(request.effective_batch)} memory probes, then "
+               f"{len(combos) * TIMED_PER_OPTIONS} sizes timed in turns, about {request.time_cap_s:g} s each.")
 if st.button("Plan", type="primary", key="plan_run", disabled=problem is not None):
     bar = st.progress(0.0, text="measuring the first candidate (it loads the data and builds the model)…")
     try:

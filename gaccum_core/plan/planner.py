@@ -18,10 +18,11 @@ import torch
 
 from gaccum_core.config import AMP_MODES, CLEAR_CACHE_MODES, COMPILE_MODES, ConfigError, RunConfig
 from gaccum_core.data import load_data
-from gaccum_core.plan.probe import measure, time_speed
+from gaccum_core.plan.probe import measure, time_speeds
+from gaccum_core.plan.progress import Tally
 from gaccum_core.plan.ranking import reason, recommend
-from gaccum_core.plan.search import (MARGIN, UNAVAILABLE, Candidate, Options, best_fit, combinations,
-                                     expected_measurements, hint_points, search, timing_sizes, within)
+from gaccum_core.plan.search import (MARGIN, TIMED_PER_OPTIONS, UNAVAILABLE, Candidate, Options, best_fit,
+                                     combinations, hint_points, search, timing_sizes, typical_probes, within)
 from gaccum_core.plan.speed import PRECISION, Timing
 from gaccum_core.train.device import option_unavailable, resolve_device
 
@@ -33,7 +34,8 @@ MEMORY_SOURCES = {
                "optimizer step): on the CPU the process's resident memory is mostly the interpreter and libraries",
 }
 
-# (measurements so far, about how many in all, the candidate just measured or timed, seconds so far)
+# (memory probes and timed steps so far, about how many in all, the candidate just measured or stepped
+# (with its speed so far), seconds so far)
 Progress = Callable[[int, int, Candidate | None, float], None]
 
 
@@ -49,7 +51,7 @@ class PlanRequest:
     compile: tuple[str, ...] = ("off",)
     timed_steps: int = 20  # at most, per timed candidate
     margin: float = MARGIN
-    time_cap_s: float = 1.0  # seconds of timed steps per candidate, unless its speed is known sooner
+    time_cap_s: float = 0.6  # seconds of timed steps per candidate, unless its speed is known sooner
     precision: float = PRECISION  # the speed is known when its 95% interval is within this share
 
     def __post_init__(self) -> None:
@@ -137,76 +139,66 @@ def default_budget_mb(device: torch.device, margin: float = MARGIN) -> float | N
 
 
 def make_plan(request: PlanRequest, progress: Progress | None = None) -> Plan:
-    """Measure each option combination around its budget line, time the sizes near it and recommend one;
-    never raises for a candidate."""
+    """Measure each option combination around its budget line, then time the sizes near each line in
+    turns, and recommend one; never raises for a candidate."""
     start = time.perf_counter()
     device = resolve_device(request.base.device)
     largest = len(load_data(request.base).train)
     plan = Plan(request, str(device), "allocator" if device.type == "cuda" else "counted")
-    tally = _Tally(expected_measurements(request.effective_batch, largest), len(request.options))
+    tally = Tally(typical_probes(request.effective_batch, largest), len(request.options), TIMED_PER_OPTIONS,
+                  request.timing)
 
-    def report(candidate: Candidate) -> Candidate:
-        tally.count()
+    def report(candidate: Candidate) -> None:
         if progress is not None:
             progress(tally.done, tally.about(), candidate, time.perf_counter() - start)
-        return candidate
+
+    def probed(candidate: Candidate) -> None:
+        tally.probed()
+        report(candidate)
+
+    def stepped(index: int, candidate: Candidate, finished: bool) -> None:
+        tally.stepped(index, candidate, finished)
+        report(candidate)
 
     with _collections_of_the_plan_only():
+        to_time: list[Candidate] = []
         for options in request.options:
             why = option_unavailable(device, options.amp, options.compile)
             if why is not None:
                 plan.candidates.append(Candidate(options, 0, 0, UNAVAILABLE, detail={"message": why}))
             else:
-                _plan_options(plan, options, largest, report)
-            tally.next_combination()
-    plan.recommended = recommend(plan.candidates, request.budget_mb, request.margin)
-    plan.reason = reason(plan.recommended, plan.candidates, request.budget_mb, request.margin)
+                to_time += _search_options(plan, options, largest, probed)
+            tally.searched()
+        tally.timing_starts(len(to_time))
+        for before, after in zip(to_time, time_speeds(request.base, to_time, request.effective_batch,
+                                                      request.timing, stepped)):
+            plan.candidates[plan.candidates.index(before)] = after
+    plan.recommended = recommend(plan.candidates, request.budget_mb, request.margin, request.precision)
+    plan.reason = reason(plan.recommended, plan.candidates, request.budget_mb, request.margin, request.precision)
     plan.seconds = time.perf_counter() - start
     return plan
 
 
-def _plan_options(plan: Plan, options: Options, largest: int, report: Callable[[Candidate], Candidate]) -> None:
-    """One combination: the largest size within the budget, then within the margin (usually measured by
-    then), then the sizes to time, each measured before it is timed."""
+def _search_options(plan: Plan, options: Options, largest: int, probed: Callable[[Candidate], None]) -> list[Candidate]:
+    """One combination's memory: the largest size within the budget, then within the margin (usually
+    measured by then), then the sizes to time, each measured first; returns those within the margin."""
     request = plan.request
     effective, budget, safe = request.effective_batch, request.budget_mb, (1 - request.margin) * request.budget_mb
 
     def measured(opts: Options, b: int) -> Candidate:
-        plan.candidates.append(report(measure(request.base, opts, b, effective, budget)))
+        plan.candidates.append(measure(request.base, opts, b, effective, budget))
+        probed(plan.candidates[-1])
         return plan.candidates[-1]
 
     search(effective, options, measured, budget, largest, plan.candidates, hint_points(plan.candidates, options))
     search(effective, options, measured, safe, largest, known=plan.candidates)
+    to_time = []
     for b in timing_sizes(effective, plan.candidates, options, budget, request.margin, largest):
         mine = [c for c in plan.candidates if c.options == options and c.micro_batch_size == b]
         candidate = mine[0] if mine else measured(options, b)
         if within(candidate, safe):
-            index = plan.candidates.index(candidate)
-            plan.candidates[index] = report(time_speed(request.base, candidate, effective, request.timing))
-
-
-class _Tally:
-    """Measurements (memory probes and timings) done, and about how many a plan takes in all: the
-    combinations still to come at the typical count, the current one at least that."""
-
-    def __init__(self, per_combination: int, combinations: int) -> None:
-        self.per_combination, self.left = per_combination, combinations
-        self.done = self.in_current = 0
-
-    def count(self) -> None:
-        """One more measurement of the current combination."""
-        self.done += 1
-        self.in_current += 1
-
-    def next_combination(self) -> None:
-        """The current combination is done."""
-        self.left -= 1
-        self.in_current = 0
-
-    def about(self) -> int:
-        """About how many measurements in all (never fewer than done)."""
-        current = max(self.per_combination - self.in_current, 0)
-        return self.done + current + self.per_combination * max(self.left - 1, 0)
+            to_time.append(candidate)
+    return to_time
 
 
 @contextmanager

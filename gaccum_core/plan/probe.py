@@ -1,5 +1,6 @@
 """A candidate measured on the engine itself, with the candidate's options: its training memory over
-one optimizer step (measure), and its speed over full windows of (b, k = E / b) until known (time_speed).
+one optimizer step (measure), and its speed over full windows of (b, k = E / b) until known, several
+candidates timed in turns (time_speeds).
 
 Training memory, counted the same way on every device: weights (parameters and buffers) + gradients
 + optimizer state + the peak of bytes autograd holds for backward over a window. On CUDA the
@@ -12,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -22,7 +23,7 @@ from gaccum_core.train.device import resolve_device
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import RowKeeper
 from gaccum_core.plan.search import FAILED, FITS, OUT_OF_MEMORY, OVER_BUDGET, Candidate, Options
-from gaccum_core.plan.speed import Speed, Timing, time_until_known
+from gaccum_core.plan.speed import Speed, Step, Timing, time_in_turns
 
 WARMUP_STEPS = 1  # compilation, allocator growth, optimizer state creation: excluded from every figure
 # A memory window of 2 micro-batches has the allocator peak of any k >= 2: the second micro-batch's
@@ -31,6 +32,8 @@ WARMUP_STEPS = 1  # compilation, allocator growth, optimizer state creation: exc
 # no warm-up (the optimizer state it counts exists after the window's step). Text is measured over its
 # whole window: its micro-batches differ in length.
 ALLOCATOR_WINDOW, COUNTED_WINDOW = 2, 1
+SIDE_BY_SIDE = 8  # engines timed in turns on the CPU, each holding its weights and optimizer state
+OnStep = Callable[[int, Candidate, bool], None]  # (index, the candidate with its speed so far, finished)
 
 
 def burst_config(base: RunConfig, options: Options, micro_batch_size: int, effective_batch: int) -> RunConfig:
@@ -81,23 +84,71 @@ def measure(base: RunConfig, options: Options, micro_batch_size: int, effective_
         clear_cache(resolve_device(base.device))
 
 
-def time_speed(base: RunConfig, candidate: Candidate, effective_batch: int, timing: Timing = Timing()) -> Candidate:
-    """The candidate with its speed: full windows of (b, k) after a warm-up step, timed until `timing`
-    says the speed is known; an error while timing is the candidate's result."""
-    config = burst_config(base, candidate.options, candidate.micro_batch_size, effective_batch)
-    try:
-        speed, timed = _timed_steps(config, timing)
-        detail = dict(candidate.detail)
-        if config.is_text:  # sequences differ in length: tokens/s is the language run's throughput
-            detail["tokens_per_s"] = statistics.fmean(r["tokens"] / r["step_time_s"] for r in timed)
-        return dataclasses.replace(candidate, samples_per_s=speed.value, samples_per_s_error=speed.error,
-                                   timed_steps=speed.steps, detail=detail,
-                                   step_time_s=statistics.median(r["step_time_s"] for r in timed))
-    except Exception as exc:  # noqa: BLE001 - as in measure
-        failed = _failure(candidate.options, candidate.micro_batch_size, candidate.accum_steps, exc)
-        return dataclasses.replace(failed, peak_mb=candidate.peak_mb, detail={**candidate.detail, **failed.detail})
-    finally:
-        clear_cache(resolve_device(base.device))
+def time_speeds(base: RunConfig, candidates: Sequence[Candidate], effective_batch: int, timing: Timing = Timing(),
+                on_step: OnStep | None = None) -> list[Candidate]:
+    """The candidates with their speeds: full windows of (b, k) after a warm-up step each, timed until
+    `timing` says each speed is known; on_step(index, candidate so far, finished) after every step. On the
+    CPU up to SIDE_BY_SIDE engines are timed in turns; on CUDA one after another (each needs the
+    device's memory to itself). An error while timing is that candidate's result."""
+    device = resolve_device(base.device)
+    size = 1 if device.type == "cuda" else SIDE_BY_SIDE
+    timed: list[Candidate] = []
+    for start in range(0, len(candidates), size):
+        report = None if on_step is None else (lambda i, c, end, start=start: on_step(start + i, c, end))
+        timed += _time_group(base, candidates[start:start + size], effective_batch, timing, report)
+        clear_cache(device)  # the group's engines went with _time_group's frame
+    return timed
+
+
+def _time_group(base: RunConfig, candidates: Sequence[Candidate], effective_batch: int, timing: Timing,
+                on_step: OnStep | None) -> list[Candidate]:
+    """Build and warm up an engine per candidate, then time them in turns."""
+    configs = [burst_config(base, c.options, c.micro_batch_size, effective_batch) for c in candidates]
+    engines: list[Engine | None] = []
+    kept = [RowKeeper() for _ in candidates]
+    failures: dict[int, BaseException] = {}
+    for i, config in enumerate(configs):
+        engine = None
+        try:
+            engine = Engine(config)
+            _train(engine, kept[i], WARMUP_STEPS)
+        except Exception as exc:  # noqa: BLE001 - every failure of a candidate is a row of the plan
+            failures[i], engine = exc, None
+        engines.append(engine)
+
+    def stepper(i: int) -> Step:
+        def step() -> Mapping[str, Any] | None:
+            if engines[i] is None:
+                return None
+            try:
+                _train(engines[i], kept[i], 1)
+                return kept[i].steps[-1]
+            except Exception as exc:  # noqa: BLE001 - as above
+                failures[i], engines[i] = exc, None
+                return None
+        return step
+
+    report = None if on_step is None else (lambda i, speed, end: on_step(
+        i, _with_speed(candidates[i], speed, kept[i].steps[WARMUP_STEPS:], configs[i]), end))
+    results = time_in_turns([stepper(i) for i in range(len(candidates))], timing, report)
+    return [_failed(c, failures[i]) if i in failures else _with_speed(c, speed, rows, configs[i])
+            for i, (c, (speed, rows)) in enumerate(zip(candidates, results))]
+
+
+def _with_speed(candidate: Candidate, speed: Speed, rows: Sequence[Mapping[str, Any]], config: RunConfig) -> Candidate:
+    """The candidate with the speed of its timed rows."""
+    detail = dict(candidate.detail)
+    if config.is_text:  # sequences differ in length: tokens/s is the language run's throughput
+        detail["tokens_per_s"] = statistics.fmean(r["tokens"] / r["step_time_s"] for r in rows)
+    return dataclasses.replace(candidate, samples_per_s=speed.value, samples_per_s_error=speed.error,
+                               timed_steps=speed.steps, detail=detail,
+                               step_time_s=statistics.median(r["step_time_s"] for r in rows))
+
+
+def _failed(candidate: Candidate, exc: BaseException) -> Candidate:
+    """A measured candidate whose timing failed: the failure's status and message, its memory kept."""
+    failed = _failure(candidate.options, candidate.micro_batch_size, candidate.accum_steps, exc)
+    return dataclasses.replace(failed, peak_mb=candidate.peak_mb, detail={**candidate.detail, **failed.detail})
 
 
 def _memory_config(config: RunConfig) -> RunConfig:
@@ -116,19 +167,6 @@ def _memory(config: RunConfig) -> dict[str, float | None]:
     if engine.device.type == "cuda" or config.compile != "off":
         _train(engine, rows, WARMUP_STEPS)
     return _memory_window(engine, rows)
-
-
-def _timed_steps(config: RunConfig, timing: Timing) -> tuple[Speed, list[Mapping[str, Any]]]:
-    """A fresh engine's speed and rows over the steps timed after WARMUP_STEPS, until `timing` is done."""
-    engine = Engine(config)
-    rows = RowKeeper()
-    _train(engine, rows, WARMUP_STEPS)
-
-    def step() -> Mapping[str, Any]:
-        _train(engine, rows, 1)
-        return rows.steps[-1]
-
-    return time_until_known(step, timing, time.perf_counter)
 
 
 def _failure(options: Options, micro_batch_size: int, k: int, exc: BaseException) -> Candidate:

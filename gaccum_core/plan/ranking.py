@@ -7,38 +7,47 @@ from __future__ import annotations
 from typing import Sequence
 
 from gaccum_core.plan.search import MARGIN, UNAVAILABLE, Candidate, Options, mb, within
-from gaccum_core.plan.speed import indistinguishable
+from gaccum_core.plan.speed import PRECISION, indistinguishable
 
 MAX_NAMED = 4  # tied settings named in the reason
 
 
-def recommend(candidates: Sequence[Candidate], budget_mb: float, margin: float = MARGIN) -> Candidate | None:
+def recommend(candidates: Sequence[Candidate], budget_mb: float, margin: float = MARGIN,
+              precision: float = PRECISION) -> Candidate | None:
     """Among the timed candidates whose peak leaves `margin` of the budget free, those whose speed cannot
     be told from the fastest's are ties: the largest b of them (fewer accumulation steps), then the
     fewest options, then the first measured."""
     safe = [c for c in candidates if _safe(c, budget_mb, margin)]
     if not safe:
         return None
-    return max(ties(safe), key=lambda c: (c.micro_batch_size, -_options_on(c.options)))
+    return max(ties(safe, precision), key=lambda c: (c.micro_batch_size, -_options_on(c.options)))
 
 
-def ties(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """The timed candidates whose 95% speed intervals overlap the fastest's (the fastest among them)."""
+def ties(candidates: Sequence[Candidate], precision: float = PRECISION) -> list[Candidate]:
+    """The timed candidates whose 95% speed intervals overlap the fastest's (the fastest among them).
+    An interval is never narrower than the stated precision: steps timed a few seconds apart on a
+    shared machine drift more than one candidate's steps vary, so a finer difference is not claimed."""
     timed = [c for c in candidates if c.samples_per_s is not None]
     if not timed:
         return []
     fastest = max(timed, key=lambda c: c.samples_per_s)
-    return [c for c in timed if indistinguishable(c.samples_per_s, c.samples_per_s_error,
-                                                  fastest.samples_per_s, fastest.samples_per_s_error)]
+    return [c for c in timed if indistinguishable(c.samples_per_s, _error(c, precision),
+                                                  fastest.samples_per_s, _error(fastest, precision))]
 
 
-def reason(choice: Candidate | None, candidates: Sequence[Candidate], budget_mb: float, margin: float = MARGIN) -> str:
+def _error(candidate: Candidate, precision: float) -> float:
+    """The speed's half-width, at least `precision` of the speed."""
+    return max(candidate.samples_per_s_error or 0.0, precision * candidate.samples_per_s)
+
+
+def reason(choice: Candidate | None, candidates: Sequence[Candidate], budget_mb: float, margin: float = MARGIN,
+           precision: float = PRECISION) -> str:
     """Why this is the recommendation, in a sentence or two: the settings it ties with on speed, and how
     it compares with plain fp32 where that was measured."""
     if choice is None:
         return _why_nothing(candidates, budget_mb, margin)
     safe = [c for c in candidates if _safe(c, budget_mb, margin)]
-    tied = ties(safe)
+    tied = ties(safe, precision)
     figures = f"({mb(choice.peak_mb)} of {mb(budget_mb)}, {choice.speed_words()})"
     setting = f"{choice.options.label()} at b={choice.micro_batch_size}, k={choice.accum_steps}"
     if len(tied) > 1:
@@ -49,7 +58,7 @@ def reason(choice: Candidate | None, candidates: Sequence[Candidate], budget_mb:
     if not plain_safe or choice.options == Options():
         others = {c.options for c in candidates} - {choice.options}
         return text + ("; no other option combination measured faster." if others and len(tied) == 1 else ".")
-    return text + _against_plain(choice, plain_safe, tied, budget_mb, margin) + "."
+    return text + _against_plain(choice, plain_safe, tied, budget_mb, margin, precision) + "."
 
 
 def _tie_words(choice: Candidate, tied: Sequence[Candidate]) -> str:
@@ -70,16 +79,16 @@ def _tie_words(choice: Candidate, tied: Sequence[Candidate]) -> str:
 
 
 def _against_plain(choice: Candidate, plain_safe: Sequence[Candidate], tied: Sequence[Candidate],
-                   budget_mb: float, margin: float) -> str:
+                   budget_mb: float, margin: float, precision: float) -> str:
     """'; 1.50× the samples/s of fp32 without options, whose ...': the recommendation against plain fp32."""
-    plain = recommend(plain_safe, budget_mb, margin)
+    plain = recommend(plain_safe, budget_mb, margin, precision)
     largest = max(c.micro_batch_size for c in plain_safe)
     room = (f"; it needs less memory: b={choice.micro_batch_size} fits where fp32 stops at b={largest}"
             if choice.micro_batch_size > largest else "")
     if any(c.options == Options() for c in tied):  # fp32 is named among the ties: no ratio to quote
         return room
-    if indistinguishable(choice.samples_per_s, choice.samples_per_s_error, plain.samples_per_s,
-                         plain.samples_per_s_error):
+    if indistinguishable(choice.samples_per_s, _error(choice, precision), plain.samples_per_s,
+                         _error(plain, precision)):
         return f"; as fast as fp32 without options at b={plain.micro_batch_size} within the precision{room}"
     return (f"; {choice.samples_per_s / plain.samples_per_s:.2f}× the samples/s of fp32 without options, "
             f"whose recommended size within the margin is b={plain.micro_batch_size}{room}")

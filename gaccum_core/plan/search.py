@@ -154,10 +154,10 @@ def most_measurements(effective_batch: int, largest: int | None = None) -> int:
     return min(count, 2 * per_search + 1)
 
 
-def expected_measurements(effective_batch: int, largest: int | None = None) -> int:
-    """What one option combination typically takes when memory is linear in b: a few memory probes
-    around the budget line, then TIMED_PER_OPTIONS timings (for the progress bar and the page)."""
-    return min(len(sizes_within(effective_batch, largest)), TYPICAL_PROBES) + TIMED_PER_OPTIONS
+def typical_probes(effective_batch: int, largest: int | None = None) -> int:
+    """The memory probes one option combination typically takes when memory is linear in b (for the
+    progress bar and the page; most_measurements bounds it)."""
+    return min(len(sizes_within(effective_batch, largest)), TYPICAL_PROBES)
 
 
 def timing_sizes(effective_batch: int, candidates: Iterable[Candidate], options: Options, budget_mb: float,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 PRECISION = 0.05  # timing stops once the 95% interval's half-width is within 5% of the speed
 MIN_STEPS = 3     # an interval from two steps rests on one difference: never "known" from fewer than three
@@ -71,16 +71,32 @@ class Timing:
                 or (seconds >= self.cap_s and speed.steps >= 2))
 
 
-def time_until_known(step: Callable[[], Mapping[str, float]], timing: Timing,
-                     clock: Callable[[], float]) -> tuple[Speed, list[Mapping[str, float]]]:
-    """Run step() (one optimizer step, its row with "samples" and "step_time_s") until `timing` is done;
-    the speed and the rows. `clock` measures the cap (time.perf_counter; a fake one in tests)."""
-    start, rows = clock(), []
-    while True:
-        rows.append(step())
-        speed = estimate([r["samples"] for r in rows], [r["step_time_s"] for r in rows])
-        if timing.done(speed, clock() - start):
-            return speed, rows
+Step = Callable[[], Optional[Mapping[str, float]]]  # one timed optimizer step's row; None: it failed
+
+
+def time_in_turns(steps: Sequence[Step], timing: Timing,
+                  on_step: Callable[[int, Speed, bool], None] | None = None) -> list[tuple[Speed | None, list]]:
+    """Run the candidates' steps in turns (one step each, round and round) until `timing` is done for
+    each, its cap counting its own timed seconds: a burst of someone else's work on the machine then
+    slows every candidate alike instead of one. A step that returns None drops its candidate. Per
+    candidate, its speed (None if no step ran) and its rows; on_step(index, speed, finished) after
+    every step."""
+    rows: list[list] = [[] for _ in steps]
+    speeds: list[Speed | None] = [None] * len(steps)
+    active = list(range(len(steps)))
+    while active:
+        for i in list(active):
+            row = steps[i]()
+            if row is None:
+                active.remove(i)
+                continue
+            rows[i].append(row)
+            speeds[i] = estimate([r["samples"] for r in rows[i]], [r["step_time_s"] for r in rows[i]])
+            if timing.done(speeds[i], sum(r["step_time_s"] for r in rows[i])):
+                active.remove(i)
+            if on_step is not None:
+                on_step(i, speeds[i], i not in active)
+    return list(zip(speeds, rows))
 
 
 def indistinguishable(a: float, a_error: float | None, b: float, b_error: float | None) -> bool:

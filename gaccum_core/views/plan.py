@@ -201,9 +201,9 @@ def plan_csv(plan: Plan) -> str:
 
 
 def progress_text(done: int, about: int, candidate: Candidate | None, seconds: float) -> str:
-    """'measurement 3 of about 12 (memory, then speed near the budget) · about 9 s left · last: fp32 b=4
-    fits (0.3 MB)'."""
-    text = f"measurement {done} of about {about} (memory, then speed near the budget)"
+    """'step 3 of about 40 (memory probes, then timed steps) · about 9 s left · last: fp32 b=4 fits
+    (0.3 MB)'."""
+    text = f"step {done} of about {about} (memory probes, then timed steps)"
     if done:
         left = round(seconds / done * max(about - done, 0))
         minutes, secs = divmod(left, 60)

@@ -119,7 +119,7 @@ def test_a_tiny_plan_in_the_browser_and_its_settings_on_the_train_page(served):
         plan = page.locator(".st-key-plan_run button")
         expect(plan).to_be_enabled(timeout=WAIT_MS)
         plan.click()
-        expect(page.get_by_text(re.compile(r"^measurement \d+ of about \d+"))).to_be_visible(timeout=WAIT_MS)
+        expect(page.get_by_text(re.compile(r"^step \d+ of about \d+"))).to_be_visible(timeout=WAIT_MS)
         expect(page.locator(".js-plotly-plot")).to_have_count(2, timeout=WAIT_MS)
         page.wait_for_function(f"() => ({TRACES_JS})().every(traces => traces.length > 0)", timeout=WAIT_MS)
         memory, speed = page.evaluate(TRACES_JS)

@@ -62,13 +62,14 @@ def test_the_page_opens_with_the_default_plan(runs_dir):
                for c in at.sidebar.caption)
     assert not at.button(key="plan_run").disabled
     assert not at.get("plotly_chart") and not at.dataframe  # nothing planned yet
-    # E=256 has 9 divisors (1, 2, 4 … 256): about 5 memory probes and 2 timings per combination, not 9.
+    # E=256 has 9 divisors (1, 2, 4 … 256): about 5 memory probes per combination, not 9, and 2 timed sizes.
     assert [c.value for c in at.main.caption if c.value.startswith("Plan crosses")] == [
-        "Plan crosses 4 option combinations: fp32, fp32 + clear/step, bf16, bf16 + clear/step; about 28 "
-        "measurements: a few memory probes and 2 timed sizes per combination."]
+        "Plan crosses 4 option combinations: fp32, fp32 + clear/step, bf16, bf16 + clear/step: about 20 memory "
+        f"probes, then 8 sizes timed in turns, about {default.time_cap_s:g} s each."]
     at.multiselect(key="plan_amp").set_value(["bf16"])
     at.multiselect(key="plan_clear_cache").set_value(["off"]).run()
-    assert any(c.value.startswith("Plan crosses 1 option combination: bf16; about 7 ") for c in at.main.caption)
+    assert any(c.value.startswith("Plan crosses 1 option combination: bf16: about 5 memory probes, then 2 sizes ")
+               for c in at.main.caption)
 
 
 def test_a_tiny_plan_shows_its_table_recommendation_charts_and_csv(runs_dir, downloads, monkeypatch):
@@ -86,10 +87,10 @@ def test_a_tiny_plan_shows_its_table_recommendation_charts_and_csv(runs_dir, dow
     done = len(plan.candidates)
     timed = [c for c in plan.candidates if c.timed_steps is not None]
     assert len(timed) == 4  # per combination, the largest size within the margin and the one below it
-    # One progress line per memory probe and per timing, each counted against about how many in all.
-    assert [args[0] for args in shown] == list(range(1, done + len(timed) + 1))
-    assert all(args[1] >= args[0] for args in shown)
-    assert {id(args[2]) for args in shown} >= {id(c) for c in plan.candidates}
+    # One progress line per memory probe and per timed step, each counted against about how many in all.
+    assert [args[0] for args in shown] == list(range(1, done + sum(c.timed_steps for c in timed) + 1))
+    assert all(args[1] >= args[0] for args in shown) and shown[-1][1] == shown[-1][0]
+    assert [args[2].timed_steps for args in shown[:done]] == [None] * done  # the memory probes first
     (bar,) = at.get("progress")
     assert bar.proto.text.startswith(f"done: {done} candidates measured, 4 of them timed, in ")
 
@@ -268,9 +269,9 @@ def test_the_speed_chart_draws_fitting_sizes_and_stars_the_recommendation():
 def test_progress_text_counts_estimates_and_names_the_last_candidate():
     timed = Candidate(Options(), 64, 4, FITS, 12.34, 1500.2, 0.17, samples_per_s_error=41.0, timed_steps=6)
     assert progress_text(3, 12, timed, 6.0) == (
-        "measurement 3 of about 12 (memory, then speed near the budget) · about 18 s left · "
+        "step 3 of about 12 (memory probes, then timed steps) · about 18 s left · "
         "last: fp32 b=64 fits (12.3 MB, 1500 ± 41 samples/s)")
     probed = Candidate(Options(), 64, 4, FITS, 12.34)
     assert progress_text(1, 100, probed, 10.0) == (
-        "measurement 1 of about 100 (memory, then speed near the budget) · about 16 min 30 s left · "
+        "step 1 of about 100 (memory probes, then timed steps) · about 16 min 30 s left · "
         "last: fp32 b=64 fits (12.3 MB)")

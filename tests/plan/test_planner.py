@@ -4,6 +4,7 @@ progress it reports. The real engine's measurements are in test_probe.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -12,7 +13,7 @@ import gaccum_core.plan.planner as planner
 from gaccum_core.config import RunConfig
 from gaccum_core.plan.planner import PlanRequest, make_plan
 from gaccum_core.plan.search import FITS, OVER_BUDGET, Candidate, Options, divisors
-from gaccum_core.plan.speed import Timing, time_until_known
+from gaccum_core.plan.speed import Speed, Timing, time_in_turns
 
 BASE = RunConfig(model="cnn", dataset="fake", image_size=32, fake_samples=1024, device="cpu",
                  micro_batch_size=1, accum_steps=1)
@@ -36,20 +37,22 @@ class FakeEngine:
         peak = fixed + per_sample * b
         return Candidate(options, b, effective_batch // b, FITS if peak <= budget_mb else OVER_BUDGET, peak)
 
-    def time_speed(self, base: RunConfig, candidate: Candidate, effective_batch: int, timing: Timing) -> Candidate:
-        self.timed.append((candidate.options, candidate.micro_batch_size))
-        true = self.speeds.get(candidate.options.label(), 1000.0)
-        clock = [0.0]
+    def time_speeds(self, base: RunConfig, candidates: list[Candidate], effective_batch: int, timing: Timing,
+                    on_step) -> list[Candidate]:
+        self.timed += [(c.options, c.micro_batch_size) for c in candidates]
 
-        def step() -> dict:
-            seconds = effective_batch / true * (1 + self.noise * self.random.uniform(-1, 1))
-            clock[0] += seconds
-            return {"samples": effective_batch, "step_time_s": seconds}
+        def steps(candidate: Candidate):
+            true = self.speeds.get(candidate.options.label(), 1000.0)
+            return lambda: {"samples": effective_batch,
+                            "step_time_s": effective_batch / true * (1 + self.noise * self.random.uniform(-1, 1))}
 
-        speed, _ = time_until_known(step, timing, lambda: clock[0])
-        return Candidate(candidate.options, candidate.micro_batch_size, candidate.accum_steps, FITS,
-                         candidate.peak_mb, speed.value, effective_batch / speed.value, candidate.detail,
-                         speed.error, speed.steps)
+        def timed(candidate: Candidate, speed: Speed) -> Candidate:
+            return dataclasses.replace(candidate, samples_per_s=speed.value, samples_per_s_error=speed.error,
+                                       timed_steps=speed.steps, step_time_s=effective_batch / speed.value)
+
+        results = time_in_turns([steps(c) for c in candidates], timing,
+                                lambda i, speed, finished: on_step(i, timed(candidates[i], speed), finished))
+        return [timed(c, speed) for c, (speed, _) in zip(candidates, results)]
 
 
 @pytest.fixture
@@ -57,7 +60,7 @@ def fake_engine(monkeypatch):
     def install(seed: int = 0, **kwargs) -> FakeEngine:
         engine = FakeEngine(seed, **kwargs)
         monkeypatch.setattr(planner, "measure", engine.measure)
-        monkeypatch.setattr(planner, "time_speed", engine.time_speed)
+        monkeypatch.setattr(planner, "time_speeds", engine.time_speeds)
         return engine
     return install
 
@@ -117,15 +120,20 @@ def test_noisy_timings_reach_the_precision_or_the_cap_and_the_rows_say_how(fake_
     assert all(" ± " in r["speed"] for r in rows)
 
 
-def test_progress_counts_memory_probes_and_timings_and_about_how_many_are_left(fake_engine):
+def test_progress_counts_memory_probes_and_timed_steps_and_about_how_many_are_left(fake_engine):
     engine = fake_engine()
     calls = []
     plan = make_plan(default_like(), lambda *args: calls.append(args))
-    assert [c[0] for c in calls] == list(range(1, len(engine.measured) + len(engine.timed) + 1))
+    steps = sum(c.timed_steps for c in plan.candidates if c.timed_steps)
+    assert [c[0] for c in calls] == list(range(1, len(engine.measured) + steps + 1))
     assert all(about >= done for done, about, _, _ in calls)
-    assert calls[0][1] == 4 * 7  # before anything is known: 5 memory probes and 2 timings per combination
-    assert calls[-1][1] < calls[0][1]  # the count shrinks to what the plan took
-    reported = {id(c[2]) for c in calls if c[2].timed_steps is not None}
-    assert reported == {id(c) for c in plan.candidates if c.timed_steps is not None}  # each timing, as it ends
+    assert calls[0][1] == 1 + 4 * 5 - 1 + 8 * 3  # 5 memory probes per combination, then 3 steps per timed size
+    assert calls[-1][1] == calls[-1][0]  # the last step: nothing left
+    memory = calls[:len(engine.measured)]
+    assert [(c[2].options, c[2].micro_batch_size) for c in memory] == engine.measured  # each probe as measured
+    timed = calls[len(engine.measured):]
+    assert all(c[2].timed_steps for c in timed)  # then each timed step with the speed so far
+    finals = {(c[2].options, c[2].micro_batch_size): c[2].timed_steps for c in timed}
+    assert finals == {(c.options, c.micro_batch_size): c.timed_steps for c in plan.candidates if c.timed_steps}
     seconds = [c[3] for c in calls]
     assert seconds == sorted(seconds) and seconds[-1] <= plan.seconds

@@ -18,7 +18,7 @@ from gaccum_core.models.vision import build_model
 from gaccum_core.plan.planner import PlanRequest, make_plan
 from gaccum_core.plan.search import FITS, OUT_OF_MEMORY, OVER_BUDGET, Options
 from gaccum_core.train.precision import Precision
-from gaccum_core.plan.probe import _memory_window, burst_config, measure, time_speed
+from gaccum_core.plan.probe import _memory_window, burst_config, measure, time_speeds
 from gaccum_core.plan.speed import Timing
 from gaccum_core.train.metrics import RowKeeper
 from gaccum_core.train.step import accumulate
@@ -72,15 +72,20 @@ def test_the_memory_probes_short_window_counts_what_a_whole_window_after_a_warm_
     assert probed.peak_mb == pytest.approx(whole["counted_mb"], rel=1e-6)
 
 
-def test_time_speed_times_full_windows_until_the_speed_is_known_or_the_cap():
+def test_time_speeds_times_full_windows_in_turns_until_each_speed_is_known_or_capped():
     base = cnn(model="mlp")
-    fitted = measure(base, FP32, 8, 32, BIG_BUDGET)
-    timed = time_speed(base, fitted, 32, Timing(cap_s=0.05, max_steps=4))
-    assert timed.status == FITS and timed.peak_mb == fitted.peak_mb and timed.detail == fitted.detail
-    assert timed.micro_batch_size == 8 and timed.accum_steps == 4
-    assert 2 <= timed.timed_steps <= 4 and timed.samples_per_s > 0 and timed.step_time_s > 0
-    assert math.isfinite(timed.samples_per_s_error) and timed.samples_per_s_error >= 0
-    once = time_speed(base, fitted, 32, Timing(max_steps=1))
+    small, large = (measure(base, FP32, b, 32, BIG_BUDGET) for b in (8, 16))
+    reports = []
+    timed = time_speeds(base, [large, small], 32, Timing(cap_s=0.05, max_steps=4),
+                        lambda i, c, finished: reports.append((i, c.timed_steps)))
+    for before, after in zip([large, small], timed):
+        assert after.status == FITS and after.peak_mb == before.peak_mb and after.detail == before.detail
+        assert (after.micro_batch_size, after.accum_steps) == (before.micro_batch_size, before.accum_steps)
+        assert 2 <= after.timed_steps <= 4 and after.samples_per_s > 0 and after.step_time_s > 0
+        assert math.isfinite(after.samples_per_s_error) and after.samples_per_s_error >= 0
+    assert reports[:4] == [(0, 1), (1, 1), (0, 2), (1, 2)]  # one step each, in turns
+    assert len(reports) == sum(c.timed_steps for c in timed)
+    (once,) = time_speeds(base, [small], 32, Timing(max_steps=1))
     assert once.timed_steps == 1 and once.samples_per_s_error == math.inf
     assert json.loads(json.dumps(once.row(), allow_nan=False))["samples_per_s_error"] is None
 
@@ -221,9 +226,10 @@ def test_out_of_memory_is_a_status_and_the_next_candidate_measures_normally(out_
     assert failed.detail["message"].split(":")[0] in ("OutOfMemoryError", "RuntimeError")
     after = measure(base, FP32, 8, 32, BIG_BUDGET)
     assert after.status == FITS and after.peak_mb > 0
-    assert time_speed(base, after, 32, Timing(max_steps=2)).samples_per_s > 0
-    refused = time_speed(base, dataclasses.replace(after, micro_batch_size=16, accum_steps=2), 32)
+    refused, timed = time_speeds(base, [dataclasses.replace(after, micro_batch_size=16, accum_steps=2), after], 32,
+                                 Timing(max_steps=2))
     assert refused.status == OUT_OF_MEMORY and refused.samples_per_s is None and refused.peak_mb == after.peak_mb
+    assert timed.status == FITS and timed.samples_per_s > 0 and timed.timed_steps == 2  # the other goes on
 
 
 def test_make_plan_finds_the_largest_size_below_an_out_of_memory_error(out_of_memory_from_16):
@@ -256,10 +262,12 @@ def test_make_plan_recommends_a_fitting_candidate_within_the_margin():
     assert 1 <= len(timed) <= 2 and all(c.peak_mb <= 0.9 * budget for c in timed)
     assert plan.reason.startswith(f"fp32 at b={choice.micro_batch_size}, k={choice.accum_steps}")
 
-    assert len(calls) == len(plan.candidates) + len(timed)  # once per memory probe and per timing
+    steps = sum(c.timed_steps for c in timed)
+    assert len(calls) == len(plan.candidates) + steps  # once per memory probe and per timed step
     done = [c[0] for c in calls]
     assert done == list(range(1, len(calls) + 1)) and all(d <= about for d, about, _, _ in calls)
-    assert {id(c[2]) for c in calls} >= {id(c) for c in plan.candidates}
+    last = {(c[2].micro_batch_size, c[2].timed_steps) for c in calls}
+    assert last >= {(c.micro_batch_size, c.timed_steps) for c in plan.candidates}  # each probe, each step
     seconds = [c[3] for c in calls]
     assert seconds == sorted(seconds) and seconds[-1] <= plan.seconds
 

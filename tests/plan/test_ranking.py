@@ -25,7 +25,7 @@ def test_recommend_picks_the_fastest_within_the_margin_not_the_largest():
     candidates = [
         candidate(8, 50.0, 900.0),
         candidate(16, 70.0, 1000.0),             # fastest within 90 MB of a 100 MB budget
-        candidate(32, 89.0, 950.0),              # largest safe, but slower (exact speeds: no tie)
+        candidate(32, 89.0, 800.0),              # largest safe, but slower beyond the 5% precision
         candidate(64, 95.0, 2000.0),             # fits the budget, not the margin
         candidate(128, 120.0, 5000.0, OVER_BUDGET),
         candidate(4, None, 9000.0, OUT_OF_MEMORY),
@@ -65,6 +65,16 @@ def test_a_smaller_micro_batch_clearly_faster_is_recommended():
     assert "equally fast" not in sentence
 
 
+def test_no_interval_is_narrower_than_the_stated_precision():
+    """Two tight measurements 4% apart: steps timed seconds apart on a shared machine drift more than that,
+    so they tie at the 5% precision (the larger b wins) and are told apart at 1%."""
+    small = candidate(16, 30.0, 1040.0, error=5.0)
+    large = candidate(32, 50.0, 1000.0, error=5.0)
+    assert recommend([small, large], 100.0) is large
+    assert recommend([small, large], 100.0, precision=0.01) is small
+    assert "equally fast" not in reason(small, [small, large], 100.0, precision=0.01)
+
+
 def test_one_timed_step_has_no_interval_and_ties_with_every_speed():
     once = candidate(32, 50.0, 500.0, error=math.inf)
     fast = candidate(16, 30.0, 2000.0, error=10.0)
@@ -90,8 +100,8 @@ def test_equal_speeds_at_the_same_size_go_to_the_fewest_options_and_the_reason_n
 def test_a_recommendation_as_fast_as_fp32_within_the_precision_quotes_no_ratio():
     """bf16 b=12 ties with bf16 b=8 (the fastest); fp32 b=8 does not tie with the fastest but does with
     the recommendation: no "1.00×" of a difference the measurement cannot see."""
-    fp32 = [candidate(8, 0.44, 1482.0, error=37.0), candidate(12, 0.6, None, OVER_BUDGET)]
-    bf16 = [candidate(8, 0.33, 1542.0, options=BF16, error=22.0), candidate(12, 0.42, 1484.0, options=BF16, error=133.0)]
+    fp32 = [candidate(8, 0.44, 1400.0, error=37.0), candidate(12, 0.6, None, OVER_BUDGET)]
+    bf16 = [candidate(8, 0.33, 1600.0, options=BF16, error=22.0), candidate(12, 0.42, 1484.0, options=BF16, error=133.0)]
     choice = recommend(fp32 + bf16, 0.5)
     assert choice is bf16[1]
     sentence = reason(choice, fp32 + bf16, 0.5)

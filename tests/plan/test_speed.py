@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from gaccum_core.plan.speed import (Speed, Timing, estimate, indistinguishable, known, plus_minus, t95,
-                                    time_until_known)
+                                    time_in_turns)
 
 
 def test_the_estimate_is_the_mean_speed_with_a_student_t_interval():
@@ -66,41 +66,78 @@ def test_plus_minus_writes_the_error_to_two_digits_and_the_value_to_the_same_pla
 
 
 class FakeSteps:
-    """Steps of 256 samples at `speed` samples/s with seeded relative noise, and a clock they advance."""
+    """Steps of 256 samples at `speed` samples/s with seeded relative noise (a load that comes and goes
+    can be added: `slow` multiplies the step times while it is on)."""
 
     def __init__(self, speed: float, noise: float, seed: int) -> None:
-        self.speed, self.noise, self.random, self.now, self.calls = speed, noise, random.Random(seed), 0.0, 0
-
-    def clock(self) -> float:
-        return self.now
+        self.speed, self.noise, self.random, self.calls, self.slow = speed, noise, random.Random(seed), 0, 1.0
 
     def step(self) -> dict:
         self.calls += 1
-        seconds = 256 / self.speed * (1 + self.noise * self.random.uniform(-1, 1))
-        self.now += seconds
-        return {"samples": 256, "step_time_s": seconds}
+        return {"samples": 256, "step_time_s": 256 / self.speed * (1 + self.noise * self.random.uniform(-1, 1))
+                * self.slow}
+
+
+def one(steps: FakeSteps, timing: Timing) -> tuple[Speed, list]:
+    ((speed, rows),) = time_in_turns([steps.step], timing)
+    return speed, rows
 
 
 def test_quiet_steps_stop_as_soon_as_the_speed_is_known():
     steps = FakeSteps(1000.0, 0.01, seed=0)
-    speed, rows = time_until_known(steps.step, Timing(), steps.clock)
+    speed, rows = one(steps, Timing())
     assert speed.steps == len(rows) == steps.calls == 3  # the minimum: ±1% noise is known at once
     assert speed.relative_error <= 0.05 and speed.value == pytest.approx(1000.0, rel=0.02)
 
 
 def test_noisy_steps_stop_at_the_time_cap_with_the_interval_they_reached():
     steps = FakeSteps(1000.0, 0.5, seed=1)  # ±50%: 5% is out of reach within a second
-    speed, rows = time_until_known(steps.step, Timing(cap_s=1.0), steps.clock)
-    assert not known(speed) and steps.now >= 1.0 and steps.now - rows[-1]["step_time_s"] < 1.0
+    speed, rows = one(steps, Timing(cap_s=1.0))
+    seconds = sum(r["step_time_s"] for r in rows)
+    assert not known(speed) and seconds >= 1.0 and seconds - rows[-1]["step_time_s"] < 1.0
     assert math.isfinite(speed.error) and speed.steps >= 2
 
 
 def test_timing_stops_at_its_most_steps_and_never_before_two_steps_for_the_cap():
-    steps = FakeSteps(10.0, 0.5, seed=2)  # 25 s a step: over the cap at once
-    speed, _ = time_until_known(steps.step, Timing(cap_s=1.0), steps.clock)
+    speed, _ = one(FakeSteps(10.0, 0.5, seed=2), Timing(cap_s=1.0))  # 25 s a step: over the cap at once
     assert speed.steps == 2
-    steps = FakeSteps(1000.0, 0.5, seed=3)
-    speed, _ = time_until_known(steps.step, Timing(cap_s=1000.0, max_steps=7), steps.clock)
+    speed, _ = one(FakeSteps(1000.0, 0.5, seed=3), Timing(cap_s=1000.0, max_steps=7))
     assert speed.steps == 7
-    speed, _ = time_until_known(FakeSteps(10.0, 0.5, seed=4).step, Timing(max_steps=1), lambda: 0.0)
+    speed, _ = one(FakeSteps(10.0, 0.5, seed=4), Timing(max_steps=1))
     assert speed.steps == 1
+
+
+def test_candidates_timed_in_turns_share_a_burst_of_load_and_each_stops_on_its_own():
+    """Three equal candidates; someone else's work halves the machine's speed during rounds 2 and 3.
+    In turns, every candidate has slow steps from the burst (so their means stay together); one
+    after another, the burst would fall on one candidate alone."""
+    steps = [FakeSteps(1000.0, 0.01, seed) for seed in range(3)]
+    order = []
+
+    def reported(i: int, speed: Speed, finished: bool) -> None:
+        order.append(i)
+        if len(order) == 3:
+            for s in steps:
+                s.slow = 2.0
+        if len(order) == 9:
+            for s in steps:
+                s.slow = 1.0
+
+    results = time_in_turns([s.step for s in steps], Timing(cap_s=10.0, max_steps=8), reported)
+    assert order[:9] == [0, 1, 2] * 3  # in turns
+    speeds = [speed.value for speed, _ in results]
+    assert max(speeds) / min(speeds) < 1.05  # the burst fell on all three alike
+    assert all(not known(speed) and speed.steps == 8 for speed, _ in results)  # the burst widened each interval
+
+
+def test_a_candidate_whose_step_fails_drops_out_and_the_others_go_on():
+    good = FakeSteps(1000.0, 0.01, seed=0)
+    calls = []
+
+    def failing() -> None:
+        calls.append(1)
+        return None
+
+    (failed, failed_rows), (speed, rows) = time_in_turns([failing, good.step], Timing())
+    assert failed is None and failed_rows == [] and calls == [1]
+    assert speed.steps == len(rows) == 3
