@@ -13,6 +13,7 @@ from gaccum_core.plan.search import Candidate
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.snapshot import RunSnapshot
 from gaccum_core.states import RunState
+from gaccum_core.views.plan import candidate_words, progress_text
 
 
 def follow_to_the_end(runner: Runner, run_id: str) -> int:
@@ -123,23 +124,20 @@ def _line(snap: RunSnapshot) -> str:
 
 
 def measure_with_progress(request: PlanRequest) -> Plan:
-    """make_plan with a progress bar on stderr (candidates measured, of at most how many, time left); away
-    from a terminal, a line per candidate measured."""
+    """make_plan with a progress bar on stderr (memory probes and timed steps done, of about how many, time
+    left); away from a terminal, a line per probe or step."""
     lines = not sys.stderr.isatty()
-    bar = tqdm(total=None, unit="candidate", desc="planning", file=sys.stderr, dynamic_ncols=True, disable=lines)
+    bar = tqdm(total=None, unit="step", desc="planning", file=sys.stderr, dynamic_ncols=True, disable=lines)
 
-    def progress(done: int, at_most: int, candidate: Candidate | None, _seconds: float) -> None:
+    def progress(done: int, about: int, candidate: Candidate | None, seconds: float) -> None:
         if lines:
-            if candidate is not None:
-                _Lines.say(f"planning: {done} of at most {at_most} candidates · {candidate.options.label()} "
-                           f"b={candidate.micro_batch_size}: {candidate.status}")
+            _Lines.say(f"planning: {progress_text(done, about, candidate, seconds)}")
             return
-        if bar.total != at_most:
-            bar.total = at_most
+        if bar.total != about:
+            bar.total = about
         bar.n = done
         if candidate is not None:
-            bar.set_postfix_str(f"{candidate.options.label()} b={candidate.micro_batch_size}: {candidate.status}",
-                                refresh=False)
+            bar.set_postfix_str(candidate_words(candidate), refresh=False)
         bar.refresh()
 
     try:

@@ -118,7 +118,8 @@ class Plan:
         choice = self.recommended
         return {
             "effective_batch": self.request.effective_batch, "memory_budget_mb": self.request.budget_mb,
-            "margin": self.request.margin, "device": self.device, "memory_source": self.memory_source,
+            "margin": self.request.margin, "precision": self.request.precision,
+            "time_cap_s": self.request.time_cap_s, "device": self.device, "memory_source": self.memory_source,
             "model": self.request.base.model, "dataset": self.request.base.dataset,
             "image_size": self.request.base.image_size, "optimizer": self.request.base.optimizer,
             "micro_batch_size": choice.micro_batch_size if choice else None,

@@ -38,6 +38,7 @@ def test_plan_json_is_one_object_with_the_recommendation_and_rows(capsys):
     assert data["micro_batch_size"] * data["accum_steps"] == 32 == data["effective_batch"]
     assert data["options"] == {"amp": "off", "clear_cache": "off", "compile": "off"}
     assert data["memory_source"] == "counted" and data["device"] == "cpu" and data["memory_budget_mb"] == 50.0
+    assert (data["precision"], data["time_cap_s"]) == (0.05, 0.6)  # how the speeds were timed
     # b=1, then the memory line's answer (32 = E: every size fits), then the size below it, to time.
     assert [r["micro_batch_size"] for r in data["rows"]] == [1, 32, 16]
     assert all(r["status"] == "fits" and r["peak_mb"] > 0 for r in data["rows"])
@@ -48,6 +49,11 @@ def test_plan_json_is_one_object_with_the_recommendation_and_rows(capsys):
     assert data["rows"][0]["samples_per_s"] is None and data["rows"][0]["speed"] is None
     assert data["reason"].startswith(f"fp32 at b={data['micro_batch_size']}")
     assert "Traceback" not in err
+    # Away from a terminal, a whole line per memory probe and per timed step, counted against about how many.
+    lines = [line for line in err.splitlines() if line.startswith("planning: ")]
+    assert len(lines) == len(data["rows"]) + len(timed)
+    assert lines[0].startswith("planning: step 1 of about ") and "last: fp32 b=1 fits (" in lines[0]
+    assert lines[-1].startswith(f"planning: step {len(lines)} of about {len(lines)} ")
 
 
 def test_plan_table_prints_the_header_and_the_recommended_flags(capsys):
