@@ -1,5 +1,6 @@
-"""The planner's measurements on the real engine (CPU, tiny models): truthful memory figures, out of memory
-as a result, and make_plan end to end; PlanRequest's validation."""
+"""The planner's measurements on the real engine (CPU, tiny models): truthful memory figures (the short
+probe window counts what a whole window does), speeds timed in turns, out of memory as a result, and
+make_plan end to end; PlanRequest's validation."""
 
 from __future__ import annotations
 
