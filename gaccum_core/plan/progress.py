@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from gaccum_core.plan.search import Candidate
-from gaccum_core.plan.speed import Timing
+from gaccum_core.plan.speed import MIN_STEPS, Timing
 
 TYPICAL_STEPS = 3  # timed steps of a size before any is timed (the precision or the cap ends most there)
 
@@ -54,10 +54,10 @@ class Tally:
         return self.done + probes + sum(self._steps_left(c) for i, c in enumerate(self.timed) if i not in self.finished)
 
     def _steps_left(self, candidate: Candidate | None) -> int:
-        """Steps a size still being timed will take: TYPICAL_STEPS before its first, then at least one,
-        up to the cap at its median step time, within the most steps."""
+        """Steps a size still being timed will take: TYPICAL_STEPS before its first, then at least one
+        and MIN_STEPS in all, up to the cap at its median step time, within the most steps."""
         if candidate is None or not candidate.timed_steps:
             return TYPICAL_STEPS
         steps, step_s = candidate.timed_steps, candidate.step_time_s
         to_cap = math.ceil((self.timing.cap_s - step_s * steps) / step_s) if step_s > 0 else 1
-        return max(min(to_cap, self.timing.max_steps - steps), 1)
+        return max(min(max(to_cap, MIN_STEPS - steps), self.timing.max_steps - steps), 1)

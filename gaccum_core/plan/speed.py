@@ -59,7 +59,8 @@ def known(speed: Speed, precision: float = PRECISION, min_steps: int = MIN_STEPS
 @dataclass(frozen=True)
 class Timing:
     """When a candidate's timing stops: its speed known within `precision` (95% interval), or `cap_s`
-    seconds of timed steps (and at least 2 steps, for an interval), or `max_steps` steps."""
+    seconds of timed steps (after MIN_STEPS at least: from 2 steps the interval is 3x as wide), or
+    `max_steps` steps."""
 
     precision: float = PRECISION
     cap_s: float = 1.0
@@ -67,8 +68,9 @@ class Timing:
 
     def done(self, speed: Speed, seconds: float) -> bool:
         """Whether to stop timing after `seconds` of timed steps with this estimate."""
-        return (known(speed, self.precision, min(MIN_STEPS, self.max_steps)) or speed.steps >= self.max_steps
-                or (seconds >= self.cap_s and speed.steps >= 2))
+        least = min(MIN_STEPS, self.max_steps)
+        return (known(speed, self.precision, least) or speed.steps >= self.max_steps
+                or (seconds >= self.cap_s and speed.steps >= least))
 
 
 Step = Callable[[], Optional[Mapping[str, float]]]  # one timed optimizer step's row; None: it failed

@@ -160,8 +160,9 @@ def speed_figure(plan: Plan) -> go.Figure:
             name=f"recommended: {choice.options.label()} b={choice.micro_batch_size}", meta=RECOMMENDED,
             text=[_hover(choice)], hoverinfo="text",
             marker=dict(symbol="star", size=18, color="gold", line=dict(width=1.5, color="black"))))
-    return _figure("plan_speed", "throughput of the sizes timed (± 95% interval)", "samples/s", plan, traces,
-                   None if traces else "nothing fits the budget")
+    figure = _figure("plan_speed", "throughput of the sizes timed (± 95% interval)", "samples/s", plan, traces,
+                     None if traces else "nothing fits the budget")
+    return figure.update_yaxes(rangemode="nonnegative")  # a wide interval's bar never draws a speed below 0
 
 
 def _headings(terse: bool) -> dict[str, str]:
@@ -175,6 +176,8 @@ def plan_table(plan: Plan, terse: bool = False) -> pd.DataFrame:
     import pandas as pd  # on use: every command line imports this module (0.5 s), few print a plan
 
     frame = pd.DataFrame(plan.rows())
+    if "speed" in frame and not terse:  # a text column: "None" would read as a value
+        frame["speed"] = frame["speed"].fillna("not timed")
     headings = {column: heading for column, heading in _headings(terse).items() if column in frame}
     return frame[list(headings)].rename(columns=headings)
 
