@@ -71,6 +71,8 @@ else:  # what the costly options cost here, measured once per server process, be
     device = str(resolve_device(config.device))
     for field, note in warnings_for(config.clear_cache, config.amp, config.accum_steps, device).items():
         controls.warn(field, note)
+    if config.world_size > 1 and not runner.active_ids():
+        runner.prepare(config)  # torchrun's ranks start up while the user reads, not after Start
 
 mine = session_runs(runner)
 for gone in st.session_state.pop("deleted_elsewhere", []):  # its charts, progress and Resume go with it

@@ -16,10 +16,12 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", default=None, help="the run directory (global rank 0)")
     parser.add_argument("--config", default=None, help="the run's config as JSON (ranks on other machines)")
     parser.add_argument("--spare", action="store_true", help="warm up, then read the run directory from stdin")
+    parser.add_argument("--spare-dir", default=None,
+                        help="a rank of a warm torchrun job: warm up, then wait for job.json in this directory")
     parser.set_defaults(handler=worker_command)
     return parser
 
 
 def worker_command(args: argparse.Namespace) -> NoReturn:
     """Train the run; never returns: the worker exits the process with the run's status."""
-    worker_main(args.run_dir, args.config, args.spare)
+    worker_main(args.run_dir, args.config, args.spare, args.spare_dir)

@@ -8,8 +8,11 @@ way. The tracked run is changed only under the runner's lock.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 import threading
+from pathlib import Path
 
 import torch
 
@@ -17,7 +20,7 @@ from gaccum_core.config import RunConfig
 from gaccum_core.runs.execute import execute
 from gaccum_core.runs.snapshot import TrackedRun
 from gaccum_core.runs.store import RunStore
-from gaccum_core.runs.supervisor import Child, kill_tree, spawn_spare, terminate_on_exit
+from gaccum_core.runs.supervisor import Child, kill_tree, spawn_spare, spawn_spare_job, terminate_on_exit
 from gaccum_core.states import Outcome
 from gaccum_core.train.device import device_name
 from gaccum_core.train.engine import Engine
@@ -107,3 +110,64 @@ class SpareWorker:
             spare, self._proc, self._keep = self._proc, None, False
         if spare is not None:
             terminate_on_exit(spare)
+
+
+class SpareJob:
+    """A warm torchrun job for the data-parallel run about to start: prepared when a page sets N > 1 on
+    one machine, taken by the next run with that N (a run with another N starts its own torchrun).
+
+    keep=False keeps none. Its ranks exit on their own when the server goes; a replaced or closed job
+    is killed with every rank it started."""
+
+    def __init__(self, keep: bool) -> None:
+        self._keep, self._lock = keep, threading.Lock()
+        self._job: tuple[subprocess.Popen, int, Path] | None = None
+
+    def prepare(self, config: RunConfig) -> None:
+        """Warm a job for config's N ranks on this machine, unless one waits already (N ≤ 1: none)."""
+        wanted = config.nproc if self._keep and config.nnodes == 1 and config.world_size > 1 else 0
+        with self._lock:
+            job = self._job
+            if job is not None and job[1] == wanted and job[0].poll() is None:
+                return
+            self._job = None
+            if wanted:
+                spare_dir = Path(tempfile.mkdtemp(prefix="gaccum-spare-job-"))
+                self._job = (spawn_spare_job(config, spare_dir), wanted, spare_dir)
+        if job is not None:
+            _discard(*job)
+
+    def take(self, store: RunStore, run_id: str, config: RunConfig) -> Child | None:
+        """The waiting job, given this run, when it has config's N ranks and still lives; else None."""
+        with self._lock:
+            job, self._job = self._job, None
+        if job is None:
+            return None
+        proc, nproc, spare_dir = job
+        if config.nnodes != 1 or nproc != config.nproc or proc.poll() is not None:
+            _discard(*job)
+            return None
+        return Child.hand_over_job(proc, spare_dir, store, run_id)
+
+    def close(self) -> None:
+        """Keep no job from now on; kill the waiting one."""
+        with self._lock:
+            job, self._job, self._keep = self._job, None, False
+        if job is not None:
+            _discard(*job)
+
+
+def _discard(proc: subprocess.Popen, _nproc: int, spare_dir: Path) -> None:
+    """Kill a job nobody will use and remove its directory."""
+    kill_tree(proc)
+    shutil.rmtree(spare_dir, ignore_errors=True)
+
+
+def keep_job_logs(child: Child, store: RunStore, run_id: str) -> None:
+    """After a warm job's run: its ranks' error files go to the run's torchrun folder (where a run started
+    by its own torchrun keeps them), and the job's directory is removed."""
+    target = store.torchrun_log_dir(run_id)
+    if child.log_dir != target and child.log_dir.is_dir():
+        if not target.exists() and store.path(run_id).is_dir():
+            shutil.move(str(child.log_dir), str(target))
+        shutil.rmtree(child.log_dir.parent, ignore_errors=True)

@@ -20,7 +20,8 @@ from types import MappingProxyType
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.claim import Claim, RunBusyError, describe_process, training_pid
 from gaccum_core.runs.integrity import read_run
-from gaccum_core.runs.executors import EXECUTORS, SpareWorker, distributed, supervise, train_here
+from gaccum_core.runs.executors import (EXECUTORS, SpareJob, SpareWorker, distributed, keep_job_logs, supervise,
+                                        train_here)
 from gaccum_core.runs.snapshot import RunSnapshot, TrackedRun
 from gaccum_core.runs.store import RunStore, now_iso
 from gaccum_core.runs.supervisor import Child, Launch
@@ -58,6 +59,7 @@ class Runner:
         self._queues: dict[str, deque[TrackedRun]] = {}
         self._workers: dict[str, threading.Thread] = {}
         self._spare = SpareWorker(keep=self.warm_spare)
+        self._spare_job = SpareJob(keep=self.warm_spare)
         atexit.register(self.close)
 
     def submit(self, config: RunConfig, name: str | None = None, plan: dict | None = None) -> str:
@@ -272,18 +274,28 @@ class Runner:
         if self.executor == "thread" and not distributed(run.config):
             return train_here(self.store, run, self._lock)
         if distributed(run.config):
-            child = Child.torchrun(self.store, run.run_id, run.config, self.launch)
+            child = (self._spare_job.take(self.store, run.run_id, run.config)
+                     or Child.torchrun(self.store, run.run_id, run.config, self.launch))
         else:
             child = self._spare.hand_over(self.store, run.run_id)
         try:
             return supervise(child, run, self._lock, self.stop_grace_s)
         finally:
-            if not distributed(run.config):
+            if distributed(run.config):
+                keep_job_logs(child, self.store, run.run_id)
+            else:
                 self._spare.refill()  # the next run finds a warm worker again
 
+    def prepare(self, config: RunConfig) -> None:
+        """Get ready for a run of these settings before it is submitted: for a data-parallel run on this
+        machine, a torchrun job whose ranks warm up now (the page calls this when N > 1 is set and no run
+        goes; N ≤ 1 lets a waiting job go). Nothing with the thread executor or warm_spare=False."""
+        self._spare_job.prepare(config)
+
     def close(self) -> None:
-        """Stop keeping a spare worker (runs in progress go on; the spare exits on its own)."""
+        """Stop keeping a spare worker or job (runs in progress go on; the spare exits on its own)."""
         self._spare.close()
+        self._spare_job.close()
 
     def _finish(self, run: TrackedRun, state: RunState, message: str) -> None:
         """Record the final state in memory, then on disk (called with the lock held); never raises."""

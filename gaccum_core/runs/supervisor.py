@@ -24,11 +24,13 @@ from typing import IO, Callable
 import psutil
 
 from gaccum_core.config import RunConfig
+from gaccum_core.runs.files import write_text_atomically
 from gaccum_core.runs.store import RunStore
 from gaccum_core.states import FINAL_STATES, Outcome, RunState
 from gaccum_core.train.metrics import Row
 
 _WORKER = ("-m", "gaccum_core", "worker")
+JOB_FILE = "job.json"  # the run a warm torchrun job's ranks wait for in their spare directory
 TEARDOWN_GRACE = 6  # times the stop grace a worker that wrote its final state may take to exit
 STDERR_LINES = 20  # how much of a dead worker's stderr its failure message quotes
 
@@ -77,6 +79,14 @@ def _popen(command: list[str], stdin: int | None = None) -> subprocess.Popen:
 def spawn_spare() -> subprocess.Popen:
     """A worker that imports torch and the engine now and waits for a run on stdin."""
     return _popen([sys.executable, *_WORKER, "--spare"], stdin=subprocess.PIPE)
+
+
+def spawn_spare_job(config: RunConfig, spare_dir: Path) -> subprocess.Popen:
+    """A one-machine torchrun job of config.nproc ranks that warm up now (torch, the engine, the default
+    data) and wait for a run's job file in spare_dir: torchrun's and the ranks' start-up is then done
+    before Start, not after it."""
+    command = torchrun_command(config, Launch(), spare_dir / "torchrun", ["--spare-dir", str(spare_dir)])
+    return _popen(command)
 
 
 def kill_tree(proc: subprocess.Popen) -> None:
@@ -131,8 +141,9 @@ def rank_failure(log_dir: Path) -> str:
 class Child:
     """One run's worker process (a handed-over spare, a direct worker, or torchrun) and its supervision."""
 
-    def __init__(self, proc: subprocess.Popen, store: RunStore, run_id: str) -> None:
+    def __init__(self, proc: subprocess.Popen, store: RunStore, run_id: str, log_dir: Path | None = None) -> None:
         self.proc, self.store, self.run_id = proc, store, run_id
+        self.log_dir = log_dir if log_dir is not None else store.torchrun_log_dir(run_id)  # ranks' error files
         self.tail: deque[str] = deque(maxlen=STDERR_LINES)
         self._drainer = threading.Thread(target=_drain, args=(proc.stderr, self.tail), daemon=True,
                                          name=f"gaccum-stderr-{proc.pid}")
@@ -145,6 +156,12 @@ class Child:
         spare.stdin.write(json.dumps({"run_dir": str(store.path(run_id).resolve())}) + "\n")
         spare.stdin.close()
         return cls(spare, store, run_id)
+
+    @classmethod
+    def hand_over_job(cls, job: subprocess.Popen, spare_dir: Path, store: RunStore, run_id: str) -> "Child":
+        """Give a warm torchrun job (spawn_spare_job) its run: every rank reads the job file."""
+        write_text_atomically(spare_dir / JOB_FILE, json.dumps({"run_dir": str(store.path(run_id).resolve())}))
+        return cls(job, store, run_id, spare_dir / "torchrun")
 
     @classmethod
     def torchrun(cls, store: RunStore, run_id: str, config: RunConfig, launch: Launch = Launch()) -> "Child":
@@ -221,7 +238,7 @@ class Child:
         code = self.proc.returncode
         if killed is not None:
             return RunState.STOPPED, killed
-        failed_rank = rank_failure(self.store.torchrun_log_dir(self.run_id))
+        failed_rank = rank_failure(self.log_dir)
         if code != 0 and failed_rank:
             return RunState.FAILED, failed_rank
         status = self._status()

@@ -1,7 +1,8 @@
 """The worker process: `python -m gaccum_core worker` trains one run outside the server.
 
-Started three ways: as a warm spare (`--spare`: torch and the engine imported, the default data
-loaded, then it waits on stdin for a run directory), directly on a run directory (`--run-dir`), or by
+Started four ways: as a warm spare (`--spare`: torch and the engine imported, the default data
+loaded, then it waits on stdin for a run directory), as a rank of a warm torchrun job (`--spare-dir`:
+warmed the same way, it waits for a job file), directly on a run directory (`--run-dir`), or by
 torchrun on every rank of a data-parallel job (ranks on other machines get the config as `--config`
 JSON, since only global rank 0 has the run directory). The server asks it to stop through the
 run's stop file; it also stops when the process that started it goes away, so no orphan keeps a GPU.
@@ -22,7 +23,7 @@ from gaccum_core.config import RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.runs.execute import execute
 from gaccum_core.runs.store import RunStore, now_iso
-from gaccum_core.runs.supervisor import OWNER_ENV
+from gaccum_core.runs.supervisor import JOB_FILE, OWNER_ENV
 from gaccum_core.states import RunState
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.distributed import Ranks, init_process_group, share_from_rank0, worker_device
@@ -114,20 +115,45 @@ def run_worker(run_dir: str | None, config_json: str | None = None) -> int:
     return 1 if ranks.distributed and state == RunState.FAILED else 0
 
 
+JOB_POLL_S = 0.02  # how often a warm torchrun job's rank looks for its job file
+
+
+def _warm_up() -> None:
+    """What every run's start would otherwise wait for: the default data set, and torch._dynamo, which
+    torch.optim's first optimizer imports (~1.6 s, measured)."""
+    load_data(RunConfig())
+    import torch._dynamo  # noqa: F401
+
+
 def serve_spare() -> int:
     """Warm up, then wait for one job line ({"run_dir": ...}) on stdin and run it; exit on EOF."""
-    load_data(RunConfig())  # the default data set, so the first run starts at once
+    _warm_up()
     line = sys.stdin.readline()
     if not line.strip():
         return 0  # the server exited before handing over a run
     return run_worker(json.loads(line)["run_dir"])
 
 
-def main(run_dir: str | None, config_json: str | None, spare: bool) -> NoReturn:
+def serve_spare_job(spare_dir: str) -> int:
+    """A rank of a warm torchrun job: warm up, then wait for spare_dir/job.json ({"run_dir": ...}) and
+    train that run on this rank; exit when the server that started the job goes away first."""
+    _warm_up()
+    job, gone = Path(spare_dir) / JOB_FILE, _StopRequest(None)
+    while not job.exists():
+        if gone.orphaned():
+            return 0
+        time.sleep(JOB_POLL_S)
+    return run_worker(json.loads(job.read_text(encoding="utf-8"))["run_dir"])
+
+
+def main(run_dir: str | None, config_json: str | None, spare: bool, spare_dir: str | None = None) -> NoReturn:
     """The worker sub-command, exiting with its status; under torchrun, @record writes a rank's error file."""
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    code = serve_spare() if spare else record(run_worker)(run_dir, config_json)
+    if spare_dir is not None:
+        code = record(serve_spare_job)(spare_dir)
+    else:
+        code = serve_spare() if spare else record(run_worker)(run_dir, config_json)
     # Every file is written and closed: skip the interpreter's teardown, which takes a second or more
     # with torch loaded and would delay the run's end (and the next queued run) by as much.
     sys.stdout.flush()
