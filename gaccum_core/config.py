@@ -345,7 +345,9 @@ def _check_task(cfg: RunConfig) -> None:
 
 
 # What a person gets without choosing: the Train page's controls and the command line's flags start here.
-DEFAULT_RUN = RunConfig(model="cnn")
+# 30 epochs of digits: 360 optimizer steps, long enough to watch the loss fall from 2.3 to about 0.02
+# and test accuracy climb to 0.97 (one epoch was 12 steps, over in a second, loss 2.30 → 2.07).
+DEFAULT_RUN = RunConfig(model="cnn", epochs=30)
 
 
 def problems(values: dict[str, Any], defaults: RunConfig = DEFAULT_RUN) -> dict[str, ConfigError]:
