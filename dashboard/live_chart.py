@@ -26,19 +26,15 @@ import streamlit as st
 import streamlit.components.v1 as components_v1
 from streamlit.delta_generator import DeltaGenerator
 
+from dashboard.prefetch import APP_URL_JS
+
 # Streamlit serves the files of a declared v1 component's path at component/<name>/<file>.
 _PLOTLY_FILES = components_v1.declare_component("plotly_js", path=Path(plotly.__file__).parent / "package_data")
 PLOTLY_JS = f"component/{_PLOTLY_FILES.name}/plotly.min.js"  # relative to the app's base URL
 
-_JS = """
+_JS = APP_URL_JS + """
 // One plotly.js for every chart of the page: the first chart loads it, the others wait for it.
 const loading = new Map();
-
-function appUrl(path) {
-  // Streamlit's own assets are relative to the app's base URL: ./static/js/index.<hash>.js
-  const script = document.querySelector('script[type="module"][src*="/static/js/"]');
-  return new URL(path, script ? new URL("../../", script.src) : new URL(".", document.baseURI)).href;
-}
 
 function loadPlotly(src) {
   if (!loading.has(src)) {

@@ -90,11 +90,14 @@ def _warm_up() -> None:
 
 
 def _check_defaults() -> None:
-    """Import the Train page's modules and check its default settings once (the core caches the data)."""
-    import dashboard.controls  # noqa: F401 - the Train page's controls and everything they import
+    """Import the Train page's controls (the core modules behind them: torch, the engine, the data) and
+    check its default settings once (the core caches the data). Modules that declare Streamlit
+    components are left to the page's own run: declared from this thread, their files were not served."""
+    from dashboard.controls import DEFAULTS
     from gaccum_core.data import describe_dataset
+    from gaccum_core.lab.loopcode import render_loop
     from gaccum_core.train.checks import preflight
 
-    defaults = dashboard.controls.DEFAULTS
-    describe_dataset(defaults)
-    preflight(defaults)
+    describe_dataset(DEFAULTS)
+    preflight(DEFAULTS)
+    render_loop(DEFAULTS)

@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboard import warm
 from dashboard.nav import PAGES
+from dashboard.prefetch import prefetch_train_page
 from gaccum_core.runs.catalog import run_table
 from gaccum_core.runs.store import RunStore
 
@@ -63,4 +64,5 @@ def status() -> None:
 
 
 status()
+prefetch_train_page()  # the browser loads the Train page's widget code while this page is read
 warm.start()  # after the page's drawing: torch and the runner load while the page is read
