@@ -44,6 +44,21 @@ def dashboard_page(served: tuple[Path, str, Browser]) -> Iterator[tuple[str, Pag
         page.close()
 
 
+def test_the_home_page_its_sidebar_and_what_it_loads_for_the_train_page(served):
+    """The sidebar says Home (not 'app') and lists the pages; no Deploy button; the device line fills in
+    once the server has loaded torch; the browser has imported the Train page's widget code meanwhile."""
+    with dashboard_page(served) as (url, page):
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.goto(url)
+        expect(page.get_by_text("CPU — runs train on the CPU")).to_be_visible(timeout=WAIT_MS)
+        nav = page.locator('[data-testid="stSidebarNav"] a')
+        titles = ["Home", "Train", "Runs", "Equivalence", "Pitfalls", "Plan"]
+        expect(nav).to_have_text([re.compile(f"{title}$") for title in titles])  # after each icon's name
+        expect(page.get_by_test_id("stAppDeployButton")).to_have_count(0)
+        loaded = page.evaluate("() => performance.getEntriesByType('resource').map(e => e.name)")
+        assert any("/static/js/Selectbox." in name for name in loaded), "the Train page's widgets were not prefetched"
+
+
 def test_a_tiny_run_from_the_browser(served):
     runs = served[0]
     with dashboard_page(served) as (url, page):
