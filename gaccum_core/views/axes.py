@@ -180,10 +180,21 @@ def chart_figure(name: str, title: str, x: str | Axis, y_title: str, traces: lis
         if scale.rangemode and not log_y:
             layout["yaxis2"]["rangemode"] = scale.rangemode
         layout["margin"] = {**layout["margin"], "r": 55}
+    for name_ in ("xaxis", "yaxis", "yaxis2"):
+        if name_ in layout:
+            _say_autorange(layout[name_])
     layout["annotations"] = _annotations(note, axis.left_out and bool(traces), clipped)
     if not layout["annotations"]:
         del layout["annotations"]
     return go.Figure(data=traces, layout=layout, _validate=False)
+
+
+def _say_autorange(axis: dict[str, Any]) -> None:
+    """State autorange on every figure, true unless the figure sets a range. Under a kept uirevision
+    plotly.js keeps an attribute the app leaves as it was: after a figure with a range (one point, a
+    constant lr) had turned autorange off, the next figures kept it off and showed plotly's empty
+    [-1, 4] (the loss of a run on a stuck axis, its throughput off the chart)."""
+    axis["autorange"] = "range" not in axis
 
 
 def _annotations(note: str | None, left_out: bool, clipped: str | None) -> list[dict[str, Any]]:
