@@ -117,6 +117,8 @@ def _fitted_y(yaxis: dict[str, Any], traces: list[dict[str, Any]], scale: YScale
     constant = constant_range(values, log_y)
     if constant is not None:
         yaxis["range"] = [max(constant[0], 0.0) if scale.rangemode and not log_y else constant[0], constant[1]]
+        if log_y:
+            yaxis["dtick"] = 1  # the decades only: on two decades plotly labels every digit between them
         return None
     clipped = clip([t for t in traces if t.get("yaxis", "y") == "y"]) if scale.clip and not log_y else None
     if clipped is None:
@@ -156,7 +158,7 @@ def legend_rows(traces: list[dict[str, Any]]) -> int:
 
 def chart_figure(name: str, title: str, x: str | Axis, y_title: str, traces: list[dict[str, Any]],
                  note: str | None = None, log_y: bool = False, y_range: tuple[float, float] | None = None,
-                 y2_title: str | None = None, scale: YScale = YScale()) -> go.Figure:
+                 y2_title: str | None = None, scale: YScale = YScale(), subtitle: str | None = None) -> go.Figure:
     """A figure with the layout every chart shares, and a centred note when there is nothing to draw.
     Given an Axis, its x title says when it replaced tokens seen and a small note when it left
     image runs out; y2_title adds a right-hand y axis (traces with yaxis="y2"). The y range follows
@@ -175,6 +177,9 @@ def chart_figure(name: str, title: str, x: str | Axis, y_title: str, traces: lis
     }
     if clipped:  # the clip note sits above the plot, under the title
         layout["margin"]["t"] += 16
+    if subtitle:  # what the title's quantity is made of, in small type under it
+        layout["title"]["subtitle"] = {"text": subtitle, "font": {"size": 11}}
+        layout["margin"]["t"] += 18
     if y2_title is not None:
         layout["yaxis2"] = {**_y_axis(y2_title, log_y), "overlaying": "y", "side": "right", "showgrid": False}
         if scale.rangemode and not log_y:

@@ -16,7 +16,8 @@ from gaccum_core.views.axes import YScale, chart_figure, resolve_axis
 from gaccum_core.views.series import RunSeries, downsample
 from gaccum_core.views.traces import WAITING, colour, key, line, scatter, uid
 
-TITLE = "training memory: weights + gradients + optimizer state + activations"
+TITLE = "training memory"
+SUBTITLE = "weights + gradients + optimizer state + activations saved for backward"
 Y_TITLE = "training memory (MB)"
 RSS = "process memory (RSS)"
 RSS_TITLE = f"{RSS}, MB"
@@ -83,4 +84,4 @@ def memory_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_other_o
         traces += [{**trace, "showlegend": n == 0} for n, trace in enumerate(lines)]
     rss = any(trace.get("yaxis") == "y2" for trace in traces)
     return chart_figure("memory", TITLE, axis, Y_TITLE, traces + _keys(traces), None if traces else WAITING, log_y,
-                        y2_title=RSS_TITLE if rss else None, scale=YScale(rangemode="tozero"))
+                        y2_title=RSS_TITLE if rss else None, scale=YScale(rangemode="tozero"), subtitle=SUBTITLE)

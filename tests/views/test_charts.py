@@ -205,7 +205,8 @@ def test_memory_chart_shows_training_memory_first_and_process_memory_apart():
     assert list(main.y) == [24.0] * 10 and main.line.width > activations.line.width
     assert list(main.customdata[0]) == [1.0, 1.0, 2.0, 20.0] and "optimizer state" in main.hovertemplate
     assert rss.yaxis == "y2" and rss.opacity < 0.5 and cpu.layout.yaxis2.title.text == "process memory (RSS), MB"
-    assert cpu.layout.title.text == "training memory: weights + gradients + optimizer state + activations"
+    assert cpu.layout.title.text == "training memory"
+    assert cpu.layout.title.subtitle.text == "weights + gradients + optimizer state + activations saved for backward"
     assert cpu.layout.yaxis.title.text == "training memory (MB)" and cpu.layout.yaxis.rangemode == "tozero"
     cuda = memory_figure([run(10, "gpu", cuda=True)], "step")
     assert [t.name for t in cuda.data][:5] == ["gpu", "gpu activations", "gpu allocated (CUDA)",
