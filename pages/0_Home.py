@@ -34,10 +34,12 @@ def _latest_runs(store: RunStore, active_ids: list[str]) -> None:
     if table.empty:
         st.write("No runs yet: start one on the Train page.")
         return
-    columns = [c for c in ("run_id", "name", "state", "label", "dataset", "steps", "final_loss", "test_accuracy")
+    columns = [c for c in ("name", "state", "label", "dataset", "steps", "final_loss", "test_accuracy", "run_id")
                if c in table]
-    # Each run links to itself on the Runs page (whose ?run= is validated there).
-    latest = table[columns].head(10).assign(open=lambda t: "Runs?run=" + t["run_id"])
+    # Each run links to itself on the Runs page (whose ?run= is validated there): first, so that the link
+    # is in view at 1280 px; the long id last.
+    latest = table[columns].head(10)
+    latest.insert(0, "open", "Runs?run=" + latest["run_id"])
     st.dataframe(latest, hide_index=True, width="stretch",
                  column_config={"open": st.column_config.LinkColumn("open", display_text="open on Runs"),
                                 "final_loss": st.column_config.NumberColumn(format="%.4f"),
