@@ -18,7 +18,8 @@ from dashboard import warm
 from gaccum_core.runs.catalog import created_text, run_label, run_labels
 from gaccum_core.views.chart_cache import ChartCache, ChartInput, ChartSet
 from gaccum_core.views.colours import run_colours
-from gaccum_core.config import FIELD_HELP, RunConfig
+from gaccum_core.config import RunConfig
+from gaccum_core.field_help import FIELD_HELP
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.snapshot import RunSnapshot
 from gaccum_core.states import FAILURE_STATES, RunState

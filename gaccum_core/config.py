@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gaccum_core.presets import GPT_PRESETS, preset_words
+from gaccum_core.presets import GPT_PRESETS
 
 REDUCTIONS = ("mean", "sum", "mean_per_micro_batch")
 AMP_MODES = ("off", "fp16", "bf16")
@@ -60,62 +60,6 @@ MAX_ACCUM = 1 << 16
 MAX_IMAGE = 1024
 MAX_PROCESSES = 1024  # per machine; the device sets the real limit (preflight)
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
-
-
-FIELD_HELP = {
-    "model": "model to train: " + ", ".join(MODELS) + ", timm:NAME (any timm image model, untrained), "
-             "MODULE:FUNCTION / FILE.py:FUNCTION (your factory, called with input_shape=(C, H, W), num_classes=N), "
-             "or hf:DIR (a Hugging Face causal language model saved in DIR with its tokenizer; never downloaded)",
-    "dataset": "data set: digits (bundled, no download), mnist, fashionmnist, cifar10 (from data_dir), fake, "
-               "imagefolder (your images in data_dir, one sub-folder per class), MODULE:FUNCTION / "
-               "FILE.py:FUNCTION (your function returning (train, test) datasets of (image tensor, int label)); "
-               "text for gpt and hf:DIR: pydoc (Python's documentation topics, bundled) or text (text_file)",
-    "micro_batch_size": "samples per forward/backward pass (b)",
-    "accum_steps": "micro-batches accumulated per optimizer step (k); effective batch = b*k",
-    "reduction": "loss reduction: mean (exact: each micro-batch's summed loss over the window's samples, or "
-                 "target tokens for text), sum, or mean_per_micro_batch (the textbook loop: each micro-batch's "
-                 "mean loss divided by k; NOT exact when micro-batches hold different sample or token counts)",
-    "amp": "mixed precision: off, fp16 (autocast + GradScaler) or bf16 (autocast, no scaler)",
-    "init_scale": "GradScaler's initial loss scale (fp16 only)",
-    "growth_interval": "clean steps before the GradScaler doubles the scale (fp16 only)",
-    "grad_clip": "clip the gradient norm to this value after unscaling (0 = off)",
-    "clear_cache": "gc.collect() + torch.cuda.empty_cache(): off, after each optimizer step, or after each micro-batch",
-    "compile": "torch.compile mode: off, default, reduce-overhead, max-autotune",
-    "optimizer": "sgd (with momentum), adam or adamw",
-    "lr": "base learning rate",
-    "momentum": "SGD momentum (ignored by adam/adamw)",
-    "weight_decay": "weight decay",
-    "lr_schedule": "constant or cosine (after warmup), advanced once per optimizer step",
-    "warmup_steps": "optimizer steps of linear warmup",
-    "epochs": "passes over the training set",
-    "max_steps": "stop after this many optimizer steps (0 = no limit)",
-    "seed": "seed for the initial weights and the sample order",
-    "device": "auto, cpu, cuda or cuda:N",
-    "data_dir": "where mnist, fashionmnist and cifar10 are read from; for imagefolder, the folder of class "
-                "folders (or of train/ and val/ each holding them)",
-    "download": "download mnist/fashionmnist/cifar10 into data_dir when missing",
-    "image_size": "resize images to this size for the model (0 = the data set's own size; fake: generated size)",
-    "fake_samples": "training samples of the fake data set (its test split is a fifth of that)",
-    "fake_classes": "classes of the fake data set",
-    "eval_every": "evaluate on the test split every N optimizer steps (0 = at the end of each epoch)",
-    "nproc": "data-parallel processes per machine (DDP through torchrun, one GPU each on CUDA); "
-             "effective batch = nnodes*nproc*b*k",
-    "checkpoint_every": "write checkpoint.pt every N optimizer steps, besides on Stop and at the end "
-                        "(0 = only then); a killed run resumes from the last one",
-    "nnodes": "machines in a data-parallel job (the command line's --node-rank and --rdzv-endpoint join them)",
-    "text_file": "the file the text data set reads: UTF-8 text split on blank lines into documents, or .jsonl, "
-                 "one JSON object a line whose text_field is a document",
-    "text_field": "the field of each .jsonl line that holds its document's text",
-    "no_dropout": "turn the model's dropout off (every dropout layer's p, and an hf: model's dropout settings, "
-                  "set to 0): accumulated and big-batch steps then compute the same function",
-    "text_file_max_mb": "the largest text file read, in MB (checked before reading: a larger one is refused)",
-    "max_seq_len": "longest sequence (tokens) of the text data sets: documents are cut into chunks of this length "
-                   "(at most the positions the model embeds)",
-    "gpt_preset": "size of the gpt model: " + ", ".join(preset_words(name) for name in GPT_PRESETS)
-                  + "; tiny suits the CPU, gpt2 is GPT-2 small's shape",
-    "sync_every_micro_batch": "all-reduce gradients after every micro-batch instead of once per window "
-                              "(turns DDP's no_sync off, to see what it saves)",
-}
 
 
 class ConfigError(ValueError):

@@ -9,7 +9,8 @@ import re
 from typing import Any, Callable
 
 from gaccum_core import config
-from gaccum_core.config import DEFAULT_RUN, FIELD_HELP, ConfigError, RunConfig
+from gaccum_core.config import DEFAULT_RUN, ConfigError, RunConfig
+from gaccum_core.field_help import FIELD_HELP
 
 # RunConfig fields whose flag takes one of a fixed set of values: the config module's tuple of them.
 _CHOICES = {"reduction": "REDUCTIONS", "amp": "AMP_MODES", "clear_cache": "CLEAR_CACHE_MODES",

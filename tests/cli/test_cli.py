@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from gaccum_core.cli import command_help, main
-from gaccum_core.config import FIELD_HELP, RunConfig
+from gaccum_core.config import RunConfig
+from gaccum_core.field_help import FIELD_HELP
 
 
 def test_every_config_field_has_a_flag_and_help():
