@@ -24,6 +24,9 @@ from dashboard.ui import (CHART_TITLES, REFRESH_S, adopt_settings, await_first_s
 
 st.set_page_config(page_title="gaccum · Train", layout="wide")
 st.title("Train")
+# Every message above Start goes in here: Start keeps its place in the page whatever is said, so the
+# browser never shows the previous run's Start beside the new one while the page reruns.
+notes = st.container()
 runner = get_runner()
 running = [s for s in runner.snapshots() if not s.done]
 # A reload (or a new tab) mid-run starts a fresh session: its controls take the running run's settings,
@@ -33,8 +36,8 @@ if running and adopt_settings(running[0].config):
 controls = Controls()
 values = controls.draw()
 if st.session_state.get("adopted_from"):
-    st.caption(f"The controls show the settings of run {st.session_state['adopted_from']}, "
-               "which was running when this page opened; change them for the next run.")
+    notes.caption(f"The controls show the settings of run {st.session_state['adopted_from']}, "
+                  "which was running when this page opened; change them for the next run.")
 
 
 @st.cache_data(show_spinner="Checking the settings…", max_entries=64)
@@ -61,12 +64,13 @@ def check(config: RunConfig) -> tuple[str, str] | None:
 config, problem = None, controls.problem  # an hf: directory refused under its name comes first
 try:
     config = config_from(values)
-    problem = problem or check(config)
+    with notes:  # the check's "Checking the settings…" spinner too
+        problem = problem or check(config)
 except ConfigError as exc:
     problem = problem or (exc.field, controls.explain(exc))
 if problem:
     controls.error(*problem)
-    st.error(f"Cannot start: {problem[1]}")
+    notes.error(f"Cannot start: {problem[1]}")
 else:  # what the costly options cost here, measured once per server process, before Start
     device = str(resolve_device(config.device))
     for field, note in warnings_for(config.clear_cache, config.amp, config.accum_steps, device).items():
@@ -76,7 +80,7 @@ else:  # what the costly options cost here, measured once per server process, be
 
 mine = session_runs(runner)
 for gone in st.session_state.pop("deleted_elsewhere", []):  # its charts, progress and Resume go with it
-    st.info(f"Run {gone} was deleted (on the Runs page or in another tab): it is no longer shown here.")
+    notes.info(f"Run {gone} was deleted (on the Runs page or in another tab): it is no longer shown here.")
 start, stop, name_col = st.columns([1, 1, 6])
 run_name = name_col.text_input("Run name (optional)", key="run_name", max_chars=40,
                                placeholder="e.g. baseline, fp16 try 2", label_visibility="collapsed")
