@@ -79,10 +79,10 @@ def describe_device() -> str:
 def _warm_up() -> None:
     try:
         _result["device"] = describe_device()
-        from dashboard.ui import get_runner  # torch, the engine, the runner's spare worker
+        _check_defaults()  # what the Train page's first draw waits for, before the spare worker takes a core
+        from dashboard.ui import get_runner
 
         get_runner()
-        _check_defaults()
     except Exception as exc:  # noqa: BLE001 - a page that needs what failed shows its own error
         _result.setdefault("device", f"Device: not known ({type(exc).__name__}: {exc})")
     finally:
