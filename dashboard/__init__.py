@@ -1,1 +1,1 @@
-"""The Streamlit glue shared by app.py and pages/: session state, the run form's controls, live charts."""
+"""The Streamlit glue shared by app.py and app_pages/: session state, the run form's controls, live charts."""

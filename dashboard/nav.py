@@ -16,13 +16,13 @@ class PageEntry(NamedTuple):
 
 
 PAGES = (
-    PageEntry("pages/0_Home.py", "Home", "", ":material/home:", "what gaccum is for, the device, the latest runs"),
-    PageEntry("pages/1_Train.py", "Train", "Train", ":material/play_arrow:", "configure and watch a run"),
-    PageEntry("pages/2_Runs.py", "Runs", "Runs", ":material/table_chart:", "compare, export, tag, delete"),
-    PageEntry("pages/3_Equivalence.py", "Equivalence", "Equivalence", ":material/balance:",
+    PageEntry("app_pages/0_Home.py", "Home", "", ":material/home:", "what gaccum is for, the device, the latest runs"),
+    PageEntry("app_pages/1_Train.py", "Train", "Train", ":material/play_arrow:", "configure and watch a run"),
+    PageEntry("app_pages/2_Runs.py", "Runs", "Runs", ":material/table_chart:", "compare, export, tag, delete"),
+    PageEntry("app_pages/3_Equivalence.py", "Equivalence", "Equivalence", ":material/balance:",
               "accumulated vs one big batch, on your model"),
-    PageEntry("pages/4_Pitfalls.py", "Pitfalls", "Pitfalls", ":material/bug_report:",
+    PageEntry("app_pages/4_Pitfalls.py", "Pitfalls", "Pitfalls", ":material/bug_report:",
               "the classic accumulation bugs, side by side"),
-    PageEntry("pages/5_Plan.py", "Plan", "Plan", ":material/straighten:",
+    PageEntry("app_pages/5_Plan.py", "Plan", "Plan", ":material/straighten:",
               "the largest micro-batch that fits a memory budget"),
 )

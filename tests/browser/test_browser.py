@@ -47,13 +47,17 @@ def dashboard_page(served: tuple[Path, str, Browser]) -> Iterator[tuple[str, Pag
 def test_the_home_page_its_sidebar_and_what_it_loads_for_the_train_page(served):
     """The sidebar says Home (not 'app') and lists the pages; no Deploy button; the device line fills in
     once the server has loaded torch; the browser has imported the Train page's widget code meanwhile."""
+    titles = [re.compile(f"{title}$") for title in ("Home", "Train", "Runs", "Equivalence", "Pitfalls", "Plan")]
     with dashboard_page(served) as (url, page):
         page.set_viewport_size({"width": 1280, "height": 900})
+        # The server's first page, opened by its link: a folder named pages/ beside app.py made Streamlit run
+        # it as an old-style app (an "app" entry above Home, no icons) until st.navigation had run once.
+        page.goto(f"{url}/Equivalence")
+        nav = page.locator('[data-testid="stSidebarNav"] a')
+        expect(nav).to_have_text(titles, timeout=WAIT_MS)  # each title after its icon's name
         page.goto(url)
         expect(page.get_by_text("CPU — runs train on the CPU")).to_be_visible(timeout=WAIT_MS)
-        nav = page.locator('[data-testid="stSidebarNav"] a')
-        titles = ["Home", "Train", "Runs", "Equivalence", "Pitfalls", "Plan"]
-        expect(nav).to_have_text([re.compile(f"{title}$") for title in titles])  # after each icon's name
+        expect(nav).to_have_text(titles)
         expect(page.get_by_test_id("stAppDeployButton")).to_have_count(0)
         loaded = page.evaluate("() => performance.getEntriesByType('resource').map(e => e.name)")
         assert any("/static/js/Selectbox." in name for name in loaded), "the Train page's widgets were not prefetched"

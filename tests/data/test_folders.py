@@ -84,7 +84,7 @@ def test_the_train_page_describes_an_image_folder_and_trains_on_it(tmp_path, run
     from gaccum_core.states import RunState
 
     root = write_pngs(tmp_path / "shapes", per_class=10)
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "pages/1_Train.py"), default_timeout=120).run()
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app_pages/1_Train.py"), default_timeout=120).run()
     at.selectbox(key="cfg_model").select("mlp")
     at.selectbox(key="cfg_dataset").select("imagefolder").run()
     at.text_input(key="cfg_data_dir").input(str(root)).run()

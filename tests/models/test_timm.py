@@ -59,7 +59,7 @@ def test_an_unknown_timm_name_is_refused_with_close_matches(tmp_path, capsys):
 def test_the_train_page_takes_your_own_timm_model(runs_dir):
     from dashboard import ui
 
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "pages/1_Train.py"), default_timeout=120).run()
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app_pages/1_Train.py"), default_timeout=120).run()
     at.selectbox(key="cfg_model").select("your own…").run()
     at.text_input(key="cfg_own_model").input("timm:test_resnt").run()
     assert any("did you mean timm:test_resnet" in e.value for e in at.error)

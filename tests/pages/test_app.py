@@ -36,7 +36,7 @@ def test_home_page_shows_the_device_and_latest_runs(runs_dir):
 
 
 def test_train_page_runs_a_tiny_run_and_draws_its_charts(runs_dir, downloads):
-    at = AppTest.from_file(str(ROOT / "pages/1_Train.py"), default_timeout=120).run()
+    at = AppTest.from_file(str(ROOT / "app_pages/1_Train.py"), default_timeout=120).run()
     assert not at.exception
     for key in ("cfg_model", "cfg_dataset", "cfg_clear_cache", "cfg_compile", "cfg_optimizer", "cfg_device"):
         assert at.selectbox(key=key) is not None
@@ -65,7 +65,7 @@ def test_train_page_runs_a_tiny_run_and_draws_its_charts(runs_dir, downloads):
 
 
 def test_train_page_explains_a_setting_that_cannot_run_before_start(runs_dir):
-    at = AppTest.from_file(str(ROOT / "pages/1_Train.py"), default_timeout=120).run()
+    at = AppTest.from_file(str(ROOT / "app_pages/1_Train.py"), default_timeout=120).run()
     at.selectbox(key="cfg_model").select("vit_b_16")
     at.run()
     assert any("multiple of 16" in e.value for e in at.sidebar.error)
@@ -74,10 +74,10 @@ def test_train_page_explains_a_setting_that_cannot_run_before_start(runs_dir):
 
 def test_settings_survive_a_page_switch(runs_dir):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
-    at.switch_page("pages/1_Train.py").run()
+    at.switch_page("app_pages/1_Train.py").run()
     at.number_input(key="cfg_accum_steps").set_value(8).run()
-    at.switch_page("pages/2_Runs.py").run()
-    at.switch_page("pages/1_Train.py").run()
+    at.switch_page("app_pages/2_Runs.py").run()
+    at.switch_page("app_pages/1_Train.py").run()
     assert at.number_input(key="cfg_accum_steps").value == 8
 
 
@@ -85,7 +85,7 @@ def test_runs_page_lists_overlays_exports_and_deletes(runs_dir, downloads):
     ids = [runner().submit(RunConfig(device="cpu", model="mlp", max_steps=2, accum_steps=k)) for k in (1, 2)]
     for run_id in ids:
         runner().wait(run_id, timeout=60)
-    at = AppTest.from_file(str(ROOT / "pages/2_Runs.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(ROOT / "app_pages/2_Runs.py"), default_timeout=60).run()
     assert not at.exception
     assert set(at.dataframe[0].value["run_id"]) == set(ids)
     at.multiselect(key="runs_selected").set_value(ids).run()

@@ -148,7 +148,7 @@ def _on_page(word):
 
 def _train_page() -> AppTest:
     st.cache_data.clear()  # the page remembers settings that passed its check, across AppTests
-    return AppTest.from_file(str(ROOT / "pages/1_Train.py"), default_timeout=120).run()
+    return AppTest.from_file(str(ROOT / "app_pages/1_Train.py"), default_timeout=120).run()
 
 
 @pytest.mark.parametrize("name,flags,ui_setup,words", [c for c in CASES if c[2]], ids=[c[0] for c in CASES if c[2]])
@@ -325,7 +325,7 @@ def test_damaged_runs_are_listed_as_damaged_next_to_good_ones(runs_dir):
         shutil.copytree(runs_dir / good[0], runs_dir / run_id)
         (runs_dir / run_id / name).write_bytes(contents)
         damaged[run_id] = words
-    for page in ("app.py", "pages/2_Runs.py"):
+    for page in ("app.py", "app_pages/2_Runs.py"):
         at = AppTest.from_file(str(ROOT / page), default_timeout=60).run()
         assert not at.exception, (page, [e.value for e in at.exception])
         table = at.dataframe[0].value.set_index("run_id")

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_equivalence_page_compares_and_exports(runs_dir, downloads):
-    at = AppTest.from_file(str(ROOT / "pages/3_Equivalence.py"), default_timeout=180).run()
+    at = AppTest.from_file(str(ROOT / "app_pages/3_Equivalence.py"), default_timeout=180).run()
     assert not at.exception
     at.number_input(key="eq_steps").set_value(5)
     at.button(key="eq_run").click().run()
@@ -24,7 +24,7 @@ def test_equivalence_page_compares_and_exports(runs_dir, downloads):
 
 
 def test_equivalence_page_names_batchnorm(runs_dir):
-    at = AppTest.from_file(str(ROOT / "pages/3_Equivalence.py"), default_timeout=180).run()
+    at = AppTest.from_file(str(ROOT / "app_pages/3_Equivalence.py"), default_timeout=180).run()
     at.selectbox(key="eq_model").select("cnn_bn")
     at.slider(key="eq_b").set_value(2)
     at.number_input(key="eq_steps").set_value(3)
@@ -35,7 +35,7 @@ def test_equivalence_page_names_batchnorm(runs_dir):
 
 @pytest.mark.timeout(300)
 def test_pitfall_page_runs_the_gallery_and_exports(runs_dir, downloads):
-    at = AppTest.from_file(str(ROOT / "pages/4_Pitfalls.py"), default_timeout=240).run()
+    at = AppTest.from_file(str(ROOT / "app_pages/4_Pitfalls.py"), default_timeout=240).run()
     assert not at.exception
     assert len(at.subheader) == 9
     at.button(key="pitfalls_run").click().run()
@@ -49,7 +49,7 @@ def test_pitfall_page_runs_the_gallery_and_exports(runs_dir, downloads):
 
 
 def test_equivalence_page_refuses_a_window_larger_than_the_training_set(runs_dir):
-    at = AppTest.from_file(str(ROOT / "pages/3_Equivalence.py"), default_timeout=180).run()
+    at = AppTest.from_file(str(ROOT / "app_pages/3_Equivalence.py"), default_timeout=180).run()
     at.slider(key="eq_b").set_value(256)
     at.slider(key="eq_k").set_value(64)
     at.run()
@@ -60,7 +60,7 @@ def test_equivalence_page_refuses_a_window_larger_than_the_training_set(runs_dir
 
 
 def test_equivalence_page_refuses_a_step_count_it_cannot_train(runs_dir):
-    at = AppTest.from_file(str(ROOT / "pages/3_Equivalence.py"), default_timeout=180).run()
+    at = AppTest.from_file(str(ROOT / "app_pages/3_Equivalence.py"), default_timeout=180).run()
     at.number_input(key="eq_steps").set_value(2.5).run()
     assert not at.exception
     assert any("Optimizer steps to train both = 2.5 is not allowed" in e.value for e in at.error)
@@ -71,7 +71,7 @@ def test_equivalence_page_refuses_a_step_count_it_cannot_train(runs_dir):
 def test_pitfall_page_says_what_each_case_trains(runs_dir):
     from gaccum_core.lab.pitfalls import PITFALLS, setup_words
 
-    at = AppTest.from_file(str(ROOT / "pages/4_Pitfalls.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(ROOT / "app_pages/4_Pitfalls.py"), default_timeout=60).run()
     assert not at.exception
     captions = [c.value for c in at.caption]
     for key in PITFALLS:

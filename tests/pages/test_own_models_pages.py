@@ -115,7 +115,7 @@ def keys(at: AppTest) -> set:
 
 
 def test_an_hf_model_runs_from_the_train_page_to_its_loss_rows_and_a_generated_sample(runs_dir, llama, notes):
-    at = page("pages/1_Train.py")
+    at = page("app_pages/1_Train.py")
     apply(at, "cfg_", own(model=f"hf:{llama}"))
     assert "Weights from model.safetensors" in [c.value for c in at.sidebar.caption]
     assert under(at, "cfg_dataset") and "Pick pydoc" in under(at, "cfg_dataset")  # images do not suit it
@@ -148,7 +148,7 @@ def test_text_settings_follow_the_model_typed_and_a_jsonl_file_asks_for_its_fiel
     bare = saved_model(tmp_path_factory, "gpt2", weights=False)
     lines = tmp_path / "notes.jsonl"
     lines.write_text("".join(f'{{"body": "{p}"}}\n' for p in PARAGRAPHS), encoding="utf-8")
-    at = page("pages/1_Train.py")
+    at = page("app_pages/1_Train.py")
     assert at.selectbox(key="cfg_model").options[-1] == OWN
     apply(at, "cfg_", {"model": OWN})  # nothing typed yet: what to type, not every name there is
     assert under(at, "cfg_own_model") == ("Your model is empty: type timm:NAME, MODULE:FUNCTION, FILE.py:FUNCTION "
@@ -178,7 +178,7 @@ def test_a_bad_hf_directory_is_one_line_under_your_model_and_start_is_disabled(r
                                                                                   words):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "file.txt").write_text("not a model")
-    at = page("pages/1_Train.py")
+    at = page("app_pages/1_Train.py")
     typed = name.replace("{tmp}", str(tmp_path))
     for dataset in ({}, {"dataset": "text", "text_file": str(notes)}):  # on images, then on text
         apply(at, "cfg_", {**own(model=typed), **dataset})
@@ -191,7 +191,7 @@ def test_a_bad_hf_directory_is_one_line_under_your_model_and_start_is_disabled(r
 
 
 def test_your_data_set_typed_in_is_described_trains_and_a_wrong_name_is_refused_under_it(runs_dir, mine):
-    at = page("pages/1_Train.py")
+    at = page("app_pages/1_Train.py")
     assert at.selectbox(key="cfg_dataset").options[-1] == OWN
     apply(at, "cfg_", {"dataset": OWN})
     assert under(at, "cfg_own_dataset") == "Your data set is empty: type MODULE:FUNCTION or FILE.py:FUNCTION"
@@ -215,7 +215,7 @@ def test_your_data_set_typed_in_is_described_trains_and_a_wrong_name_is_refused_
 def plan_page() -> AppTest:
     """The Plan page opened from the home page, as a browser does (so st.switch_page finds Train)."""
     at = page("app.py")
-    at.switch_page("pages/5_Plan.py").run()
+    at.switch_page("app_pages/5_Plan.py").run()
     assert not at.exception
     return at
 
@@ -251,7 +251,7 @@ def test_the_plan_page_takes_your_factory_model_and_data_set_and_refuses_a_wrong
 
 def test_the_equivalence_page_compares_an_hf_model_with_dropout_off(runs_dir, tmp_path_factory, notes):
     dropping = saved_model(tmp_path_factory, "gpt2", dropout=0.1)
-    at = page("pages/3_Equivalence.py")
+    at = page("app_pages/3_Equivalence.py")
     apply(at, "eq_", {**own(model=f"hf:{dropping}"), "dataset": "text", "text_file": str(notes), "max_seq_len": 32,
                       "steps": 2})
     at.slider(key="eq_b").set_value(2)
@@ -269,7 +269,7 @@ def test_the_equivalence_page_compares_an_hf_model_with_dropout_off(runs_dir, tm
 
 
 def test_the_equivalence_page_compares_your_factory_model_and_refuses_a_bad_hf_directory(runs_dir, mine, tmp_path):
-    at = page("pages/3_Equivalence.py")
+    at = page("app_pages/3_Equivalence.py")
     assert at.selectbox(key="eq_model").options[-1] == OWN
     apply(at, "eq_", {**own(model=f"{mine}:build"), "steps": 2})
     at.button(key="eq_run").click().run()

@@ -26,7 +26,7 @@ TINY = [("plan_image_size", 16), ("plan_fake_samples", 64), ("plan_effective_bat
 def plan_page() -> AppTest:
     """The Plan page opened from the home page, as a browser does (so st.switch_page finds Train)."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
-    at.switch_page("pages/5_Plan.py").run()
+    at.switch_page("app_pages/5_Plan.py").run()
     assert not at.exception
     return at
 
@@ -131,8 +131,8 @@ def test_a_tiny_plan_shows_its_table_recommendation_charts_and_csv(runs_dir, dow
     assert len(csv) == done and list(csv["micro_batch_size"]) == [c.micro_batch_size for c in plan.candidates]
     assert {"peak_mb", "samples_per_s", "status", "weights_mb", "activations_mb"} <= set(csv.columns)
 
-    at.switch_page("pages/1_Train.py").run()  # the plan outlives a page switch
-    at.switch_page("pages/5_Plan.py").run()
+    at.switch_page("app_pages/1_Train.py").run()  # the plan outlives a page switch
+    at.switch_page("app_pages/5_Plan.py").run()
     assert len(at.dataframe[0].value) == done and len(at.get("plotly_chart")) == 2
 
 

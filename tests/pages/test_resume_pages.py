@@ -30,7 +30,7 @@ def _stopped_mid_window(gate) -> str:
 def test_the_runs_page_resumes_a_stopped_run_to_its_end(runs_dir, gate):
     """Select a stopped run, press Resume: it finishes in its own directory with every step once."""
     run_id = _stopped_mid_window(gate)
-    at = AppTest.from_file(str(ROOT / "pages/2_Runs.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(ROOT / "app_pages/2_Runs.py"), default_timeout=60).run()
     at.multiselect(key="runs_selected").select(run_id).run()
     at.button(key=f"resume_{run_id}").click().run()
     assert not at.exception and not at.error
@@ -46,7 +46,7 @@ def test_the_runs_page_says_why_a_run_cannot_resume(runs_dir, gate):
     """A stopped run whose checkpoint is gone: the page names the reason instead of a traceback."""
     run_id = _stopped_mid_window(gate)
     _runner().store.checkpoint_path(run_id).unlink()
-    at = AppTest.from_file(str(ROOT / "pages/2_Runs.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(ROOT / "app_pages/2_Runs.py"), default_timeout=60).run()
     at.multiselect(key="runs_selected").select(run_id).run()
     at.button(key=f"resume_{run_id}").click().run()
     assert not at.exception
@@ -55,7 +55,7 @@ def test_the_runs_page_says_why_a_run_cannot_resume(runs_dir, gate):
 
 def test_the_train_page_resumes_the_sessions_stopped_run(runs_dir, gate):
     """Start, Stop mid-window, Resume on the Train page: the same run finishes."""
-    at = AppTest.from_file(str(ROOT / "pages/1_Train.py"), default_timeout=120).run()
+    at = AppTest.from_file(str(ROOT / "app_pages/1_Train.py"), default_timeout=120).run()
     at.selectbox(key="cfg_model").select("mlp")
     at.number_input(key="cfg_max_steps").set_value(8).run()
     gate.hold(step=2, micro=1)

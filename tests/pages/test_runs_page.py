@@ -10,7 +10,7 @@ from gaccum_core.config import RunConfig
 from gaccum_core.states import RunState
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = str(ROOT / "pages/2_Runs.py")
+RUNS = str(ROOT / "app_pages/2_Runs.py")
 CONFIG = RunConfig(device="cpu", model="mlp", micro_batch_size=8, accum_steps=2, max_steps=8)
 WAIT_S = 120
 

@@ -13,7 +13,7 @@ from gaccum_core.views.charts import CHARTS
 from gaccum_core.runs.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAIN = str(ROOT / "pages/1_Train.py")
+TRAIN = str(ROOT / "app_pages/1_Train.py")
 
 
 def runner():

@@ -16,7 +16,7 @@ from page_charts import live_figures
 from gaccum_core.states import RunState
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAIN = str(ROOT / "pages/1_Train.py")
+TRAIN = str(ROOT / "app_pages/1_Train.py")
 SMALL = {"cfg_max_seq_len": 32, "cfg_micro_batch_size": 4, "cfg_accum_steps": 2, "cfg_max_steps": 6,
          "cfg_eval_every": 3}
 

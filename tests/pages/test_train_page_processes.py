@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from gaccum_core.states import RunState
 
-TRAIN = str(Path(__file__).resolve().parents[2] / "pages/1_Train.py")
+TRAIN = str(Path(__file__).resolve().parents[2] / "app_pages/1_Train.py")
 
 
 def _runner():

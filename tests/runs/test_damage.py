@@ -113,7 +113,7 @@ def test_one_bad_status_leaves_home_and_runs_working_for_the_other_runs(finished
     table = run_table(RunStore(tmp_path)).set_index("run_id")
     assert table.loc[good.name, "state"] == "finished"
     assert table.loc[bad.name, "state"] == "damaged" and "has state ['running']" in table.loc[bad.name, "message"]
-    for page in ("app.py", "pages/2_Runs.py"):
+    for page in ("app.py", "app_pages/2_Runs.py"):
         at = AppTest.from_file(str(ROOT / page), default_timeout=60).run()
         assert not at.exception, (page, at.exception)
         shown = pd_frames(at)
@@ -137,7 +137,7 @@ def test_the_runs_page_resume_button_says_why_a_checkpoint_cannot_be_used(finish
     (run_dir / "status.json").write_text(json.dumps({**status, "state": "stopped"}))
     _checkpoint_without_counters(run_dir / "checkpoint.pt")
     before = _checksums(run_dir)
-    at = AppTest.from_file(str(ROOT / "pages/2_Runs.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(ROOT / "app_pages/2_Runs.py"), default_timeout=60).run()
     at.multiselect(key="runs_selected").select(run_dir.name).run()
     at.button(key=f"resume_{run_dir.name}").click().run()
     assert not at.exception

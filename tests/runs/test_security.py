@@ -47,7 +47,7 @@ def test_every_path_from_a_run_id_is_checked(tmp_path, bad):
 def test_a_run_id_in_the_url_is_refused_on_the_runs_page(runs_dir, bad):
     runner = Runner(runs_dir)
     runner.wait(runner.submit(RunConfig(device="cpu", model="mlp", max_steps=1)), timeout=60)
-    at = AppTest.from_file(str(ROOT / "pages/2_Runs.py"), default_timeout=60)
+    at = AppTest.from_file(str(ROOT / "app_pages/2_Runs.py"), default_timeout=60)
     at.query_params["run"] = bad
     at.run()
     assert not at.exception
@@ -60,7 +60,7 @@ def test_a_valid_run_id_in_the_url_opens_that_run(runs_dir):
 
     run_id = ui.get_runner().submit(RunConfig(device="cpu", model="mlp", max_steps=2))
     ui.get_runner().wait(run_id, timeout=60)
-    at = AppTest.from_file(str(ROOT / "pages/2_Runs.py"), default_timeout=60)
+    at = AppTest.from_file(str(ROOT / "app_pages/2_Runs.py"), default_timeout=60)
     at.query_params["run"] = run_id
     at.run()
     assert at.multiselect(key="runs_selected").value == [run_id]
@@ -83,7 +83,7 @@ def test_model_files_load_with_weights_only(tmp_path):
 
 
 def test_nothing_the_user_types_is_executed_or_imported():
-    sources = [*ROOT.glob("gaccum_core/**/*.py"), *ROOT.glob("pages/*.py"), ROOT / "app.py",
+    sources = [*ROOT.glob("gaccum_core/**/*.py"), *ROOT.glob("app_pages/*.py"), ROOT / "app.py",
                *ROOT.glob("dashboard/*.py")]
     assert len(sources) > 40  # every package's modules, not only the top level
     for path in sources:

@@ -100,12 +100,12 @@ def test_a_reloaded_tab_attaches_to_the_run_in_progress(runs_dir, gate):
     from dashboard import ui
 
     gate.hold(step=2)  # the run stays in progress until the reloaded tab has been looked at
-    first = AppTest.from_file(str(ROOT / "pages/1_Train.py"), default_timeout=120).run()
+    first = AppTest.from_file(str(ROOT / "app_pages/1_Train.py"), default_timeout=120).run()
     first.selectbox(key="cfg_model").select("mlp")
     first.number_input(key="cfg_max_steps").set_value(4)
     first.button(key="start").click().run()
     (run_id,) = first.session_state["session_runs"]
-    reloaded = AppTest.from_file(str(ROOT / "pages/1_Train.py"), default_timeout=120).run()  # a new session
+    reloaded = AppTest.from_file(str(ROOT / "app_pages/1_Train.py"), default_timeout=120).run()  # a new session
     assert not reloaded.exception
     texts = [p.proto.text for p in reloaded.get("progress")]
     assert any("running: step 1 of 4" in text for text in texts), texts  # held at step 2: one step done
@@ -118,7 +118,7 @@ def test_two_sessions_pressing_start_at_once_one_runs_one_queues_nothing_mixed(r
     from dashboard import ui
 
     gate.hold(step=1)  # the first run to start stays running until both sessions have been looked at
-    sessions = [AppTest.from_file(str(ROOT / "pages/1_Train.py"), default_timeout=120).run() for _ in range(2)]
+    sessions = [AppTest.from_file(str(ROOT / "app_pages/1_Train.py"), default_timeout=120).run() for _ in range(2)]
     for at, k in zip(sessions, (2, 3)):
         at.selectbox(key="cfg_model").select("mlp")
         at.number_input(key="cfg_accum_steps").set_value(k)

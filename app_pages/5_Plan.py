@@ -138,7 +138,7 @@ if plan is not None:
             for field, value in dataclasses.asdict(config_from_plan(asked.base, plan)).items():
                 if field in TRAIN_FIELDS:
                     st.session_state[f"_keep_cfg_{field}"] = value
-            st.switch_page("pages/1_Train.py")
+            st.switch_page("app_pages/1_Train.py")
     left, right = st.columns(2)
     left.plotly_chart(memory_figure(plan), key="plan_memory", theme=None)
     right.plotly_chart(speed_figure(plan), key="plan_speed", theme=None)
