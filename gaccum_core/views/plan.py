@@ -178,6 +178,9 @@ def plan_table(plan: Plan, terse: bool = False) -> pd.DataFrame:
     frame = pd.DataFrame(plan.rows())
     if "speed" in frame and not terse:  # a text column: "None" would read as a value
         frame["speed"] = frame["speed"].fillna("not timed")
+    for column, _, _, fmt in TABLE_COLUMNS:  # numbers with gaps (untimed sizes) as floats: a gap shows empty
+        if fmt is not None and column in frame:
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
     headings = {column: heading for column, heading in _headings(terse).items() if column in frame}
     return frame[list(headings)].rename(columns=headings)
 

@@ -296,3 +296,19 @@ def test_rows_are_flat_and_carry_the_detail():
     row = Candidate(BF16, 8, 4, FITS, 12.5, 1000.0, 0.032, {"activations_mb": 3.0}).row()
     assert row["options"] == "bf16" and row["amp"] == "bf16" and row["clear_cache"] == "off"
     assert row["micro_batch_size"] == 8 and row["accum_steps"] == 4 and row["activations_mb"] == 3.0
+
+
+def test_the_plan_table_leaves_an_untimed_size_blank_not_none():
+    """Untimed sizes have no steps: the table's number columns are numbers with gaps (shown empty),
+    not Python None objects (Streamlit printed "None" in the column)."""
+    from gaccum_core.plan.search import Candidate, Options
+    from gaccum_core.views.plan import plan_table
+
+    class FakePlan:
+        def rows(self):
+            timed = Candidate(Options(), 8, 4, "fits", 1.0, 100.0, 0.1, timed_steps=3)
+            untimed = Candidate(Options(), 32, 1, "over budget", 4.0)
+            return [timed.row(), untimed.row()]
+
+    steps = plan_table(FakePlan())["timed steps"]
+    assert steps.dtype.kind == "f" and steps.iloc[0] == 3 and steps.isna().iloc[1]
