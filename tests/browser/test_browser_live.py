@@ -120,6 +120,7 @@ def test_a_run_started_in_one_tab_is_followed_live_in_another_and_its_charts_kee
     works; when the run ends, both tabs say so. Meanwhile, in the tab that started it, a drag-zoom and a
     legend entry clicked off survive the live refreshes. One long mlp run serves both checks."""
     _, url, browser = served
+    before = set(served[0].iterdir())
     with tabs(browser) as context:
         watcher, starter = context.new_page(), context.new_page()
         watcher.goto(f"{url}/Train")  # opened first, while nothing runs
@@ -145,6 +146,17 @@ def test_a_run_started_in_one_tab_is_followed_live_in_another_and_its_charts_kee
             expect(page.get_by_text("— stopped: step").first).to_be_visible(timeout=WAIT_MS)
             expect(page.locator(".st-key-stop button")).to_be_disabled(timeout=WAIT_MS)
         expect(starter.locator(".st-key-start button")).to_be_enabled(timeout=WAIT_MS)
+
+        # Deleted on the Runs page in the other tab: the starter, not touched, drops it at its next refresh.
+        (run_id,) = [p.name for p in served[0].iterdir() if p.is_dir() and p not in before]
+        watcher.goto(f"{url}/Runs?run={run_id}")
+        watcher.get_by_text("Delete the 1 selected run").click()
+        watcher.get_by_text(f"Yes, delete {run_id} and all their files").click()
+        watcher.get_by_role("button", name="Delete 1 run").click()
+        expect(watcher.get_by_text(f"Deleted {run_id}.")).to_be_visible(timeout=WAIT_MS)
+        expect(starter.get_by_text(f"Run {run_id} was deleted")).to_be_visible(timeout=WAIT_MS)
+        expect(starter.get_by_text("— stopped: step")).to_have_count(0)
+        expect(starter.locator(".js-plotly-plot")).to_have_count(0)
 
 
 # --- a language run ----------------------------------------------------------------------------------
