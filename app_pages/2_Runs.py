@@ -6,6 +6,7 @@ import streamlit as st
 from gaccum_core.runs.catalog import combined_csv, run_labels, run_table, settings_table
 from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.views.axes import X_AXES
+from gaccum_core.views.applicable import not_applicable
 from gaccum_core.views.charts import build_figures
 from gaccum_core.views.colours import run_colours
 from gaccum_core.views.series import RunSeries
@@ -117,9 +118,13 @@ if readable:
     colour = run_colours(store.list_runs())
     runs = [RunSeries(r, legend, store.read_metrics(r), store.read_evals(r), colour.get(r))
             for r, legend in zip(readable, legends)]
+    figures = build_figures(runs, x_axis, smoothing)
+    skipped = not_applicable(runs, tuple(figures))  # said in a line each, as on the Train page
     left, right = st.columns(2)
-    for i, (name, figure) in enumerate(build_figures(runs, x_axis, smoothing).items()):
+    for i, (name, figure) in enumerate((n, f) for n, f in figures.items() if n not in skipped):
         (left if i % 2 == 0 else right).plotly_chart(figure, key=f"runs_chart_{name}", width="stretch", theme=None)
+    for line in skipped.values():
+        st.caption(line)
 
     st.subheader("Export")
     export_all, export_evals = st.columns(2)
