@@ -21,16 +21,14 @@ def runs_on_disk(runner: Runner) -> tuple[str, ...]:
 def run_choice_labels(store: RunStore) -> dict[str, str]:
     """Every readable run on disk, newest first, labelled as in the charts' legends (what tells it apart
     from the others, its name, when it was created)."""
-    configs, names, ids = [], [], []
+    readable = {}
     for run_id in reversed(store.list_runs()):
         try:
-            configs.append(store.read_config(run_id))
-            names.append(store.read_status(run_id).get("name", ""))
+            readable[run_id] = store.read_config(run_id), store.read_status(run_id).get("name", "")
         except (OSError, StoreError, ValueError):  # damaged, or deleted meanwhile: the Runs page says why
-            configs = configs[:len(ids)]
             continue
-        ids.append(run_id)
-    return dict(zip(ids, run_labels(configs, names, ids)))
+    ids = list(readable)
+    return dict(zip(ids, run_labels([c for c, _ in readable.values()], [n for _, n in readable.values()], ids)))
 
 
 def tracked_or_disk(runner: Runner, run_id: str) -> RunSnapshot | None:
