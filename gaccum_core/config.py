@@ -18,6 +18,9 @@ CLEAR_CACHE_MODES = ("off", "step", "micro")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 LR_SCHEDULES = ("constant", "cosine")
+SHARDINGS = ("ddp", "fsdp")  # a whole copy per process (DDP), or weights, gradients and optimizer state sharded (FSDP2)
+FSDP_SYNCS = ("every", "last")  # reduce-scatter after every micro-batch, or only after the window's last
+ON_OFF = ("on", "off")
 MODELS = ("mlp", "cnn", "cnn_bn", "cnn_gn", "resnet18", "resnet50",
           "mobilenet_v3_small", "efficientnet_b0", "vit_b_16", "gpt")
 IMAGE_DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake", "imagefolder")
@@ -111,6 +114,9 @@ class RunConfig:
     nnodes: int = 1
     checkpoint_every: int = 100
     sync_every_micro_batch: bool = False
+    sharding: str = "ddp"
+    fsdp_sync: str = "every"
+    fsdp_reshard_after_backward: str = "on"
     text_file: str = ""
     text_file_max_mb: int = 256
     text_field: str = "text"
@@ -223,7 +229,8 @@ def _check_choices(cfg: RunConfig) -> None:
     for name, choices in (("reduction", REDUCTIONS),
                           ("amp", AMP_MODES), ("clear_cache", CLEAR_CACHE_MODES),
                           ("compile", COMPILE_MODES), ("optimizer", OPTIMIZERS),
-                          ("lr_schedule", LR_SCHEDULES), ("gpt_preset", GPT_PRESET_NAMES)):
+                          ("lr_schedule", LR_SCHEDULES), ("gpt_preset", GPT_PRESET_NAMES),
+                          ("sharding", SHARDINGS), ("fsdp_sync", FSDP_SYNCS), ("fsdp_reshard_after_backward", ON_OFF)):
         if getattr(cfg, name) not in choices:
             raise ConfigError(name, getattr(cfg, name), "one of " + ", ".join(choices))
     if not _DEVICE_RE.match(cfg.device):
@@ -270,6 +277,7 @@ def _check_ranges(cfg: RunConfig) -> None:
     if not cfg.data_dir.strip():
         raise ConfigError("data_dir", cfg.data_dir, "a non-empty directory path")
     _check_task(cfg)  # last: the settings that only make sense together
+    _check_sharding(cfg)
 
 
 def _check_task(cfg: RunConfig) -> None:
@@ -286,6 +294,18 @@ def _check_task(cfg: RunConfig) -> None:
         _int_range(cfg, "max_seq_len", 1, most, f" (the positions gpt {cfg.gpt_preset} embeds)")
     else:  # an hf: model's own positions are read from its config.json when it is loaded
         _int_range(cfg, "max_seq_len", 1, MAX_SEQ_LEN)
+
+
+def _check_sharding(cfg: RunConfig) -> None:
+    """FSDP shards over processes: it needs more than one."""
+    if cfg.sharding == "fsdp" and cfg.world_size == 1:
+        raise ConfigError("sharding", cfg.sharding, "ddp with one process (fsdp shards over processes: set nproc "
+                          "or nnodes so that nnodes*nproc > 1)")
+    if cfg.sharding == "fsdp" and cfg.sync_every_micro_batch:
+        raise ConfigError("sync_every_micro_batch", True, "False with sharding fsdp (its fsdp_sync says when "
+                          "gradients are reduce-scattered: every or last)")
+    if cfg.sharding == "fsdp" and cfg.compile != "off":
+        raise ConfigError("compile", cfg.compile, "off with sharding fsdp (gaccum does not compile sharded models)")
 
 
 # What a person gets without choosing: the Train page's controls and the command line's flags start here.

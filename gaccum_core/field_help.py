@@ -58,4 +58,12 @@ FIELD_HELP = {
                   + "; tiny suits the CPU, gpt2 is GPT-2 small's shape",
     "sync_every_micro_batch": "all-reduce gradients after every micro-batch instead of once per window "
                               "(turns DDP's no_sync off, to see what it saves)",
+    "sharding": "ddp: every process holds the whole model, its gradients and optimizer state; fsdp: FSDP2 "
+                "shards them over the processes (each block, then the root), gathering weights per block as it "
+                "computes (needs nnodes*nproc > 1)",
+    "fsdp_sync": "with fsdp: reduce-scatter gradients after every micro-batch (each rank keeps 1/N of the "
+                 "gradient) or only after the window's last (k times fewer collectives, but each rank keeps the "
+                 "whole fp32 gradient between micro-batches)",
+    "fsdp_reshard_after_backward": "with fsdp: on frees each block's gathered weights after its backward; off "
+                                   "keeps them between a window's micro-batches (fewer all-gathers, more memory)",
 }

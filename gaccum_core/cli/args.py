@@ -14,7 +14,8 @@ from gaccum_core.field_help import FIELD_HELP
 
 # RunConfig fields whose flag takes one of a fixed set of values: the config module's tuple of them.
 _CHOICES = {"reduction": "REDUCTIONS", "amp": "AMP_MODES", "clear_cache": "CLEAR_CACHE_MODES",
-            "compile": "COMPILE_MODES", "optimizer": "OPTIMIZERS", "lr_schedule": "LR_SCHEDULES"}
+            "compile": "COMPILE_MODES", "optimizer": "OPTIMIZERS", "lr_schedule": "LR_SCHEDULES",
+            "sharding": "SHARDINGS", "fsdp_sync": "FSDP_SYNCS", "fsdp_reshard_after_backward": "ON_OFF"}
 # model and dataset: a name, or your own (timm:NAME, hf:DIR, MODULE:FUNCTION), checked by the config
 
 # argparse takes only -N and -N.N for negative numbers; anything else after a flag (--lr -inf,

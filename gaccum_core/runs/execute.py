@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import traceback
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -57,16 +58,17 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
             store.remove_temporaries(run_id)  # left by a kill or a full disk: this process alone writes the run
             store.update_status(run_id, state=RunState.RUNNING, started=now_iso(), device=device_name(device),
                                 world_size=ranks.world_size, pid=os.getpid())
-        engine = Engine(config, device, ranks)
+        engine = Engine(config, device, ranks, _run_dir(store, run_id, ranks))
         _resume_if_checkpointed(store, run_id, engine, ranks)
         from_step = engine.training.counters.step
         if store is not None:
             writer = store.writer(run_id)
         on_start(engine)
-        save = (lambda state: store.save_checkpoint(run_id, state)) if store is not None else None
-        state = engine.run(FanOut(*(s for s in (writer, sink) if s is not None), kept), should_stop, save)
+        state = engine.run(FanOut(*(s for s in (writer, sink) if s is not None), kept), should_stop,
+                           _checkpoint_sink(store, run_id, engine.sharded))
+        model_state = engine.saved_state_dict()  # every rank of a sharded run gathers it to rank 0
         if store is not None:
-            store.save_model(run_id, engine.model.state_dict())
+            store.save_model(run_id, model_state)
             _end_segment(store, run_id, state, engine.training.counters.step)
         outcome = state, _message(state, from_step, engine.training.counters.step, kept)
     except Diverged as exc:  # every rank sees the same loss: all of them end here together
@@ -87,6 +89,21 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
         clear_cache(device)  # an error here propagates: torchrun reports this rank's failure
         return outcome
     return release(store, run_id, device, *outcome)
+
+
+def _run_dir(store: RunStore | None, run_id: str, ranks: Ranks) -> Path | None:
+    """The run directory, rank 0's, on every rank (a sharded run's ranks each write their part of its checkpoints)."""
+    path = str(store.path(run_id).resolve()) if store is not None else None
+    shared = share_from_rank0(path) if ranks.distributed else path
+    return None if shared is None else Path(shared)
+
+
+def _checkpoint_sink(store: RunStore | None, run_id: str, sharded: bool) -> Callable[[dict], None] | None:
+    """Where checkpoints go: rank 0 writes checkpoint.pt; the other ranks of a sharded run take part (each writes
+    its shards inside Engine.checkpoint) and keep nothing else; the other ranks of a DDP run take none."""
+    if store is not None:
+        return lambda state: store.save_checkpoint(run_id, state)
+    return (lambda state: None) if sharded else None
 
 
 def _message(state: RunState, from_step: int, step: int, kept: RowKeeper) -> str:

@@ -4,7 +4,8 @@ runs/<run_id>/ holds config.json, status.json, metrics.csv, eval.csv, at the end
 traceback.txt when a run failed; a run with checkpoints checkpoint.pt, a language run samples.jsonl,
 a planned run plan.json, a tagged run tags.json (its tags, kept apart from its frozen config); a run
 in a worker process also gets `stop` when asked to stop, and a data-parallel run torchrun/ (torchrun's
-per-rank error files). How each file is written so that a reader in another process never sees half
+per-rank error files). runs/sweeps/ is no run: it holds each sweep's spec and summary
+(gaccum_core.sweeps). How each file is written so that a reader in another process never sees half
 of it: gaccum_core.runs.files.
 """
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SLUG_RE = re.compile(r"[^A-Za-z0-9_-]+")
+# A folder of the runs directory that holds no run: sweeps/<id>/ keeps each sweep's spec and summary.
+SWEEPS_DIR = "sweeps"
 
 
 class StoreError(ValueError):
@@ -41,6 +44,8 @@ def validate_run_id(run_id: str) -> str:
     """Return run_id if it is a plain directory name (no separators, no '..'), else raise StoreError."""
     if not isinstance(run_id, str) or not _RUN_ID_RE.match(run_id) or ".." in run_id:
         raise StoreError(f"run id {run_id!r} is not allowed: letters, digits, '_', '-', '.' only, no '..' or '/'")
+    if run_id == SWEEPS_DIR:
+        raise StoreError(f"run id {run_id!r} is not allowed: the runs directory's folder of sweeps")
     return run_id
 
 
@@ -273,6 +278,16 @@ class RunStore:
         renamed over the old one, so a kill at any moment leaves the old checkpoint or the new one."""
         import torch
         replace_atomically(self.checkpoint_path(run_id), lambda f: torch.save(state, f))
+        if "sharded" in state:
+            self._prune_shards(run_id, state["sharded"])
+
+    def _prune_shards(self, run_id: str, kept: str) -> None:
+        """A sharded run's checkpoint directories but the one checkpoint.pt now names (older ones, and any a
+        kill left half-written), removed once checkpoint.pt names the new one."""
+        kept_path = (self.path(run_id) / kept).resolve()
+        for old in kept_path.parent.iterdir():
+            if old.resolve() != kept_path:
+                shutil.rmtree(old, ignore_errors=True)
 
     def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
         """checkpoint.pt (weights_only=True: tensors, numbers and strings only), or None when there is none.
@@ -305,7 +320,8 @@ class RunStore:
         """Run ids on disk, oldest first."""
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _RUN_ID_RE.match(p.name))
+        return sorted(p.name for p in self.root.iterdir()
+                      if p.is_dir() and _RUN_ID_RE.match(p.name) and p.name != SWEEPS_DIR)
 
     def delete(self, run_id: str) -> None:
         """Remove a run's directory."""

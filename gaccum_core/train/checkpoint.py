@@ -84,9 +84,15 @@ def _restore_rng(state: dict[str, Any], device: torch.device) -> None:
 def capture(model: torch.nn.Module, opt: Any, params: list[torch.nn.Parameter], training: TrainingState,
             config: dict[str, Any], device: torch.device) -> dict[str, Any]:
     """A checkpoint of the run as it is now (the in-flight gradients are copied off .grad)."""
+    return {**capture_progress(opt, params, training, config, device),
+            "model": model.state_dict(), "optimizer": opt.optimizer.state_dict()}
+
+
+def capture_progress(opt: Any, params: list[torch.nn.Parameter], training: TrainingState, config: dict[str, Any],
+                     device: torch.device) -> dict[str, Any]:
+    """Everything a checkpoint holds but the model's and optimizer's tensors (which a sharded run writes apart)."""
     return {
         "format": FORMAT, "torch_version": str(torch.__version__), "config": config,
-        "model": model.state_dict(), "optimizer": opt.optimizer.state_dict(),
         "scheduler": opt.scheduler.state_dict() if opt.scheduler is not None else None,
         "scaler": opt.precision.state_dict(), "rng": _rng_state(device),
         "position": asdict(training.position), "counters": asdict(training.counters),
@@ -101,6 +107,12 @@ def restore(state: dict[str, Any], model: torch.nn.Module, opt: Any, params: lis
     """Put a checkpoint's model, optimizer, schedule, scaler, RNGs and gradients back; its training state."""
     model.load_state_dict(state["model"])
     opt.optimizer.load_state_dict(state["optimizer"])
+    return restore_progress(state, opt, params, device)
+
+
+def restore_progress(state: dict[str, Any], opt: Any, params: list[torch.nn.Parameter],
+                     device: torch.device) -> TrainingState:
+    """Put a checkpoint's schedule, scaler, RNGs and gradients back (not the model and optimizer); its training state."""
     if opt.scheduler is not None and state["scheduler"] is not None:
         opt.scheduler.load_state_dict(state["scheduler"])
     if state["scaler"]:

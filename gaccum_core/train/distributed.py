@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, ContextManager
+from typing import Any, ContextManager, Protocol
 
 import torch
 import torch.distributed as dist
@@ -71,21 +71,47 @@ def share(micro: MicroBatch, ranks: Ranks, micro_batch_size: int) -> tuple[int, 
 
 
 @dataclass
-class AllReduceCount:
-    """Gradient all-reduce calls and the bytes they carried, counted by DDP's communication hook."""
+class CollectiveCount:
+    """One optimizer step's gradient collectives on this rank: calls and the bytes they carried (DDP's
+    all-reduces, FSDP's reduce-scatters and all-gathers)."""
 
-    calls: int = 0
-    bytes: int = 0
+    allreduce_calls: int = 0
+    allreduce_bytes: int = 0
+    reduce_scatter_calls: int = 0
+    reduce_scatter_bytes: int = 0
+    all_gather_calls: int = 0
+    all_gather_bytes: int = 0
 
     def reset(self) -> None:
         """Start counting a new optimizer step."""
-        self.calls, self.bytes = 0, 0
+        for name in self.__dataclass_fields__:
+            setattr(self, name, 0)
+
+    def columns(self) -> dict[str, int]:
+        """The counts as step-row columns."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
-def _counting_allreduce(count: AllReduceCount, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+class Parallel(Protocol):
+    """How a data-parallel job's model is wrapped and synchronised: DDP (Replicated here) or FSDP (fsdp.Sharded)."""
+
+    module: torch.nn.Module  # what the forward pass calls
+    count: CollectiveCount
+
+    def sync(self, ends_window: bool) -> ContextManager[Any]:
+        """Around one micro-batch's forward and backward: whether (and how) its gradients are communicated."""
+
+    def reset(self) -> None:
+        """Start a new optimizer step's counts."""
+
+    def memory(self) -> dict[str, float]:
+        """This rank's step-row memory columns the strategy measures (none for DDP)."""
+
+
+def _counting_allreduce(count: CollectiveCount, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     buffer = bucket.buffer()
-    count.calls += 1
-    count.bytes += buffer.numel() * buffer.element_size()
+    count.allreduce_calls += 1
+    count.allreduce_bytes += buffer.numel() * buffer.element_size()
     return default_hooks.allreduce_hook(None, bucket)  # DDP's own all-reduce and average
 
 
@@ -93,19 +119,26 @@ def _counting_allreduce(count: AllReduceCount, bucket: dist.GradBucket) -> torch
 _counting_allreduce.__annotations__.update({"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]})
 
 
-def wrap(model: torch.nn.Module, device: torch.device) -> tuple[DistributedDataParallel, AllReduceCount]:
-    """The model in DDP, with a hook that counts every gradient all-reduce."""
-    ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
-    count = AllReduceCount()
-    ddp.register_comm_hook(count, _counting_allreduce)
-    return ddp, count
+class Replicated:
+    """The model in DDP (a whole copy per rank), with a hook that counts every gradient all-reduce."""
 
+    def __init__(self, model: torch.nn.Module, device: torch.device, sync_every: bool) -> None:
+        self.module = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+        self.count = CollectiveCount()
+        self.module.register_comm_hook(self.count, _counting_allreduce)
+        self.sync_every = sync_every
 
-def sync_context(ddp: DistributedDataParallel | None, ends_window: bool, sync_every: bool) -> ContextManager[Any]:
-    """no_sync() for every micro-batch but a window's last (unless syncing every micro-batch is asked)."""
-    if ddp is None or ends_window or sync_every:
-        return nullcontext()
-    return ddp.no_sync()
+    def sync(self, ends_window: bool) -> ContextManager[Any]:
+        """no_sync() for every micro-batch but a window's last (unless syncing every micro-batch is asked)."""
+        return nullcontext() if ends_window or self.sync_every else self.module.no_sync()
+
+    def reset(self) -> None:
+        """Start a new optimizer step's counts."""
+        self.count.reset()
+
+    def memory(self) -> dict[str, float]:
+        """Nothing beyond what every run measures: DDP's gradients are the model's whole .grad."""
+        return {}
 
 
 def share_from_rank0(obj: Any) -> Any:

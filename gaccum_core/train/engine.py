@@ -13,6 +13,7 @@ import itertools
 import math
 import time
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
@@ -24,9 +25,11 @@ from gaccum_core.models.build import build_seeded_model
 from gaccum_core.states import RunState
 from gaccum_core.train.accumulation import (MicroBatch, Window, epoch_order, micro_batch_divisors, plan_epoch,
                                             planned_steps)
-from gaccum_core.train.checkpoint import Counters, Position, TrainingState, capture, check_compatible, restore
+from gaccum_core.train.checkpoint import (Counters, Position, TrainingState, capture, capture_progress,
+                                          check_compatible, restore, restore_progress)
 from gaccum_core.train.device import resolve_device
-from gaccum_core.train.distributed import Ranks, share, sync_context, wrap
+from gaccum_core.train.distributed import Parallel, Ranks, Replicated, share, share_from_rank0
+from gaccum_core.train.fsdp import Sharded
 from gaccum_core.train.errors import CompileError, Diverged
 from gaccum_core.train.evaluation import evaluate, sample_text
 from gaccum_core.train.loss import summed_cross_entropy
@@ -34,10 +37,20 @@ from gaccum_core.train.memory import MB, MemoryProbe, SavedBytesPeak, TrainingMe
 from gaccum_core.train.metrics import MetricSink, Row
 from gaccum_core.train.checks import check_micro_batch
 from gaccum_core.train.rows import StepRows, StepWork
+from gaccum_core.train.shards import full_state_dict, load_shards, save_shards, shard_dir_name
 from gaccum_core.train.step import Divisor, Optimization, StopCheck, accumulate_step, never
 
 CheckpointSink = Callable[[dict], None]
 LENGTH_FIELDS = ("epochs", "max_steps")  # a resumed run may be planned longer; nothing else may change
+
+
+def _parallel(config: RunConfig, model: torch.nn.Module, device: torch.device, ranks: Ranks) -> Parallel | None:
+    """The model in DDP or sharded with FSDP2 on several ranks; None in one process."""
+    if not ranks.distributed:
+        return None
+    if config.sharding == "fsdp":
+        return Sharded(model, config)
+    return Replicated(model, device, config.sync_every_micro_batch)
 
 
 def _compiled(model: torch.nn.Module, mode: str) -> torch.nn.Module:
@@ -49,15 +62,17 @@ def _compiled(model: torch.nn.Module, mode: str) -> torch.nn.Module:
 class Engine:
     """One run's data, model, optimizer and precision on one device (one rank of a data-parallel job)."""
 
-    def __init__(self, config: RunConfig, device: torch.device | None = None, ranks: Ranks = Ranks()) -> None:
-        self.config, self.ranks = config, ranks
+    def __init__(self, config: RunConfig, device: torch.device | None = None, ranks: Ranks = Ranks(),
+                 run_dir: Path | None = None) -> None:
+        """run_dir: where a sharded run's ranks each write their part of a checkpoint (the run directory)."""
+        self.config, self.ranks, self.run_dir = config, ranks, run_dir
         self.device = device or resolve_device(config.device)
         self.data = load_data(config)
         self.num_train = len(self.data.train)
         check_micro_batch(config, self.num_train)
         self.model = build_seeded_model(config, self.data.input_shape, self.data.num_classes).to(self.device)
-        self.ddp, self.allreduce = wrap(self.model, self.device) if ranks.distributed else (None, None)
-        self.forward = _compiled(self.ddp or self.model, config.compile)
+        self.parallel = _parallel(config, self.model, self.device, ranks)
+        self.forward = _compiled(self.model if self.parallel is None else self.parallel.module, config.compile)
         # A global micro-batch holds every rank's micro-batch: windows are planned over the whole job.
         self.global_micro_batch = config.micro_batch_size * ranks.world_size
         self.total_steps = planned_steps(self.num_train, self.global_micro_batch, config.accum_steps,
@@ -69,18 +84,45 @@ class Engine:
         self.counted = TrainingMemory(self.model, self.optimizer)  # what the planner counts, per row
         self._activation_size = 0
         self._cache_clear_s = 0.0  # seconds spent clearing the cache in the current window
-        self.rows = StepRows(ranks, self.device, config.is_text, self.allreduce)
+        self.rows = StepRows(ranks, self.device, config.is_text, self.parallel and self.parallel.count)
         self.training = TrainingState()  # position, counters, in-flight losses: what a checkpoint carries
 
+    @property
+    def sharded(self) -> bool:
+        """Weights, gradients and optimizer state sharded over the ranks (FSDP)."""
+        return isinstance(self.parallel, Sharded)
+
     def checkpoint(self) -> dict:
-        """A checkpoint of the run where it is now (see gaccum_core.train.checkpoint)."""
+        """A checkpoint of the run where it is now (see gaccum_core.train.checkpoint); a sharded run's ranks
+        each write their part of it first (train.shards), all of them calling this at the same step."""
         self.training.wall_time_s = time.perf_counter() - self._start
-        return capture(self.model, self.opt, self.opt.params, self.training, self.config.to_dict(), self.device)
+        if not self.sharded:
+            return capture(self.model, self.opt, self.opt.params, self.training, self.config.to_dict(), self.device)
+        name = share_from_rank0(shard_dir_name(self.training.counters.step))
+        save_shards(self.model, self.optimizer, self._shared_run_dir() / name)
+        state = capture_progress(self.opt, self.opt.params, self.training, self.config.to_dict(), self.device)
+        return {**state, "sharded": name}
 
     def resume_from(self, state: dict) -> None:
         """Continue from a checkpoint: weights, optimizer, schedule, scaler, RNGs, position, in-flight gradients."""
         check_compatible(state, self.config.to_dict(), LENGTH_FIELDS)
-        self.training = restore(state, self.model, self.opt, self.opt.params, self.device)
+        if "sharded" in state:
+            load_shards(self.model, self.optimizer, self._shared_run_dir() / state["sharded"])
+            self.training = restore_progress(state, self.opt, self.opt.params, self.device)
+        else:
+            self.training = restore(state, self.model, self.opt, self.opt.params, self.device)
+
+    def _shared_run_dir(self) -> Path:
+        """The run directory, which every rank of a sharded run must reach (one machine, or a shared file system)."""
+        if self.run_dir is None or not self.run_dir.is_dir():
+            raise ValueError(f"sharding fsdp: rank {self.ranks.rank} cannot reach the run directory {self.run_dir} "
+                             "to write its part of the checkpoint; with several machines, put --runs-dir on a "
+                             "file system every machine mounts at the same path")
+        return self.run_dir
+
+    def saved_state_dict(self) -> dict[str, torch.Tensor]:
+        """The model's whole state_dict for model.pt (gathered on rank 0 by every rank of a sharded run)."""
+        return full_state_dict(self.model) if self.sharded else self.model.state_dict()
 
     def run(self, sink: MetricSink, should_stop: StopCheck = lambda: False,
             on_checkpoint: CheckpointSink | None = None, steps: int | None = None,
@@ -101,7 +143,9 @@ class Engine:
         eval_stop = should_stop if not self.ranks.distributed else never
         evaluations = ((lambda sink, epoch, counters: self._log_eval(sink, epoch, counters, eval_stop))
                        if evaluate else (lambda sink, epoch, counters: True))
-        save = on_checkpoint  # given to rank 0 only: the ranks' states are the same at every step's end
+        # Given to rank 0 only (the ranks' states are the same at every step's end), but to every rank of a
+        # sharded run, whose ranks each write their part of the checkpoint.
+        save = on_checkpoint
         self.model.train()
         epoch = begin.epoch
         if cfg.eval_every and 0 < counters.step and counters.step % cfg.eval_every == 0 \
@@ -188,8 +232,8 @@ class Engine:
             if i < first:
                 continue
             # Suspended inside the context while the caller runs this micro-batch's forward and backward:
-            # DDP skips the gradient all-reduce for every micro-batch but the window's last.
-            with sync_context(self.ddp, micro.ends_window, self.config.sync_every_micro_batch):
+            # DDP skips the gradient all-reduce for every micro-batch but the window's last (FSDP: fsdp_sync).
+            with nullcontext() if self.parallel is None else self.parallel.sync(micro.ends_window):
                 yield i, micro
             # Resumed when accumulate_step asks for the next micro-batch: this one's backward is done.
             if self.config.clear_cache == "micro":
@@ -214,8 +258,8 @@ class Engine:
         self.memory.start_step()
         lr = self.optimizer.param_groups[0]["lr"]
         step = counters.step + 1
-        if self.allreduce is not None:
-            self.allreduce.reset()
+        if self.parallel is not None:
+            self.parallel.reset()
         # DDP's ranks must run the same micro-batches: they agree on a stop once per step (StepRows).
         local_stop = never if self.ranks.distributed else should_stop
         # A single process keeps a stopped window's gradients and losses (in_flight) for its checkpoint.
@@ -231,8 +275,9 @@ class Engine:
         if self.config.clear_cache == "step":
             self._cache_clear_s += clear_cache(self.device)
         work = StepWork(window, count, epoch, lr, start, self._cache_clear_s, self._start)
+        measured = {} if self.parallel is None else self.parallel.memory()
         memory = {**self.memory.read(), "activation_mb": self.activations.peak / MB,
-                  **self.counted.row(self.activations.peak)}
+                  **self.counted.row(self.activations.peak, **measured)}
         return self.rows.row(work, result, memory, counters, should_stop)
 
     def _count(self, order: torch.Tensor, micro: MicroBatch) -> int:
@@ -249,9 +294,10 @@ class Engine:
 
     def _log_eval(self, sink: MetricSink, epoch: int, counters: Counters, should_stop: StopCheck = never) -> bool:
         """Evaluate and log the row; False (nothing logged) when should_stop() stopped the evaluation."""
-        if not self.ranks.is_main:
+        if not self.ranks.is_main and not self.sharded:
             counters.last_eval_step = counters.step
             return True  # the model is the same on every rank: rank 0 evaluates and writes
+        # A sharded model computes only with every rank gathering its weights: they all evaluate, rank 0 writes.
         # Batches of b: on a one-thread CPU larger ones measured no faster (gpt tiny, pydoc, 4b: 0.20 s vs 0.19 s).
         result = evaluate(self.model, self.data.test, self.config.micro_batch_size, self.precision, self.device,
                           should_stop)
@@ -260,9 +306,12 @@ class Engine:
         counters.last_eval_step = counters.step
         test_loss, accuracy = result
         text = self.config.is_text
+        sample = sample_text(self.model, self.data.tokens, self.precision, self.device) if text else None
+        if not self.ranks.is_main:
+            return True
         row = {"epoch": epoch, "step": counters.step, "test_loss": test_loss, "test_accuracy": accuracy,
                "perplexity": math.exp(min(test_loss, 700.0)) if text else None}
         if text:  # the run store writes the sample to samples.jsonl, not to eval.csv
-            row["sample"] = sample_text(self.model, self.data.tokens, self.precision, self.device)
+            row["sample"] = sample
         sink.log_eval({**row, "wall_time_s": time.perf_counter() - self._start})
         return True

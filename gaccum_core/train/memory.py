@@ -114,7 +114,7 @@ class SavedBytesPeak:
     past its backward shows here as several."""
 
     def __init__(self, params: list[torch.nn.Parameter]) -> None:
-        self._param_storages = {p.untyped_storage().data_ptr() for p in params}
+        self._param_storages = {_local(p).untyped_storage().data_ptr() for p in params}
         self._live: dict[int, list[int]] = {}  # storage pointer -> [holders alive, bytes]
         self.current = 0
         self.peak = 0
@@ -128,7 +128,9 @@ class SavedBytesPeak:
 
     def _pack(self, tensor: torch.Tensor) -> object:
         key = tensor.untyped_storage().data_ptr()
-        if key == 0 or key in self._param_storages:
+        # FSDP's gathered weights are parameters too (registered while their unit computes), and views of them.
+        if key == 0 or key in self._param_storages or isinstance(tensor, torch.nn.Parameter) \
+                or isinstance(tensor._base, torch.nn.Parameter):
             return tensor
         saved = _Saved(tensor)
         entry = self._live.setdefault(key, [0, tensor.untyped_storage().nbytes()])
@@ -149,9 +151,14 @@ class SavedBytesPeak:
             yield self
 
 
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a sharded (FSDP) tensor: what it holds in memory."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
 def tensor_bytes(tensors: Iterator[torch.Tensor] | list[torch.Tensor]) -> int:
-    """Bytes of these tensors' elements."""
-    return sum(t.numel() * t.element_size() for t in tensors)
+    """Bytes of these tensors' elements this process holds (a sharded tensor's own part only)."""
+    return sum(t.numel() * t.element_size() for t in map(_local, tensors))
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
@@ -194,11 +201,16 @@ class TrainingMemory:
                  "optimizer_mb": self.optimizer_mb(), "activations_mb": saved_peak / MB}
         return {**parts, "counted_mb": sum(parts.values())}
 
-    def row(self, saved_peak: int) -> dict[str, float]:
-        """The parts as a step row's columns: weights_mb, gradients_mb, optimizer_mb, train_mem_mb."""
+    def row(self, saved_peak: int, grad_kept_mb: float | None = None, gathered_mb: float = 0.0) -> dict[str, float]:
+        """The parts as a step row's columns: weights_mb, gradients_mb, optimizer_mb, train_mem_mb, and
+        grad_kept_mb, the gradient memory held between micro-batches. A sharded model measures the last
+        (its gradients) and the weights it keeps gathered; otherwise .grad is held whole."""
         parts = self.parts(saved_peak)
-        return {"weights_mb": parts["weights_mb"], "gradients_mb": parts["gradients_mb"],
-                "optimizer_mb": parts["optimizer_mb"], "train_mem_mb": parts["counted_mb"]}
+        weights = parts["weights_mb"] + gathered_mb
+        gradients = parts["gradients_mb"] if grad_kept_mb is None else grad_kept_mb
+        total = weights + gradients + parts["optimizer_mb"] + parts["activations_mb"]
+        return {"weights_mb": weights, "gradients_mb": gradients, "optimizer_mb": parts["optimizer_mb"],
+                "train_mem_mb": total, "grad_kept_mb": gradients}
 
 
 def training_memory(trained: Trains, saved_peak: int) -> dict[str, float]:

@@ -13,7 +13,12 @@ STEP_COLUMNS = (
     "activation_mb", "cache_clear_s", "step_time_s", "samples_per_s", "wall_time_s",
     "world_size", "allreduce_calls", "allreduce_bytes", "tokens", "tokens_seen", "tokens_per_s",
     "weights_mb", "gradients_mb", "optimizer_mb", "train_mem_mb",
+    "reduce_scatter_calls", "reduce_scatter_bytes", "all_gather_calls", "all_gather_bytes", "grad_kept_mb",
 )
+# FSDP's collectives per optimizer step (0 without sharding), and the gradient memory a rank holds between
+# micro-batches: the whole .grad without sharding, 1/N of it with fsdp_sync every, all of it (fp32) with last.
+COLLECTIVE_COLUMNS = ("allreduce_calls", "allreduce_bytes", "reduce_scatter_calls", "reduce_scatter_bytes",
+                      "all_gather_calls", "all_gather_bytes")
 # The training memory the planner counts (train.memory.TrainingMemory): weights + gradients + optimizer
 # state + activation_mb = train_mem_mb, the same figure on every device.
 TRAINING_MEMORY_COLUMNS = ("weights_mb", "gradients_mb", "optimizer_mb", "train_mem_mb")
@@ -21,11 +26,12 @@ EVAL_COLUMNS = ("epoch", "step", "test_loss", "test_accuracy", "wall_time_s", "p
 # Columns added after runs were first written, with the value every row of an older run had.
 ADDED_COLUMNS = {"world_size": 1, "allreduce_calls": 0, "allreduce_bytes": 0,
                  "tokens": math.nan, "tokens_seen": math.nan, "tokens_per_s": math.nan,
-                 **{column: math.nan for column in TRAINING_MEMORY_COLUMNS}}
+                 **{column: math.nan for column in TRAINING_MEMORY_COLUMNS},
+                 **{column: 0 for column in COLLECTIVE_COLUMNS[2:]}, "grad_kept_mb": math.nan}
 ADDED_EVAL_COLUMNS = {"perplexity": math.nan}
 # Columns holding counts; every other metric is a float. An empty cell is None.
 _INT_COLUMNS = frozenset({"step", "epoch", "micro_batches", "samples", "samples_seen", "skipped", "skipped_total",
-                          "world_size", "allreduce_calls", "allreduce_bytes", "tokens", "tokens_seen"})
+                          "world_size", "tokens", "tokens_seen", *COLLECTIVE_COLUMNS})
 
 Row = dict[str, Any]
 

@@ -56,7 +56,7 @@ class Precision:
         scale = self.scaler.get_scale() if self.uses_scaler else None
         if grad_clip > 0:
             self.scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            grad_norm = _whole(torch.nn.utils.clip_grad_norm_(params, grad_clip))
         else:
             # The norm of scaled gradients divided by the scale: unscaled without touching .grad.
             grad_norm = _total_norm([p.grad for p in params if p.grad is not None])
@@ -77,6 +77,11 @@ class Precision:
         self.scaler.load_state_dict(state)
 
 
+def _whole(norm: torch.Tensor) -> torch.Tensor:
+    """A norm of sharded (FSDP) gradients holds each rank's part until reduced: the whole norm, on every rank."""
+    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+
+
 def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """The L2 norm of all gradients together, as clip_grad_norm_ computes it.
 
@@ -85,6 +90,6 @@ def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """
     if not grads:
         return torch.zeros(())
-    if len({(g.device, g.dtype) for g in grads}) > 1:
-        return torch.nn.utils.get_total_norm(grads)
+    if len({(g.device, g.dtype, type(g)) for g in grads}) > 1 or hasattr(grads[0], "full_tensor"):
+        return _whole(torch.nn.utils.get_total_norm(grads))
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))

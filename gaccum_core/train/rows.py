@@ -14,7 +14,7 @@ import torch
 
 from gaccum_core.train.accumulation import Window
 from gaccum_core.train.checkpoint import Counters
-from gaccum_core.train.distributed import AllReduceCount, Ranks, combine_ranks
+from gaccum_core.train.distributed import CollectiveCount, Ranks, combine_ranks
 from gaccum_core.train.metrics import Row
 from gaccum_core.train.step import StepResult, StopCheck
 
@@ -37,8 +37,9 @@ class StepWork:
 class StepRows:
     """Builds one rank's step rows for a run; stop_agreed says when the job's ranks agreed to stop."""
 
-    def __init__(self, ranks: Ranks, device: torch.device, is_text: bool, allreduce: AllReduceCount | None) -> None:
-        self.ranks, self.device, self.is_text, self.allreduce = ranks, device, is_text, allreduce
+    def __init__(self, ranks: Ranks, device: torch.device, is_text: bool, collectives: CollectiveCount | None) -> None:
+        self.ranks, self.device, self.is_text = ranks, device, is_text
+        self.collectives = collectives or CollectiveCount()  # all 0 in one process
         self.stop_agreed = False  # a data-parallel run stops when any rank asked, at the same step
 
     def measure(self, result: StepResult, memory: Figures, should_stop: StopCheck) -> Figures:
@@ -69,6 +70,5 @@ class StepRows:
             **measured, "cache_clear_s": work.cache_clear_s, "step_time_s": step_time,
             "samples_per_s": window.samples / step_time if step_time > 0 else None,
             "wall_time_s": time.perf_counter() - work.run_started, "world_size": self.ranks.world_size,
-            "allreduce_calls": self.allreduce.calls if self.allreduce else 0,
-            "allreduce_bytes": self.allreduce.bytes if self.allreduce else 0,
+            **self.collectives.columns(),
         }
