@@ -37,11 +37,11 @@ OnStep = Callable[[int, Candidate, bool], None]  # (index, the candidate with it
 
 
 def burst_config(base: RunConfig, options: Options, micro_batch_size: int, effective_batch: int) -> RunConfig:
-    """The config a candidate runs: the base run's model, data and optimizer, one process, no checkpoints
-    (the burst's steps and its lack of evaluation are told to Engine.run)."""
+    """The config a candidate runs: the base run's model, data and optimizer, one unsharded process, no
+    checkpoints (the burst's steps and its lack of evaluation are told to Engine.run)."""
     return base.replace(micro_batch_size=micro_batch_size, accum_steps=effective_batch // micro_batch_size,
                         amp=options.amp, clear_cache=options.clear_cache, compile=options.compile,
-                        checkpoint_every=0, nproc=1, nnodes=1, sync_every_micro_batch=False)
+                        checkpoint_every=0, nproc=1, nnodes=1, sync_every_micro_batch=False, sharding="ddp")
 
 
 def _train(engine: Engine, rows: RowKeeper, steps: int) -> None:
