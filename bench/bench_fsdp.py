@@ -23,8 +23,11 @@ The machine's speed drifts (2x on a shared box), so the configurations alternate
 the table shows the median of those ratios (quartiles over the rounds) and the absolute medians.
 
 Exactness check: every configuration trains on the same samples from the same initial weights, so its
-last step's training loss must equal ddp's in the same round (to --tolerance, default 1e-5); the bench
-prints the largest difference and says whether it holds.
+training loss must equal ddp's in the same round, step by step, up to float rounding: the gradients are
+summed in another order (FSDP reduce-scatters per unit, and with fsdp_sync every per micro-batch), which
+changes the last bits, and training (AdamW most) lets that grow over the steps. The bench prints the
+largest relative difference |loss - ddp's| / ddp's at step 2 (after one update) and at the last step,
+and checks the last against --tolerance (default 1e-5).
 
     python bench/bench_fsdp.py [--repeats 3] [--preset mini] [--steps 40] [--micro-batch-size 4]
         [--accum-steps 4] [--max-seq-len 128] [--quick] [--json out.json]
@@ -77,7 +80,7 @@ class Measured:
     optimizer_mb: float
     calls: dict[str, float]  # per full-window step (median), by collective
     bytes: dict[str, float]
-    final_loss: float  # the last step's training loss
+    losses: tuple[float, ...]  # every step's training loss, in order
     steps: int  # steps counted (after the skipped warm-up)
     wall_s: float  # submit -> run ended (torchrun's start-up, the final evaluation and save included)
 
@@ -97,7 +100,7 @@ def measured_of(runner: Runner, run_id: str, skip_steps: int, accum_steps: int, 
         float(tail["weights_mb"].max()), float(tail["gradients_mb"].max()), float(tail["optimizer_mb"].max()),
         {c: float(full[f"{c}_calls"].median()) for c in COLLECTIVES},
         {c: float(full[f"{c}_bytes"].median()) for c in COLLECTIVES},
-        float(rows["loss"].iloc[-1]), len(tail), wall_s)
+        tuple(float(x) for x in rows["loss"]), len(tail), wall_s)
 
 
 def run_once(runner: Runner, config: RunConfig, skip_steps: int) -> Measured:
@@ -112,6 +115,11 @@ def run_once(runner: Runner, config: RunConfig, skip_steps: int) -> Measured:
     result = measured_of(runner, run_id, skip_steps, config.accum_steps, wall)
     runner.delete(run_id)
     return result
+
+
+def relative_gap(loss: float, reference: float) -> float:
+    """|loss - reference| / |reference|: how far a loss is from ddp's."""
+    return abs(loss - reference) / abs(reference)
 
 
 def quartiles(values: list[float], digits: int = 3) -> str:
@@ -149,7 +157,7 @@ def describe(name: str, m: Measured) -> str:
     return (f"{name:<19} {m.samples_per_s:7.1f} samples/s ({m.tokens_per_s:7.0f} tokens/s) over {m.steps} steps; "
             f"train_mem {m.train_mem_mb:.2f} MB (weights {m.weights_mb:.2f}, gradients {m.gradients_mb:.2f}, "
             f"optimizer {m.optimizer_mb:.2f}), peak RSS {m.mem_peak_mb:.0f} MB, grad_kept {m.grad_kept_mb:.2f} MB; "
-            f"final loss {m.final_loss:.7f}; wall {m.wall_s:.1f} s")
+            f"final loss {m.losses[-1]:.7f}; wall {m.wall_s:.1f} s")
 
 
 def load_average() -> str:
@@ -196,7 +204,8 @@ def main() -> None:
           f"{args.repeats} round(s); {load_average()}", flush=True)
     runs: dict[str, list[Measured]] = {name: [] for name in configs}
     ratios: dict[str, list[float]] = {name: [] for name in configs}
-    loss_gaps: dict[str, list[float]] = {name: [] for name in configs}
+    first_gaps: dict[str, list[float]] = {name: [] for name in configs}  # at step 2, after one update
+    loss_gaps: dict[str, list[float]] = {name: [] for name in configs}  # at the last step
     with tempfile.TemporaryDirectory(prefix="gaccum-bench-fsdp-") as runs_dir:
         runner = Runner(runs_dir, executor="thread", warm_spare=False)
         try:
@@ -210,23 +219,25 @@ def main() -> None:
                 reference = this_round["ddp"]
                 for name, m in this_round.items():
                     ratios[name].append(m.samples_per_s / reference.samples_per_s)
-                    loss_gaps[name].append(abs(m.final_loss - reference.final_loss))
+                    first_gaps[name].append(relative_gap(m.losses[1], reference.losses[1]))
+                    loss_gaps[name].append(relative_gap(m.losses[-1], reference.losses[-1]))
         finally:
             runner.close()
-    print("\nfinal training loss against ddp's in the same round (same samples, same initial weights):")
-    worst = 0.0
-    for name, gaps in loss_gaps.items():
-        worst = max(worst, max(gaps))
-        print(f"  {name:<19} largest |loss - ddp's| {max(gaps):.2e}")
+    print("\ntraining loss against ddp's in the same round (same samples, same initial weights), "
+          "largest |loss - ddp's| / ddp's over the rounds:")
+    worst = max(max(gaps) for gaps in loss_gaps.values())
+    for name in configs:
+        print(f"  {name:<19} step 2: {max(first_gaps[name]):.1e}   step {args.steps}: {max(loss_gaps[name]):.1e}")
     verdict = "holds" if worst <= args.tolerance else "FAILS"
-    print(f"  every configuration within {args.tolerance:g} of ddp: {verdict} (largest {worst:.2e})")
+    print(f"  every configuration's final loss within {args.tolerance:g} (relative) of ddp's: {verdict} "
+          f"(largest {worst:.1e})")
     print(f"\n{table(runs, ratios)}\n")
     print(f"{load_average()}; bench wall time {time.perf_counter() - began:.0f} s", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "args": vars(args), "parameters": GPT_PRESETS[args.preset].parameters,
             "runs": {name: [asdict(m) for m in measured] for name, measured in runs.items()},
-            "ratios_to_ddp": ratios, "final_loss_gaps": loss_gaps}, indent=1))
+            "ratios_to_ddp": ratios, "relative_loss_gaps": {"step_2": first_gaps, "last": loss_gaps}}, indent=1))
     if worst > args.tolerance:
         sys.exit(1)
 
