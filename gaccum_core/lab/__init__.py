@@ -9,5 +9,5 @@ __all__, __getattr__ = lazy_exports(__name__, {
     "equivalence": ("compare_gradients", "train_side_by_side", "GradientReport", "ReferenceTooLarge"),
     "verdict": ("MODULE_COLUMNS", "Reason"),
     "loopcode": ("render_loop",),
-    "pitfalls": ("PITFALLS", "run_pitfall", "run_all"),
+    "pitfalls": ("PITFALLS", "run_pitfall", "run_all", "FSDP_PITFALLS", "run_fsdp_pitfalls"),
 })

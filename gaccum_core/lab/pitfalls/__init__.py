@@ -5,12 +5,14 @@ catalog (page text: each pitfall's title, explanation, fix and default settings 
 kit (what every image loop gets: model copy, optimizer, scaler, scheduler, micro-batches) ← loops
 (the reference, the correct loop and the bugs as the tutorials write them) ← harness (run_pitfall,
 run_all); #6 is a setting of the engine, run by sequences. result holds what the runs leave.
+The FSDP traps need 2 processes: fsdp_job starts them (fsdp_rank), each running fsdp_loops.
 """
 
 from gaccum_core.exports import lazy_exports
 
 __all__, __getattr__ = lazy_exports(__name__, {
-    "catalog": ("PITFALLS", "Pitfall", "BASE_CONFIG", "case_config", "setup_words"),
+    "catalog": ("PITFALLS", "FSDP_PITFALLS", "Pitfall", "BASE_CONFIG", "case_config", "setup_words"),
     "result": ("PitfallResult",),
     "harness": ("run_pitfall", "run_all"),
+    "fsdp_job": ("run_fsdp_pitfalls", "FsdpGallery", "FsdpJobError"),
 })

@@ -65,21 +65,55 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
             {"amp": "fp16", "init_scale": 1024.0, "growth_interval": 3}),
 )}
 
+# The FSDP traps: 2 gloo processes, fully_shard on each Linear of the mlp (whose root then holds no parameter of
+# its own) and on the root; b is each rank's micro-batch, so a window holds b * k * 2 samples. SGD, whose step
+# shows a gradient's scale (Adam would divide most of it away).
+FSDP_PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
+    Pitfall("fsdp_averaged_gradients", "FSDP averages the ranks' gradients",
+            "Each rank divides its loss by the window's whole count, then FSDP averages over the N ranks: 1/N of the "
+            "big batch's gradient.\n"
+            "Like DDP, FSDP's reduce-scatter is a mean over ranks, so nothing undoes the N: in effect an lr / N.",
+            "divide each rank's summed loss by window_count / N  # the engine's weighting", {}),
+    Pitfall("fsdp_divide_factor_on_root", "set_gradient_divide_factor on the root only",
+            "Meant to make FSDP sum instead of average, it changes nothing here: the gradients stay 1/N.\n"
+            "The factor is not recursive and this root owns no parameters (its Linear units do); on every unit, "
+            "gloo raises.",
+            "for unit in units: unit.set_gradient_divide_factor(1.0); on gloo also "
+            "unit.set_force_sum_reduction_for_comms(True)", {}),
+    Pitfall("fsdp_reshard_off_at_step", "reshard_after_backward off at the step",
+            "Each window's first forward computes with the weights from before the step: the run drifts from step 2 "
+            "on.\n"
+            "The units stay gathered after the last backward, so nothing fetches the optimizer's update; and "
+            "model.parameters() then lists those copies, each .grad None.",
+            "set_reshard_after_backward(True) before the window's last backward (the engine does), or "
+            "unit.reshard() for every unit before the step", {"fsdp_reshard_after_backward": "off"}),
+)}
+FSDP_SETTINGS = {"nproc": 2, "sharding": "fsdp"}
+
 # #7's correct column trains another model (against its own big batch): no loss weighting fixes BatchNorm.
 CORRECT_SIDE = {"batchnorm_small_micro_batches": {"model": "cnn_gn"}}
 
 
+def pitfall(key: str) -> Pitfall:
+    """Pitfall `key` of either gallery: the nine in one process, or the FSDP traps."""
+    found = PITFALLS.get(key) or FSDP_PITFALLS.get(key)
+    if found is None:
+        raise KeyError(f"unknown pitfall {key!r}: one of {', '.join([*PITFALLS, *FSDP_PITFALLS])}")
+    return found
+
+
 def case_config(key: str, **overrides: Any) -> RunConfig:
-    """The settings pitfall `key` trains with: BASE_CONFIG, the case's own, then `overrides`
-    (train_samples, not a RunConfig field, left out)."""
-    settings = {**PITFALLS[key].default, **overrides}
+    """The settings pitfall `key` trains with: BASE_CONFIG, the case's own (2 FSDP processes for the FSDP
+    traps), then `overrides` (train_samples, not a RunConfig field, left out)."""
+    sharded = FSDP_SETTINGS if key in FSDP_PITFALLS else {}
+    settings = {**sharded, **pitfall(key).default, **overrides}
     settings.pop("train_samples", None)
     return RunConfig.from_dict({**BASE_CONFIG.to_dict(), **settings})
 
 
 def setup_words(key: str) -> str:
     """What the case trains, read off its settings: model, data, b, k, optimizer and what else it sets."""
-    config, default = case_config(key), PITFALLS[key].default
+    config, default = case_config(key), pitfall(key).default
     optimizer = f"{config.optimizer} lr {config.lr:g}"
     if config.optimizer == "sgd":
         optimizer += f" momentum {config.momentum:g}"
@@ -92,6 +126,12 @@ def setup_words(key: str) -> str:
         words.append(f"sequences of up to {config.max_seq_len} tokens")
     if config.amp != "off":
         words.append(f"{config.amp} (initial scale {config.init_scale:g}, growth every {config.growth_interval} steps)")
+    if config.sharding == "fsdp":
+        unit = "Linear" if config.model == "mlp" else "block"
+        words.append(f"{config.world_size} gloo processes, fully_shard on each {unit} and on the root "
+                     f"(b per process: a window of {config.effective_batch_size} samples)")
+        if config.fsdp_reshard_after_backward == "off":
+            words.append("reshard_after_backward off")
     if config.warmup_steps:
         words.append(f"{config.warmup_steps} warmup steps")
     correct = CORRECT_SIDE.get(key, {})

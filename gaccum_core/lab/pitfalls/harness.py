@@ -35,11 +35,11 @@ def run_pitfall(key: str, steps: int = 20, **overrides: Any) -> PitfallResult:
         return sequences.run_sequences(steps, settings)
     train_samples = settings.get("train_samples", 0)
     config = case_config(key, **overrides)
-    run = _runner(config, train_samples, steps)
+    run = loop_runner(config, train_samples, steps)
     reference, pitfall = run(big_batch), run(LOOPS[key])
     correct_config = config.replace(**CORRECT_SIDE.get(key, {}))
     if correct_config != config:
-        run = _runner(correct_config, train_samples, steps)
+        run = loop_runner(correct_config, train_samples, steps)
     correct_reference = reference if correct_config == config else run(big_batch)
     correct = run(exact)
     return compare(key, pitfall, reference, correct, correct_reference)
@@ -50,8 +50,8 @@ def run_all(steps: int = 20) -> list[PitfallResult]:
     return [run_pitfall(key, steps) for key in PITFALLS]
 
 
-def _runner(config: RunConfig, train_samples: int, steps: int) -> Callable[[Loop], list[Snapshot]]:
-    """Runs loops on config's data, each from a deep copy of one initial model."""
+def loop_runner(config: RunConfig, train_samples: int, steps: int) -> Callable[[Loop], list[Snapshot]]:
+    """Runs loops on config's data (its first train_samples, 0: all), each from a deep copy of one initial model."""
     data = load_data(config)
     num_samples = train_samples or len(data.train)
     if not config.micro_batch_size <= num_samples <= len(data.train):

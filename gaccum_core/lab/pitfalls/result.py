@@ -33,8 +33,13 @@ class PitfallResult:
 
 
 def flat(params: list[torch.Tensor]) -> torch.Tensor:
-    """All the parameters' current values in one float64 vector, detached: a copy the next step leaves alone."""
-    return torch.cat([p.detach().reshape(-1) for p in params]).double()
+    """All the parameters' current values in one float64 vector, detached: a copy the next step leaves alone.
+    A sharded (FSDP) parameter is gathered whole, a collective: every rank of the job must call this together."""
+    return torch.cat([_whole(p.detach()).reshape(-1) for p in params]).double()
+
+
+def _whole(param: torch.Tensor) -> torch.Tensor:
+    return param.full_tensor() if hasattr(param, "full_tensor") else param
 
 
 def compare(key: str, pitfall: list[Snapshot], reference: list[Snapshot], correct: list[Snapshot],
@@ -43,8 +48,8 @@ def compare(key: str, pitfall: list[Snapshot], reference: list[Snapshot], correc
     ratios = [p.grad_norm / r.grad_norm if r.grad_norm > 0 else float("nan") for p, r in zip(pitfall, reference)]
     frame = pd.DataFrame({
         "step": range(1, len(pitfall) + 1),
-        "distance_pitfall": _distances(pitfall, reference),
-        "distance_correct": _distances(correct, correct_reference),
+        "distance_pitfall": distances(pitfall, reference),
+        "distance_correct": distances(correct, correct_reference),
         "grad_norm_ratio": ratios,
         "loss_pitfall": [s.loss for s in pitfall],
         "loss_correct": [s.loss for s in correct],
@@ -54,5 +59,6 @@ def compare(key: str, pitfall: list[Snapshot], reference: list[Snapshot], correc
                          float(frame["distance_correct"].iloc[-1]), float(statistics.median(ratios)))
 
 
-def _distances(run: list[Snapshot], reference: list[Snapshot]) -> list[float]:
+def distances(run: list[Snapshot], reference: list[Snapshot]) -> list[float]:
+    """The L2 distance between the two runs' weights after each step."""
     return [torch.linalg.vector_norm(a.weights - b.weights).item() for a, b in zip(run, reference)]
