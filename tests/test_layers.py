@@ -1,8 +1,8 @@
 """The package's architecture, checked: imports point one way, no circle, no import hidden in a function.
 
 Layers, lowest first: the shared vocabulary (gaccum_core's own modules: config, states, ...) ← models,
-data ← train ← runs, plan, lab ← views ← cli. A module may import its own package and the layers below;
-siblings of one layer (runs, plan, lab) do not import each other.
+data ← train ← runs, plan, lab ← sweeps ← views ← cli. A module may import its own package and the layers
+below; siblings of one layer (runs, plan, lab) do not import each other.
 """
 
 import ast
@@ -12,7 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "gaccum_core"
-LAYERS = {"": 0, "models": 1, "data": 1, "train": 2, "runs": 3, "plan": 3, "lab": 3, "views": 4, "cli": 5}
+LAYERS = {"": 0, "models": 1, "data": 1, "train": 2, "runs": 3, "plan": 3, "lab": 3, "sweeps": 4, "views": 5,
+          "cli": 6}
 ENTRY_POINTS = {"gaccum_core.__main__"}  # `python -m gaccum_core` runs the CLI: it sits above every layer
 
 

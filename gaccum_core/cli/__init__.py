@@ -1,5 +1,6 @@
-"""The command line, `python -m gaccum_core run|plan|check|worker|resume|doctor`: one module per command
-(run, plan, check, worker, resume, doctor), what they share in args, the progress bars in progress,
+"""The command line, `python -m gaccum_core run|sweep|plan|check|worker|resume|doctor`: one module per
+command (run, sweep, plan, check, worker, resume, doctor), what they share in args, the progress bars in
+progress and sweep_progress,
 and main, which builds the parser from them.
 """
 

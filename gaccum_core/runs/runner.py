@@ -62,10 +62,14 @@ class Runner:
         self._spare_job = SpareJob(keep=self.warm_spare)
         atexit.register(self.close)
 
-    def submit(self, config: RunConfig, name: str | None = None, plan: dict | None = None) -> str:
-        """Create the run on disk (with the plan that chose its micro-batch, if any) and queue it; returns the run id."""
+    def submit(self, config: RunConfig, name: str | None = None, plan: dict | None = None,
+               tags: tuple[str, ...] = ()) -> str:
+        """Create the run on disk (with the plan that chose its micro-batch, if any, and its tags) and queue
+        it; returns the run id."""
         run_id = self.store.create(config, name, plan)
         self._claims[run_id] = Claim(self.store.path(run_id))  # a new directory: nobody else knows it yet
+        if tags:  # before it is queued: a starting run removes the temporary files of atomic writes
+            self.store.write_tags(run_id, tags)
         self._enqueue(self._track(run_id, config, name or ""))
         return run_id
 

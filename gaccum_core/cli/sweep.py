@@ -1,0 +1,170 @@
+"""`sweep`: a grid of runs (comma lists for any run flag) × repeats, run as ordinary runs with a progress
+bar over runs, resumable, then summarised per cell; or printed as `run` commands for a cluster."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from typing import Any
+
+from gaccum_core.cli.args import Commands, flag_error, typed
+from gaccum_core.cli.sweep_progress import follow_sweep
+from gaccum_core.config import DEFAULT_RUN, ConfigError, RunConfig
+from gaccum_core.field_help import FIELD_HELP
+from gaccum_core.runs.executors import EXECUTORS
+from gaccum_core.runs.runner import Runner
+from gaccum_core.runs.store import RunStore
+from gaccum_core.sweeps.checks import check_sweep
+from gaccum_core.sweeps.commands import run_command
+from gaccum_core.sweeps.files import sweep_dir, write_spec, write_summary
+from gaccum_core.sweeps.job import SweepJob, gpu_count
+from gaccum_core.sweeps.members import find_members
+from gaccum_core.sweeps.spec import SweepSpec, sweep_runs
+from gaccum_core.sweeps.summary import Summary, summarize
+from gaccum_core.views.sweep_table import display_table
+
+_TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
+
+
+def add_parser(commands: Commands) -> argparse.ArgumentParser:
+    """The `sweep` command: a comma list per config field, the effective batch, repeats, what to do."""
+    parser = commands.add_parser(
+        "sweep", help="run a grid of settings × repeats and summarise each cell with 95%% intervals",
+        description="Cross comma-separated values of any run flag (--micro-batch-size 8,16,32 --amp off,bf16), "
+                    "run each combination --repeats times as ordinary runs (skipping those a previous run of the "
+                    "same command finished), and summarise each cell: final loss, test accuracy, samples/s, "
+                    "peak memory, skipped steps and time as mean ± 95%% interval, and whether the cells that "
+                    "differ only in b and k coincide.")
+    for f in dataclasses.fields(RunConfig):
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f"{FIELD_HELP[f.name]} (default: {getattr(DEFAULT_RUN, f.name)}; comma-separated values to cross)"
+        if f.type == "bool":
+            parser.add_argument(flag, nargs="?", const="true", default=None, dest=f.name, metavar="BOOL,…",
+                                help=help_text)
+        else:
+            parser.add_argument(flag, default=None, dest=f.name, metavar="A,B,…", help=help_text)
+    parser.add_argument("--effective-batch", type=typed("int", "--effective-batch"), default=None, metavar="INT",
+                        help="the effective batch E = N·b·k of every cell: k is derived for each b (leave out "
+                             "--accum-steps)")
+    parser.add_argument("--repeats", type=typed("int", "--repeats"), default=1, metavar="INT",
+                        help="runs per cell, with the seeds seed, seed+1, … (default: 1)")
+    parser.add_argument("--same-seed", action="store_true",
+                        help="repeat with the same seed each time: the spread is timing noise alone")
+    parser.add_argument("--runs-dir", default="runs", help="directory that holds one folder per run (default: runs)")
+    parser.add_argument("--executor", choices=EXECUTORS, default="thread",
+                        help="train in this process (thread) or in worker processes (process) (default: thread)")
+    parser.add_argument("--print-commands", action="store_true",
+                        help="print one `python -m gaccum_core run …` line per run not yet done in --runs-dir, and "
+                             "run nothing")
+    parser.add_argument("--summary-only", action="store_true",
+                        help="start no run: summarise the runs done (e.g. by a cluster, in a shared --runs-dir)")
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    parser.set_defaults(handler=sweep_command)
+    return parser
+
+
+def _item(field: str, kind: str, text: str) -> Any:
+    """One listed value as its field's type; ConfigError naming the field."""
+    if kind == "bool":
+        if text.lower() not in _TRUE + _FALSE:
+            raise ConfigError(field, text, "true or false (or on/off, yes/no, 1/0)")
+        return text.lower() in _TRUE
+    if kind in ("int", "float"):
+        try:
+            return int(text) if kind == "int" else float(text)
+        except ValueError:
+            raise ConfigError(field, text, "an integer" if kind == "int" else "a number") from None
+    return text
+
+
+def parse_values(field: str, kind: str, text: str) -> tuple[Any, ...]:
+    """A flag's comma list as typed values, each once, in the order given; ConfigError for an empty list
+    or an empty item."""
+    items = [part.strip() for part in text.split(",")]
+    if not text.strip() or any(not item for item in items):
+        raise ConfigError(field, text, "one or more comma-separated values, none empty")
+    return tuple(dict.fromkeys(_item(field, kind, item) for item in items))
+
+
+def spec_from_args(args: argparse.Namespace) -> SweepSpec:
+    """The sweep the flags ask for: a flag with several values is crossed, one with one value is common."""
+    grid, common = [], {}
+    for f in dataclasses.fields(RunConfig):
+        text = getattr(args, f.name)
+        if text is None:
+            common[f.name] = getattr(DEFAULT_RUN, f.name)
+            continue
+        values = parse_values(f.name, f.type, text)
+        if len(values) > 1:
+            grid.append((f.name, values))
+        else:
+            common[f.name] = values[0]
+    return SweepSpec(tuple(grid), tuple(common.items()), args.repeats, args.same_seed, args.effective_batch)
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    """Check the whole grid, then print its commands, summarise it, or run it; the exit status."""
+    try:
+        spec = spec_from_args(args)
+        check_sweep(spec)
+    except ConfigError as exc:
+        print(flag_error(exc), file=sys.stderr)
+        return 2
+    except ValueError as exc:  # data and model input errors explain themselves
+        print(f"gaccum: error: {exc}", file=sys.stderr)
+        return 2
+    if args.print_commands:
+        return _print_commands(spec, args.runs_dir)
+    runner = Runner(args.runs_dir, executor=args.executor, warm_spare=False)
+    try:
+        if args.summary_only:
+            write_spec(args.runs_dir, spec)
+            summary = summarize(runner.store, spec)
+            write_summary(args.runs_dir, spec.sweep_id, summary.table)
+            return _report(summary, args, 0 if summary.complete else 1)
+        job = SweepJob(runner, spec, gpu_count()).start()
+    except OSError as exc:
+        print(f"gaccum: error: --runs-dir: {exc}", file=sys.stderr)
+        return 2
+    progress = follow_sweep(job)
+    if job.summary is None:
+        print(f"gaccum: sweep {spec.sweep_id} {progress.state}: {progress.message}", file=sys.stderr)
+        return 1
+    status = {"finished": 0 if job.summary.complete else 1, "stopped": 130}.get(progress.state, 1)
+    return _report(job.summary, args, status)
+
+
+def _print_commands(spec: SweepSpec, runs_dir: str) -> int:
+    """One `run` line per run not yet done in runs_dir (nothing is written); 0."""
+    runs = sweep_runs(spec)
+    members = find_members(RunStore(runs_dir), spec.sweep_id, runs)
+    todo = [run for run in runs if not getattr(members.get((run.cell, run.repeat)), "done", False)]
+    for run in todo:
+        print(run_command(run, runs_dir))
+    print(f"gaccum: {len(todo)} of the {len(runs)} runs of sweep {spec.sweep_id} to do; once they are done, the "
+          "same sweep command with --summary-only summarises them", file=sys.stderr)
+    return 0
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _report(summary: Summary, args: argparse.Namespace, status: int) -> int:
+    """The summary on stdout (a table and the verdicts, or JSON), summary.csv's path last."""
+    where = sweep_dir(args.runs_dir, summary.spec.sweep_id) / "summary.csv"
+    if args.json:
+        print(json.dumps({"sweep_id": summary.spec.sweep_id, "summary_csv": str(where.resolve()),
+                          "complete": summary.complete,
+                          "cells": json.loads(summary.table.to_json(orient="records")),
+                          "verdicts": [{"cells": list(v.labels), "expected": v.expected, "coincide": v.coincide,
+                                        "max_diff": _finite(v.largest[1]), "text": v.text()} for v in summary.verdicts]}))
+        return status
+    print(display_table(summary.table).to_string(index=False))
+    for verdict in summary.verdicts:
+        print(("" if verdict.coincide == verdict.expected else "FLAGGED: ") + verdict.text())
+    print(where.resolve())
+    return status

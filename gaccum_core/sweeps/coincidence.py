@@ -1,0 +1,114 @@
+"""Whether cells that differ only in b and k, at the same effective batch and seed, train the same losses:
+what exact accumulation promises (reduction mean or sum), and what the textbook mean per micro-batch
+breaks on a partial window. Pure."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from gaccum_core.config import RunConfig
+
+# Largest relative loss difference still read as the same run: float rounding of sums taken in another
+# order, grown over the steps (fp32), or of autocast's reduced precision on other shapes.
+TOLERANCE = {"off": 1e-4, "bf16": 1e-2, "fp16": 1e-2}
+EXACT_REDUCTIONS = ("mean", "sum")  # weighted by sample count: any b·k = E gives the same step
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A group of cells that differ only in b and k: whether each coincides with the first (the reference)."""
+
+    cells: tuple[int, ...]  # reference first
+    labels: tuple[str, ...]
+    reduction: str
+    tolerance: float
+    diffs: tuple[float, ...]  # per cell after the reference: its largest relative loss difference to it
+    steps: tuple[int | None, ...]  # the step of that difference
+
+    @property
+    def expected(self) -> bool:
+        """Whether exact accumulation promises these cells coincide."""
+        return self.reduction in EXACT_REDUCTIONS
+
+    @property
+    def coincide(self) -> bool:
+        """Whether every cell's losses stay within the tolerance of the reference's."""
+        return all(d <= self.tolerance for d in self.diffs)
+
+    @property
+    def largest(self) -> tuple[str, float, int | None]:
+        """(label, relative difference, step) of the cell farthest from the reference."""
+        i = int(np.argmax(self.diffs))
+        return self.labels[i + 1], self.diffs[i], self.steps[i]
+
+    def text(self) -> str:
+        """The verdict in one sentence."""
+        names = " and ".join(self.labels)
+        label, diff, step = self.largest
+        if self.coincide:
+            return (f"{names} coincide, as exact accumulation promises: their losses differ by at most "
+                    f"{diff:.1e} (relative)." if self.expected else
+                    f"{names} coincide (reduction {self.reduction}: no partial window made them differ; "
+                    f"largest difference {diff:.1e}).")
+        where = f" at step {step}" if step is not None else ""
+        gap = "not comparable (different step counts or a non-finite loss)" if math.isinf(diff) else \
+            f"{diff:.1e} (relative){where}, above the {self.tolerance:.0e} tolerance"
+        why = ("they must coincide under reduction mean or sum: a bug, or rounding grown beyond the tolerance"
+               if self.expected else f"expected under reduction {self.reduction}: the textbook loss weighs "
+                                     "a partial window's micro-batches equally")
+        return f"{names} do not coincide: {label} differs from {self.labels[0]} by {gap}; {why}."
+
+
+def group_key(config: RunConfig) -> tuple:
+    """What cells must share to be compared: every setting but b, k and the device, and b·k·N."""
+    return config.replace(micro_batch_size=1, accum_steps=1, device="auto"), config.effective_batch_size
+
+
+def relative_gap(a: Sequence[float], b: Sequence[float]) -> tuple[float, int | None]:
+    """(max |a - b| / max |a|, the index where |a - b| is largest) over equally long finite series;
+    (inf, None) when they cannot be compared."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a) != len(b) or len(a) == 0 or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return math.inf, None
+    gaps = np.abs(a - b)
+    at = int(np.argmax(gaps))
+    return float(gaps[at] / max(float(np.max(np.abs(a))), 1e-12)), at
+
+
+def verdicts(configs: Mapping[int, RunConfig], labels: Mapping[int, str],
+             losses: Mapping[tuple[int, int], Sequence[float]]) -> list[Verdict]:
+    """One verdict per group of two or more cells differing only in b and k, comparing each cell's
+    losses (by repeat: the same seed) with the group's first cell's; losses[(cell, repeat)] per step."""
+    groups: dict[tuple, list[int]] = {}
+    for cell, config in configs.items():
+        groups.setdefault(group_key(config), []).append(cell)
+    found = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        reference, diffs, steps = members[0], [], []
+        for cell in members[1:]:
+            diff, step = _largest_over_repeats(losses, reference, cell)
+            diffs.append(diff)
+            steps.append(step)
+        config = configs[reference]
+        found.append(Verdict(tuple(members), tuple(labels[c] for c in members), config.reduction,
+                             TOLERANCE.get(config.amp, TOLERANCE["off"]), tuple(diffs), tuple(steps)))
+    return found
+
+
+def _largest_over_repeats(losses: Mapping[tuple[int, int], Sequence[float]], reference: int,
+                          cell: int) -> tuple[float, int | None]:
+    """The largest gap between the two cells' losses over the repeats both have (inf when none)."""
+    worst: tuple[float, int | None] = (-1.0, None)
+    for (c, repeat), loss in losses.items():
+        if c != cell or (reference, repeat) not in losses:
+            continue
+        diff, at = relative_gap(losses[(reference, repeat)], loss)
+        if diff > worst[0]:
+            worst = (diff, None if at is None else at + 1)  # steps count from 1
+    return worst if worst[0] >= 0 else (math.inf, None)

@@ -1,0 +1,33 @@
+"""A cell in words: the settings its grid sets, as the run labels say them (b=8 k=8, bf16, compile=default).
+Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gaccum_core.config import RunConfig
+from gaccum_core.sweeps.spec import Cell, SweepSpec
+
+_SHORT = {"micro_batch_size": "b", "accum_steps": "k", "nproc": "N"}
+
+
+def setting_words(field: str, value: Any) -> str:
+    """One setting as a label says it: b=8, fp32 (amp off), bf16, reduction=mean, compile=default."""
+    if field == "amp":
+        return "fp32" if value == "off" else str(value)
+    return f"{_SHORT.get(field, field)}={value}"
+
+
+def cell_label(cell: Cell, spec: SweepSpec) -> str:
+    """The cell's crossed settings in words, b with its derived k: 'b=8 k=8 bf16 reduction=mean'."""
+    words = []
+    for field, value in cell.settings:
+        words.append(setting_words(field, value))
+        if field == "micro_batch_size" and spec.effective_batch is not None:
+            words.append(setting_words("accum_steps", cell.config.accum_steps))
+    return " ".join(words) or "the one cell"
+
+
+def common_words(config: RunConfig, leave_out: tuple[str, ...]) -> str:
+    """What a group of cells shares, in words, leaving out the fields named."""
+    return " ".join(setting_words(f, getattr(config, f)) for f in ("model", "dataset") if f not in leave_out)

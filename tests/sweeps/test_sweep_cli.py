@@ -1,0 +1,210 @@
+"""`python -m gaccum_core sweep`: a 2×2×2 grid of tiny runs, its summary against a hand computation from
+the runs' CSV files, reruns that skip what is done, a killed sweep resumed, commands for a cluster, and
+bad grids refused before anything exists."""
+
+import csv
+import json
+import math
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gaccum_core.cli import main
+from gaccum_core.states import RunState
+
+ROOT = Path(__file__).resolve().parents[2]
+E = 32
+# mlp on digits: an epoch's 1437 samples are 44 full windows of 32 and a partial one of 29 (step 45), which
+# mean_per_micro_batch weighs wrong (b=8: micro-batches 8, 8, 8, 5; b=16: 16, 13); the steps of the second
+# epoch after it show the difference.
+STEPS = 50
+GRID = ["--model", "mlp", "--device", "cpu", "--epochs", "2", "--max-steps", str(STEPS), "--effective-batch", str(E),
+        "--micro-batch-size", "8,16", "--reduction", "mean,mean_per_micro_batch", "--lr", "0.05,0.1",
+        "--repeats", "2"]
+
+
+def sweep(runs, *extra):
+    return main(["sweep", *GRID, "--runs-dir", str(runs), *extra])
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def runs_on_disk(runs):
+    return sorted(p for p in runs.iterdir() if p.is_dir() and p.name != "sweeps")
+
+
+def t_975_one_dof():
+    return math.tan(math.pi * (0.975 - 0.5))  # Student's t with 1 degree of freedom is Cauchy's
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """The grid run once for the module: its runs directory, and what the run printed."""
+    runs = tmp_path_factory.mktemp("sweep") / "runs"
+    code = sweep(runs, "--json")
+    return runs, code
+
+
+def test_the_grid_runs_every_cell_and_repeat_with_b_k_the_effective_batch(swept, capsys):
+    runs, code = swept
+    assert code == 0
+    dirs = runs_on_disk(runs)
+    assert len(dirs) == 2 * 2 * 2 * 2
+    configs = [json.loads((d / "config.json").read_text()) for d in dirs]
+    assert all(c["micro_batch_size"] * c["accum_steps"] == E for c in configs)
+    assert {(c["micro_batch_size"], c["reduction"], c["lr"], c["seed"]) for c in configs} == {
+        (b, r, lr, s) for b in (8, 16) for r in ("mean", "mean_per_micro_batch") for lr in (0.05, 0.1) for s in (0, 1)}
+    assert all(json.loads((d / "status.json").read_text())["state"] == RunState.FINISHED for d in dirs)
+    (sweep_dir,) = (runs / "sweeps").iterdir()
+    assert all(json.loads((d / "tags.json").read_text()) == [f"sweep-{sweep_dir.name}"] for d in dirs)
+
+
+def test_the_summary_is_the_hand_computation_from_the_runs_csvs(swept):
+    runs, _ = swept
+    (sweep_dir,) = (runs / "sweeps").iterdir()
+    summary = read_csv(sweep_dir / "summary.csv")
+    assert len(summary) == 8
+    for cell in summary:
+        run_ids = cell["run_ids"].split()
+        assert len(run_ids) == 2 and cell["runs"] == "2"
+        losses, accuracies, speeds = [], [], []
+        for run_id in run_ids:
+            config = json.loads((runs / run_id / "config.json").read_text())
+            assert str(config["micro_batch_size"]) == cell["micro_batch_size"]
+            assert config["reduction"] == cell["reduction"] and str(config["lr"]) == cell["lr"]
+            steps = read_csv(runs / run_id / "metrics.csv")
+            losses.append(float(steps[-1]["loss"]))
+            accuracies.append(float(read_csv(runs / run_id / "eval.csv")[-1]["test_accuracy"]))
+            per_step = [float(s["samples_per_s"]) for s in steps]
+            speeds.append(statistics.median(per_step[max(1, len(per_step) // 10):]))  # after warm-up
+        for name, values in (("final_loss", losses), ("test_accuracy", accuracies), ("samples_per_s", speeds)):
+            half_width = t_975_one_dof() * statistics.stdev(values) / math.sqrt(2)
+            assert float(cell[f"{name}_mean"]) == pytest.approx(statistics.fmean(values), rel=1e-9), name
+            assert float(cell[f"{name}_ci"]) == pytest.approx(half_width, rel=1e-4), name
+
+
+def test_b_k_cells_coincide_under_mean_and_not_under_mean_per_micro_batch_on_a_partial_window(swept):
+    runs, _ = swept
+    (sweep_dir,) = (runs / "sweeps").iterdir()
+    summary = read_csv(sweep_dir / "summary.csv")
+    verdict = {(c["reduction"], c["micro_batch_size"], c["lr"]): c["coincides"] for c in summary}
+    for lr in ("0.05", "0.1"):
+        assert verdict[("mean", "8", lr)] == verdict[("mean", "16", lr)] == "True"
+        assert verdict[("mean_per_micro_batch", "8", lr)] == verdict[("mean_per_micro_batch", "16", lr)] == "False"
+    flagged = [c for c in summary if c["coincides"] == "False" and c["coincides_with"]]
+    # the largest difference comes after the partial window (step 45)
+    assert flagged and all(float(c["loss_max_diff"]) > 1e-4 and float(c["loss_diff_step"]) > 45 for c in flagged)
+
+
+def test_rerunning_the_sweep_skips_the_finished_runs(swept, capsys):
+    runs, _ = swept
+    before = runs_on_disk(runs)
+    assert sweep(runs) == 0
+    captured = capsys.readouterr()
+    assert runs_on_disk(runs) == before
+    assert "16 of 16 runs done (16 done before)" in captured.err
+    assert captured.out.strip().splitlines()[-1].endswith("summary.csv")
+
+
+def test_print_commands_prints_a_runnable_run_per_run_not_done(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    assert sweep(runs, "--print-commands") == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 16 and all(line.startswith("python -m gaccum_core run ") for line in lines)
+    assert not runs.exists()
+    words = shlex.split(lines[5])
+    done = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (run_dir,) = runs_on_disk(runs)
+    assert Path(done.stdout.strip().splitlines()[-1]) == run_dir.resolve()
+    assert sweep(runs, "--summary-only", "--json") == 1  # 15 runs missing
+    report = json.loads(capsys.readouterr().out)
+    assert sum(c["runs"] for c in report["cells"]) == 1 and not report["complete"]
+    assert sweep(runs, "--print-commands") == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 15
+
+
+@pytest.mark.multiprocess
+def test_a_killed_sweep_resumes_where_it_was(tmp_path):
+    runs = tmp_path / "runs"
+    grid = [*GRID[:GRID.index("--reduction")], "--checkpoint-every", "2", "--runs-dir", str(runs)]  # 2 runs
+    env = {**os.environ, "GACCUM_FAULTS": "slow@3*300"}  # the first run holds at its third step
+    child = subprocess.Popen([sys.executable, "-m", "gaccum_core", "sweep", *grid], cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            dirs = runs_on_disk(runs) if runs.exists() else []
+            if dirs and (dirs[0] / "checkpoint.pt").exists() and len(read_csv(dirs[0] / "metrics.csv")) >= 2:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the sweep's first run never reached its second step")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    (killed,) = runs_on_disk(runs)
+    assert json.loads((killed / "status.json").read_text())["state"] == RunState.RUNNING
+    assert main(["sweep", *grid]) == 0
+    dirs = runs_on_disk(runs)
+    assert len(dirs) == 2 and killed in dirs  # resumed in its own directory, not trained again beside it
+    assert all(json.loads((d / "status.json").read_text())["state"] == RunState.FINISHED for d in dirs)
+    assert [int(s["step"]) for s in read_csv(killed / "metrics.csv")] == list(range(1, STEPS + 1))
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["--micro-batch-size", "8,24", "--effective-batch", "64"], "--micro-batch-size=24 is not allowed: a divisor of"),
+    (["--amp", ""], "--amp='' is not allowed: one or more comma-separated values"),
+    (["--lr", "0.1,,0.2"], "--lr='0.1,,0.2' is not allowed: one or more comma-separated values, none empty"),
+    (["--amp", "off,fp8"], "--amp='fp8' is not allowed: one of off, fp16, bf16"),
+    (["--micro-batch-size", "8,abc"], "--micro-batch-size='abc' is not allowed: an integer"),
+    (["--accum-steps", "2,4", "--effective-batch", "64"], "--accum-steps=(2, 4) is not allowed: left out with"),
+    (["--repeats", "0"], "--repeats=0 is not allowed"),
+    (["--nproc", "1,64"], "--nproc=64 is not allowed: 1 to "),  # more processes than this machine has cores
+    (["--device", "cpu,cuda:3"], "--device='cuda:3' is not allowed"),  # a device this machine lacks
+    (["--no-dropout", "maybe"], "--no-dropout='maybe' is not allowed: true or false"),
+])
+def test_a_bad_grid_is_one_line_naming_the_flag_exit_2_and_nothing_created(tmp_path, capsys, flags, expected):
+    runs = tmp_path / "runs"
+    try:
+        code = main(["sweep", "--model", "mlp", "--max-steps", "1", "--runs-dir", str(runs), *flags])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith("gaccum: error: ")
+    assert expected in err, err
+    assert not runs.exists()
+
+
+def test_every_config_field_is_a_sweep_flag():
+    import dataclasses
+
+    from gaccum_core.cli import command_help
+    from gaccum_core.config import RunConfig
+
+    help_text = command_help("sweep")
+    assert all("--" + f.name.replace("_", "-") in help_text for f in dataclasses.fields(RunConfig))
+
+
+def test_the_runs_catalog_does_not_take_the_sweeps_folder_for_a_run(swept):
+    from gaccum_core.runs.catalog import run_table
+    from gaccum_core.runs.store import RunStore, StoreError, validate_run_id
+
+    runs, _ = swept
+    assert (runs / "sweeps").is_dir()
+    table = run_table(RunStore(runs))
+    assert len(table) == 16 and "sweeps" not in set(table["run_id"])
+    assert set(table["state"]) == {RunState.FINISHED}  # no damaged row for the folder
+    with pytest.raises(StoreError, match="folder of sweeps"):
+        validate_run_id("sweeps")
