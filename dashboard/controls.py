@@ -69,7 +69,11 @@ LABELS = {
     "nproc": "Processes N (data-parallel)",
     "checkpoint_every": "Checkpoint every N steps (0 = on Stop and at the end)",
     "sync_every_micro_batch": "All-reduce after every micro-batch (no_sync off)",
+    "sharding": "Sharding",
+    "fsdp_sync": "FSDP gradient sync",
+    "fsdp_reshard_after_backward": "Reshard after backward",
 }
+SYNC_LABELS = {"every": "every micro-batch", "last": "last micro-batch only"}
 
 
 def _power_of_two(scale: float) -> str:
@@ -122,7 +126,23 @@ _HINTS = (
     ("model", "language model", ". Pick gpt under Model (or your own… and type hf:DIR), "
                                 "or an image data set under Dataset"),
     ("max_seq_len", "positions", ". Shorten the sequences, or pick a larger GPT size"),
+    ("sharding", "one process", ". Set Processes N to 2 or more, or pick ddp"),
 )
+
+
+def fsdp_trade_off(n: Any, k: Any, sync: str, reshard: str) -> str:
+    """What the FSDP options chosen cost and save per optimizer step, in the page's numbers (N, k)."""
+    share = f"1/{n}" if isinstance(n, int) and n > 1 else "1/N"
+    if sync == "every":
+        words = (f"Each block reduce-scatters after every micro-batch ({k} times a step): each rank keeps "
+                 f"only {share} of the gradient between micro-batches.")
+    else:
+        words = (f"Each block reduce-scatters once a step ({k} times fewer collectives than every), but each "
+                 "rank keeps the whole fp32 gradient between micro-batches.")
+    kept = ("Gathered weights are freed after each block's backward (gathered again for the next micro-batch)."
+            if reshard == "on" else "Gathered weights stay between a window's micro-batches: fewer all-gathers, "
+            "more memory.")
+    return f"{words} {kept}"
 
 
 class Controls(FieldWidgets):
@@ -211,17 +231,27 @@ class Controls(FieldWidgets):
         b = self.add("micro_batch_size", st.number_input, step=1)
         k = self.add("accum_steps", st.number_input, step=1)
         n = self.add("nproc", st.number_input, step=1)
-        if n != 1:
-            self.add("sync_every_micro_batch", st.checkbox)
         st.caption(f"N: 1 to {max_processes(_device_of())}, one process per "
                    f"{'GPU' if torch.cuda.is_available() else 'CPU core (for trying it out)'}, "
-                   "DDP through torchrun")
+                   "DDP or FSDP through torchrun")
+        self._sharding(n, k)
         st.metric("Effective batch N·b·k" if n != 1 else "Effective batch b·k", n * b * k)
         reduction = self.add("reduction", st.radio, options=cfg.REDUCTIONS, format_func=REDUCTION_LABELS.get)
         if reduction == "mean_per_micro_batch":
             st.caption("The textbook loop: loss.mean() / k per micro-batch. Not exact: a micro-batch with fewer "
                        "samples (an epoch's last) or fewer target tokens (text: nearly always) weighs as much as a full "
                        "one, so the step differs from one big batch's. mean divides by the window's count instead.")
+
+    def _sharding(self, n: Any, k: Any) -> None:
+        """Sharding, then its own options: FSDP's sync and resharding, or DDP's all-reduce per micro-batch."""
+        sharding = self.add("sharding", st.radio, options=cfg.SHARDINGS, horizontal=True)
+        if sharding == "fsdp":
+            sync = self.add("fsdp_sync", st.radio, options=cfg.FSDP_SYNCS, horizontal=True,
+                            format_func=SYNC_LABELS.get)
+            reshard = self.add("fsdp_reshard_after_backward", st.radio, options=cfg.ON_OFF, horizontal=True)
+            st.caption(fsdp_trade_off(n, k, sync, reshard))
+        elif n != 1:
+            self.add("sync_every_micro_batch", st.checkbox)
 
     def _precision(self) -> None:
         st.header("Precision and memory")

@@ -215,7 +215,8 @@ def progress(snapshot: RunSnapshot) -> None:
     elif snapshot.state == RunState.RUNNING and not snapshot.steps_done and snapshot.config.compile != "off":
         text = f"{name} — compiling the model (torch.compile, mode {snapshot.config.compile})…"
     elif snapshot.state == RunState.RUNNING and not snapshot.steps_done and snapshot.config.world_size > 1:
-        text = f"{name} — starting {snapshot.config.world_size} processes (torchrun, DDP)…"
+        text = (f"{name} — starting {snapshot.config.world_size} processes "
+                f"(torchrun, {snapshot.config.sharding.upper()})…")
     elif snapshot.state == RunState.RUNNING and not snapshot.total_steps:
         text = f"{name} — starting its worker process…"
     elif snapshot.eta_s is not None:

@@ -48,3 +48,70 @@ def test_more_processes_than_cores_is_refused_under_the_control(runs_dir):
     assert at.button(key="start").disabled
     messages = [e.value for e in at.error]
     assert any("Processes N (data-parallel)" in m and f"1 to {os.cpu_count()}" in m for m in messages), messages
+
+
+def test_fsdp_shows_its_own_options_and_hides_ddps(runs_dir):
+    """Sharding fsdp: its sync and reshard options appear with a line on what they cost; DDP's checkbox goes."""
+    at = _page()
+    at.number_input(key="cfg_nproc").set_value(2).run()
+    assert at.checkbox(key="cfg_sync_every_micro_batch").value is False
+    assert not at.get("radio") or "cfg_fsdp_sync" not in [r.key for r in at.radio]
+    at.radio(key="cfg_sharding").set_value("fsdp").run()
+    assert not at.exception and not at.button(key="start").disabled
+    assert "cfg_sync_every_micro_batch" not in [c.key for c in at.checkbox]
+    assert at.radio(key="cfg_fsdp_sync").options == ["every micro-batch", "last micro-batch only"]
+    assert at.radio(key="cfg_fsdp_reshard_after_backward").value == "on"
+    help_text = at.radio(key="cfg_fsdp_sync").help  # the trade-off, in the control's help
+    assert "fewer collectives" in help_text and "whole fp32 gradient" in help_text
+    at.radio(key="cfg_fsdp_sync").set_value("last").run()
+    captions = " ".join(c.value for c in at.sidebar.caption)
+    assert "2 times fewer collectives" in captions and "whole fp32 gradient" in captions  # k=2 on this page
+    assert "set_requires_gradient_sync(last)" in at.code[-1].value  # the loop shown is FSDP's
+
+
+@pytest.mark.parametrize("change,label,words", [
+    ({"cfg_nproc": 1}, "Sharding = 'fsdp'", "Set Processes N to 2 or more"),
+    ({"cfg_compile": "default"}, "torch.compile = 'default'", "off with sharding fsdp"),
+])
+def test_a_refused_fsdp_combination_is_named_under_its_control(runs_dir, change, label, words):
+    """fsdp with one process, or with torch.compile: Start is disabled and the message names the control."""
+    at = _page()
+    at.number_input(key="cfg_nproc").set_value(2).run()
+    at.radio(key="cfg_sharding").set_value("fsdp").run()
+    for key, value in change.items():
+        widget = at.number_input(key=key) if key == "cfg_nproc" else at.selectbox(key=key)
+        (widget.set_value(value) if key == "cfg_nproc" else widget.select(value))
+    at.run()
+    assert not at.exception and at.button(key="start").disabled
+    messages = [e.value for e in at.sidebar.error]
+    assert any(m.startswith(f"{label} is not allowed") and words in m for m in messages), messages
+
+
+def test_sharding_settings_survive_a_reload(runs_dir):
+    """N=2, fsdp, sync last, reshard off: written to the URL, and a new session opened on it shows them."""
+    at = _page()
+    at.number_input(key="cfg_nproc").set_value(2).run()
+    at.radio(key="cfg_sharding").set_value("fsdp").run()
+    at.radio(key="cfg_fsdp_sync").set_value("last")
+    at.radio(key="cfg_fsdp_reshard_after_backward").set_value("off")
+    at.run()
+    link = dict(at.query_params)
+    assert {k: link[k] for k in ("nproc", "sharding", "fsdp_sync", "fsdp_reshard_after_backward")} == \
+        {"nproc": "2", "sharding": "fsdp", "fsdp_sync": "last", "fsdp_reshard_after_backward": "off"}
+    again = AppTest.from_file(TRAIN, default_timeout=120)
+    again.query_params = link
+    again.run()
+    assert not again.exception and not again.sidebar.warning
+    assert again.radio(key="cfg_sharding").value == "fsdp"
+    assert again.radio(key="cfg_fsdp_sync").value == "last"
+    assert again.radio(key="cfg_fsdp_reshard_after_backward").value == "off"
+    assert not again.button(key="start").disabled
+
+
+def test_fsdp_with_one_process_in_a_link_is_named_and_ddp_shown(runs_dir):
+    at = AppTest.from_file(TRAIN, default_timeout=120)
+    at.query_params = {"sharding": "fsdp"}
+    at.run()
+    assert not at.exception
+    assert at.radio(key="cfg_sharding").value == "ddp"
+    assert any("Sharding = 'fsdp'" in w.value and "not used" in w.value for w in at.sidebar.warning)
