@@ -10,6 +10,7 @@ tokens, counted before its backward passes.
 from __future__ import annotations
 
 from gaccum_core.config import RunConfig
+from gaccum_core.lab import fsdp_loop
 
 _OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}
 _GET_BATCH_DOC = (
@@ -31,13 +32,18 @@ IGNORE_INDEX = -100  # cross_entropy's ignore_index, the targets of padding (gac
 def render_loop(config: RunConfig) -> str:
     """The training loop the engine runs for this config, as Python source ending in a newline.
 
-    A data-parallel config renders as the one-process loop whose update it equals (micro-batch N·b)."""
-    if config.world_size > 1:
+    A DDP config renders as the one-process loop whose update it equals (micro-batch N·b); an FSDP one as
+    the loop each of its processes runs."""
+    sharded = fsdp_loop.is_sharded(config)
+    if config.world_size > 1 and not sharded:
         single = config.replace(micro_batch_size=config.world_size * config.micro_batch_size, nproc=1, nnodes=1)
         return "\n".join(_data_parallel_note(config)) + "\n" + render_loop(single)
-    lines = [*_header(config), "", *_constants(config), "", "",
-             "def train(model, get_batch, num_samples, device):",
-             '    """Train model in place on samples 0..num_samples-1 as gaccum does; returns the model."""',
+    signature = "model, blocks, get_batch, num_samples, device" if sharded else "model, get_batch, num_samples, device"
+    doc = ("Shard model (blocks first), train it on this process's share" if sharded
+           else "Train model in place on samples 0..num_samples-1")
+    lines = [*(fsdp_loop.note(config) if sharded else []), *_header(config), "", *_constants(config), "", "",
+             f"def train({signature}):",
+             f'    """{doc} as gaccum does; returns the model."""',
              *_indent(_setup(config), 1), *_indent(_loop(config), 1), "    return model"]
     return "\n".join(lines) + "\n"
 
@@ -80,20 +86,25 @@ def _header(cfg: RunConfig) -> list[str]:
     model = f"gpt ({cfg.gpt_preset})" if cfg.model == "gpt" else cfg.model
     unit = _unit(cfg)
     held = f"{unit} (of up to {cfg.max_seq_len} tokens)" if cfg.is_text else unit
-    lines = [f"# The loop gaccum runs for {model} on {cfg.dataset}, {amp}: b={cfg.micro_batch_size} x "
+    sharded = fsdp_loop.is_sharded(cfg)
+    n, runs = (f"N={cfg.world_size} x ", "each process runs") if sharded else ("", "gaccum runs")
+    lines = [f"# The loop {runs} for {model} on {cfg.dataset}, {amp}: {n}b={cfg.micro_batch_size} x "
              f"k={cfg.accum_steps} = {cfg.effective_batch_size}",
-             f"# {held} per optimizer step, the same {unit} one batch of b*k would hold.",
+             f"# {held} per optimizer step, the same {unit} one batch of {'N*' if sharded else ''}b*k would hold.",
              *(_batch_doc(cfg)), ""]
     stdlib = ["import gc"] if cfg.clear_cache != "off" else []
     stdlib += ["import math"] if cfg.lr_schedule == "cosine" else []
-    return lines + stdlib + ([""] if stdlib else []) + ["import torch", "import torch.nn.functional as F"]
+    torch_lines = ["import torch", *(["import torch.distributed as dist"] if sharded else []),
+                   "import torch.nn.functional as F", *(fsdp_loop.imports(cfg)[1:] if sharded else [])]
+    return lines + stdlib + ([""] if stdlib else []) + torch_lines
 
 
 def _constants(cfg: RunConfig) -> list[str]:
-    lines = [f"micro_batch_size = {cfg.micro_batch_size}  # b: {_unit(cfg)} per forward/backward pass",
-             f"accum_steps = {cfg.accum_steps}  # k: micro-batches whose gradients add up before one step",
-             "window_size = micro_batch_size * accum_steps  # the effective batch size",
-             f"epochs = {cfg.epochs}",
+    batch = fsdp_loop.constants(cfg) if fsdp_loop.is_sharded(cfg) else [
+        f"micro_batch_size = {cfg.micro_batch_size}  # b: {_unit(cfg)} per forward/backward pass",
+        f"accum_steps = {cfg.accum_steps}  # k: micro-batches whose gradients add up before one step",
+        "window_size = micro_batch_size * accum_steps  # the effective batch size"]
+    lines = [*batch, f"epochs = {cfg.epochs}",
              f"seed = {cfg.seed}  # fixes the sample order of every epoch"]
     if cfg.max_steps:
         lines.append(f"max_steps = {cfg.max_steps}  # stop after this many optimizer steps")
@@ -107,6 +118,7 @@ def _constants(cfg: RunConfig) -> list[str]:
 def _setup(cfg: RunConfig) -> list[str]:
     extra = f", momentum={cfg.momentum!r}" if cfg.optimizer == "sgd" else ""
     lines = ["model = model.to(device)", "model.train()",
+             *(fsdp_loop.shard(cfg) if fsdp_loop.is_sharded(cfg) else []),
              f"optimizer = torch.optim.{_OPTIMIZERS[cfg.optimizer]}(model.parameters(), lr={cfg.lr!r}"
              f"{extra}, weight_decay={cfg.weight_decay!r})"]
     if cfg.amp == "fp16":
@@ -165,6 +177,8 @@ def _counts_window_tokens(cfg: RunConfig) -> bool:
 
 def _window_start(cfg: RunConfig) -> list[str]:
     """What a window needs before its first micro-batch, and the micro-batch loop's header."""
+    if fsdp_loop.is_sharded(cfg):
+        return fsdp_loop.window_start(cfg, IGNORE_INDEX)
     if _counts_window_tokens(cfg):
         return [
             "# Every micro-batch's loss is divided by the window's target tokens: count them first.",
@@ -201,7 +215,14 @@ def _micro_batch(cfg: RunConfig) -> list[str]:
 
 
 def _loss(cfg: RunConfig, args: str) -> list[str]:
-    """The micro-batch's weighted loss, whose backward adds its share of the window's gradient."""
+    """The micro-batch's weighted loss, whose backward adds its share of the window's gradient: one process's,
+    or under FSDP the same comments over each process's loss."""
+    lines = _one_process_loss(cfg, args)
+    return [*lines[:-1], *fsdp_loop.loss(cfg, args)] if fsdp_loop.is_sharded(cfg) else lines
+
+
+def _one_process_loss(cfg: RunConfig, args: str) -> list[str]:
+    """The comments and the loss line of the one-process loop."""
     text = cfg.is_text
     unit = "token" if text else "sample"
     if cfg.reduction == "mean" and text:

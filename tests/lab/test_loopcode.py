@@ -5,9 +5,14 @@ import re
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from gaccum_core.config import RunConfig
+from gaccum_core.data import load_data
+from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.engine import Engine
+from gaccum_core.train.fsdp import blocks
 from gaccum_core.lab.loopcode import render_loop
 from gaccum_core.train.metrics import NullSink
 
@@ -68,6 +73,34 @@ CASES = [
     (dict(model="gpt", dataset="pydoc", reduction="sum", max_seq_len=64),
      ['F.cross_entropy(logits, y, ignore_index=-100, reduction="sum")', "every token adds", "up to 64 tokens"],
      ["window_tokens", ") / accum_steps", "/ len(window)"]),
+    # FSDP2, the defaults: every process's loop, sharded per block then at the root, its loss times N.
+    (dict(nproc=2, sharding="fsdp"),
+     ["def train(model, blocks, get_batch, num_samples, device):", "fully_shard(block)", "fully_shard(model)",
+      "from torch.distributed.fsdp import fully_shard", "rank = dist.get_rank()", "world_size = 2",
+      "loss = loss_sum * world_size / len(window)", "N=2 x b=32 x k=4 = 256", "fsdp_sync=every",
+      "share[rank * micro_batch_size:(rank + 1) * micro_batch_size]"],
+     ["set_requires_gradient_sync", "set_reshard_after_backward", "MixedPrecisionPolicy", "no_sync",
+      "DistributedDataParallel", "micro_batch_size = 64", "last = "]),
+    # fsdp_sync last and reshard off: both switched per micro-batch, on for the window's last only.
+    (dict(nproc=2, sharding="fsdp", fsdp_sync="last", fsdp_reshard_after_backward="off", amp="bf16", grad_clip=1.0),
+     ["model.set_requires_gradient_sync(last)", "model.set_reshard_after_backward(last)", "fsdp_sync=last",
+      "MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)",
+      "fully_shard(block, mp_policy=policy)", "fully_shard(model, mp_policy=policy)",
+      "clip_grad_norm_(model.parameters(), grad_clip)", "last = micro_start + global_micro_batch >= len(window)"],
+     ["GradScaler", "torch.float16"]),
+    (dict(nproc=2, sharding="fsdp", fsdp_reshard_after_backward="off", amp="fp16", reduction="sum"),
+     ["model.set_reshard_after_backward(last)", "param_dtype=torch.float16", "scaler.scale(loss).backward()",
+      "loss = loss_sum * world_size  #"],
+     ["set_requires_gradient_sync", "/ len(window)"]),
+    # Text under FSDP: the window's target tokens are every process's, counted before its first backward.
+    (dict(model="gpt", dataset="pydoc", nproc=2, sharding="fsdp"),
+     ["window_tokens = sum(int((get_batch(window[s:s + micro_batch_size])[1] != -100).sum())",
+      "loss = loss_sum * world_size / window_tokens", "ignore_index=-100"],
+     ["for x, y in batches:", "divisor"]),
+    (dict(model="gpt", dataset="pydoc", nproc=2, sharding="fsdp", reduction="mean_per_micro_batch"),
+     ["divisor = int((get_batch(share)[1] != -100).sum()) * accum_steps", "loss = loss_sum * world_size / divisor",
+      "NOT exact"],
+     ["window_tokens"]),
 ]
 
 
@@ -86,7 +119,8 @@ def test_loop_compiles_and_holds_only_the_lines_its_config_needs(fields, present
         assert src.index("empty_cache") < src.index("# Window done")
     # A text mean's divisor is known before the window's first backward pass.
     if "window_tokens" in src:
-        assert src.index("window_tokens = ") < src.index("for x, y in batches:") < src.index(".backward()")
+        loop = "for x, y in batches:" if "in batches:" in src else "for micro_start in"  # one process, or FSDP's each
+        assert src.index("window_tokens = ") < src.index(loop) < src.index(".backward()")
 
 
 @pytest.mark.parametrize("fields,present,absent", CASES)
@@ -205,3 +239,58 @@ def test_the_data_parallel_note_names_each_reductions_divisor(fields, divisor):
     code = render_loop(RunConfig(nproc=2, **fields))
     compile(code, "<loop>", "exec")
     assert divisor in " ".join(line.lstrip("# ") for line in code.splitlines()[:4])
+
+
+def _train_rendered_fsdp_loop(rank: int, config_json: str, init_file: str, out: str) -> None:
+    """One of two gloo processes: the rendered FSDP loop on the seeded model; rank 0 saves the whole weights."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        config = RunConfig.from_json(config_json)
+        data = load_data(config)
+        model = build_seeded_model(config, data.input_shape, data.num_classes)
+        namespace = {}
+        exec(compile(render_loop(config), "<loop>", "exec"), namespace)
+        trained = namespace["train"](model, blocks(model), data.train.batch, len(data.train), torch.device("cpu"))
+        whole = {name: p.full_tensor().detach().clone() for name, p in trained.named_parameters()}
+        if rank == 0:
+            torch.save(whole, out)
+    finally:
+        dist.destroy_process_group()
+
+
+# 118 fake samples in windows of 2*4*4 = 32: three full ones, then 22 (global micro-batches 8, 8, 6: rank 1
+# takes 2 of the last). 100 samples: the last window is one micro-batch of 4, all rank 0's; rank 1 has none.
+FSDP_LOOPS = {
+    "every, reshard on": dict(fake_samples=118),
+    "last, reshard off, clipped, empty share": dict(fake_samples=100, fsdp_sync="last",
+                                                    fsdp_reshard_after_backward="off", grad_clip=0.5),
+}
+
+
+def _one_process(config: RunConfig) -> dict[str, torch.Tensor]:
+    """The engine's parameters after training config in this process."""
+    engine = Engine(config)
+    assert engine.run(NullSink()) == "finished"
+    return {name: p.detach().clone() for name, p in engine.model.named_parameters()}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("case", list(FSDP_LOOPS))
+def test_the_rendered_fsdp_loop_run_by_two_processes_trains_like_one_process(case, tmp_path):
+    """Two gloo processes running the loop shown for sharding fsdp end with the parameters of one process
+    trained on micro-batches of N*b, and of one batch per window (the oracle)."""
+    config = RunConfig(model="mlp", dataset="fake", image_size=8, fake_classes=10, micro_batch_size=4,
+                       accum_steps=4, nproc=2, epochs=1, device="cpu", lr=0.05, sharding="fsdp", **FSDP_LOOPS[case])
+    out = tmp_path / "weights.pt"
+    mp.spawn(_train_rendered_fsdp_loop, args=(config.to_json(), str(tmp_path / "init"), str(out)), nprocs=2)
+    trained = torch.load(out)
+    single = config.replace(nproc=1, sharding="ddp", fsdp_sync="every", fsdp_reshard_after_backward="on",
+                            micro_batch_size=8)
+    data = load_data(config)
+    start = dict(build_seeded_model(config, data.input_shape, data.num_classes).named_parameters())
+    assert max((trained[k] - start[k]).abs().max().item() for k in start) > 1e-3  # it trained
+    for reference in (single, single.replace(micro_batch_size=32, accum_steps=1)):
+        for key, want in _one_process(reference).items():
+            torch.testing.assert_close(trained[key], want, atol=1e-5, rtol=1e-5,
+                                       msg=lambda m, key=key, b=reference.micro_batch_size: f"{key}, b={b}: {m}")
