@@ -7,6 +7,7 @@ The CLI's `plan` command, `run --micro-batch-size auto` and the Plan page all ca
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import time
@@ -18,21 +19,28 @@ import torch
 
 from gaccum_core.config import AMP_MODES, CLEAR_CACHE_MODES, COMPILE_MODES, ConfigError, RunConfig
 from gaccum_core.data import load_data
+from gaccum_core.models.build import build_seeded_model
+from gaccum_core.plan.modes import choose
 from gaccum_core.plan.probe import measure, time_speeds
 from gaccum_core.plan.progress import Tally
-from gaccum_core.plan.ranking import reason, recommend
 from gaccum_core.plan.search import (MARGIN, TIMED_PER_OPTIONS, UNAVAILABLE, Candidate, Options, best_fit,
                                      combinations, hint_points, search, timing_sizes, typical_probes, within)
+from gaccum_core.plan.sharding import DDP, SHARDING_MODES, Layout, layout, run_fields, sharded_candidate
 from gaccum_core.plan.speed import PRECISION, Timing
 from gaccum_core.train.device import option_unavailable, resolve_device
 
 MAX_EFFECTIVE_BATCH = 1 << 20
+MAX_WORLD_SIZE = 4096
 # Where Plan.memory_source's peak comes from, in words for the CLI and the page.
 MEMORY_SOURCES = {
     "allocator": "the CUDA allocator's peak (max_memory_allocated) over one optimizer step",
     "counted": "counted training memory (weights + gradients + optimizer state + activations over one "
                "optimizer step): on the CPU the process's resident memory is mostly the interpreter and libraries",
 }
+SHARDED_SOURCE = ("fsdp/every and fsdp/last are counted per rank from one process's parts at the same b (weights, "
+                  "gradients and optimizer state 1/{n}, the largest units' weights gathered while they compute, "
+                  "fsdp/last's whole gradient kept between micro-batches), not timed: one process cannot time a "
+                  "collective of {n} ranks")
 
 # (memory probes and timed steps so far, about how many in all, the candidate just measured or stepped
 # (with its speed so far), seconds so far)
@@ -41,7 +49,8 @@ Progress = Callable[[int, int, Candidate | None, float], None]
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """What to plan: the run (model, data, optimizer), the effective batch, the budget, the options to cross."""
+    """What to plan: the run (model, data, optimizer), the effective batch E over world_size ranks (each
+    trains E / world_size per step), the budget per rank, the options to cross."""
 
     base: RunConfig
     effective_batch: int
@@ -49,6 +58,8 @@ class PlanRequest:
     amp: tuple[str, ...] = ("off",)
     clear_cache: tuple[str, ...] = ("off",)
     compile: tuple[str, ...] = ("off",)
+    sharding: tuple[str, ...] = (DDP,)  # ddp, fsdp/every, fsdp/last: the sharded ones need world_size > 1
+    world_size: int = 1
     timed_steps: int = 20  # at most, per timed candidate
     margin: float = MARGIN
     time_cap_s: float = 0.6  # seconds of timed steps per candidate, unless its speed is known sooner
@@ -59,11 +70,13 @@ class PlanRequest:
             raise ConfigError("effective_batch", self.effective_batch, f"an integer from 1 to {MAX_EFFECTIVE_BATCH}")
         if type(self.budget_mb) not in (int, float) or not (math.isfinite(self.budget_mb) and self.budget_mb > 0):
             raise ConfigError("memory_budget_mb", self.budget_mb, "a number of megabytes > 0")
-        for name, allowed in (("amp", AMP_MODES), ("clear_cache", CLEAR_CACHE_MODES), ("compile", COMPILE_MODES)):
+        for name, allowed in (("amp", AMP_MODES), ("clear_cache", CLEAR_CACHE_MODES), ("compile", COMPILE_MODES),
+                              ("sharding", SHARDING_MODES)):
             values = getattr(self, name)
             bad = [v for v in values if v not in allowed]
             if not values or bad or len(set(values)) != len(values):
                 raise ConfigError(name, ",".join(values), "one or more of " + ", ".join(allowed) + ", each once")
+        self._check_ranks()
         if type(self.timed_steps) is not int or not 1 <= self.timed_steps <= 100:
             raise ConfigError("timed_steps", self.timed_steps, "an integer from 1 to 100")
         if not (type(self.time_cap_s) in (int, float) and 0 < self.time_cap_s <= 600):
@@ -73,10 +86,26 @@ class PlanRequest:
         if not 0 <= self.margin < 1:
             raise ConfigError("margin", self.margin, "a fraction from 0 to below 1")
 
+    def _check_ranks(self) -> None:
+        """The world size, and the sharded modes only over several ranks, E split evenly between them."""
+        if type(self.world_size) is not int or not 1 <= self.world_size <= MAX_WORLD_SIZE:
+            raise ConfigError("nproc", self.world_size, f"an integer from 1 to {MAX_WORLD_SIZE}")
+        if self.world_size == 1 and self.sharding != (DDP,):
+            raise ConfigError("sharding", ",".join(self.sharding), "ddp with one process (fsdp shards over "
+                                                                   "processes: set nproc to 2 or more)")
+        if self.effective_batch % self.world_size:
+            raise ConfigError("effective_batch", self.effective_batch,
+                              f"a multiple of the {self.world_size} processes, each planned for E / processes")
+
+    @property
+    def per_rank_batch(self) -> int:
+        """E / world_size: the samples each rank trains per optimizer step (b·k)."""
+        return self.effective_batch // self.world_size
+
     @property
     def options(self) -> list[Options]:
         """Every option combination, plain fp32 first."""
-        return combinations(self.amp, self.clear_cache, self.compile)
+        return combinations(self.amp, self.clear_cache, self.compile, self.sharding)
 
     @property
     def timing(self) -> Timing:
@@ -104,6 +133,13 @@ class Plan:
     reason: str = ""
     seconds: float = 0.0
 
+    def memory_words(self) -> str:
+        """Where the peaks come from, in words: the source, and how the sharded modes are counted."""
+        words = MEMORY_SOURCES[self.memory_source]
+        if any(mode != DDP for mode in self.request.sharding):
+            words += "; " + SHARDED_SOURCE.format(n=self.request.world_size)
+        return words
+
     def rows(self) -> list[dict[str, Any]]:
         """One flat row per candidate, in the order measured."""
         return [c.row() for c in self.candidates]
@@ -117,15 +153,15 @@ class Plan:
         """The plan as one JSON-ready object (the CLI's --json, plan.json in a run directory)."""
         choice = self.recommended
         return {
-            "effective_batch": self.request.effective_batch, "memory_budget_mb": self.request.budget_mb,
+            "effective_batch": self.request.effective_batch, "world_size": self.request.world_size,
+            "memory_budget_mb": self.request.budget_mb,
             "margin": self.request.margin, "precision": self.request.precision,
             "time_cap_s": self.request.time_cap_s, "device": self.device, "memory_source": self.memory_source,
             "model": self.request.base.model, "dataset": self.request.base.dataset,
             "image_size": self.request.base.image_size, "optimizer": self.request.base.optimizer,
             "micro_batch_size": choice.micro_batch_size if choice else None,
             "accum_steps": choice.accum_steps if choice else None,
-            "options": {"amp": choice.options.amp, "clear_cache": choice.options.clear_cache,
-                        "compile": choice.options.compile} if choice else None,
+            "options": dataclasses.asdict(choice.options) if choice else None,
             "reason": self.reason, "largest_fitting": self.largest_fitting(),
             "seconds": self.seconds, "rows": self.rows(),
         }
@@ -140,13 +176,15 @@ def default_budget_mb(device: torch.device, margin: float = MARGIN) -> float | N
 
 
 def make_plan(request: PlanRequest, progress: Progress | None = None) -> Plan:
-    """Measure each option combination around its budget line, then time the sizes near each line in
-    turns, and recommend one; never raises for a candidate."""
+    """Measure each option combination around its budget line (a sharded mode counted per rank from the
+    same single-process probes), then time the unsharded sizes near each line in turns, and recommend one;
+    never raises for a candidate."""
     start = time.perf_counter()
     device = resolve_device(request.base.device)
-    largest = len(load_data(request.base).train)
+    data = load_data(request.base)
+    largest = len(data.train)
     plan = Plan(request, str(device), "allocator" if device.type == "cuda" else "counted")
-    tally = Tally(typical_probes(request.effective_batch, largest), len(request.options), TIMED_PER_OPTIONS,
+    tally = Tally(typical_probes(request.per_rank_batch, largest), len(request.options), TIMED_PER_OPTIONS,
                   request.timing)
 
     def report(candidate: Candidate) -> None:
@@ -162,37 +200,92 @@ def make_plan(request: PlanRequest, progress: Progress | None = None) -> Plan:
         report(candidate)
 
     with _collections_of_the_plan_only():
+        shape = None if request.sharding == (DDP,) else layout(
+            build_seeded_model(request.base, data.input_shape, data.num_classes))
+        probes = _Probes(plan, shape, probed)
         to_time: list[Candidate] = []
         for options in request.options:
-            why = option_unavailable(device, options.amp, options.compile)
+            why = option_unavailable(device, options.amp, options.compile) or _sharding_unavailable(options)
             if why is not None:
                 plan.candidates.append(Candidate(options, 0, 0, UNAVAILABLE, detail={"message": why}))
             else:
-                to_time += _search_options(plan, options, largest, probed)
+                to_time += _search_options(plan, options, largest, probes)
             tally.searched()
+        probes.fill_in()
         tally.timing_starts(len(to_time))
-        for before, after in zip(to_time, time_speeds(request.base, to_time, request.effective_batch,
+        for before, after in zip(to_time, time_speeds(request.base, to_time, request.per_rank_batch,
                                                       request.timing, stepped)):
             plan.candidates[plan.candidates.index(before)] = after
-    plan.recommended = recommend(plan.candidates, request.budget_mb, request.margin, request.precision)
-    plan.reason = reason(plan.recommended, plan.candidates, request.budget_mb, request.margin, request.precision)
+    plan.recommended, plan.reason = choose(plan.candidates, request.budget_mb, request.world_size, request.margin,
+                                           request.precision)
     plan.seconds = time.perf_counter() - start
     return plan
 
 
-def _search_options(plan: Plan, options: Options, largest: int, probed: Callable[[Candidate], None]) -> list[Candidate]:
+def _sharding_unavailable(options: Options) -> str | None:
+    """Why a sharded mode cannot have these options (gaccum does not compile sharded models), else None."""
+    if options.sharding != DDP and options.compile != "off":
+        return f"{options.sharding} with compile {options.compile}: gaccum does not compile sharded models"
+    return None
+
+
+class _Probes:
+    """The plan's single-process memory probes, each once: a ddp candidate is one, a sharded mode's candidate
+    is counted per rank from the one at the same b (probed when it is not yet)."""
+
+    def __init__(self, plan: Plan, shape: Layout | None, probed: Callable[[Candidate], None]) -> None:
+        self.plan, self.shape, self.probed = plan, shape, probed
+        self.single: dict[tuple[Options, int], Candidate] = {}
+
+    def one_process(self, options: Options, b: int) -> Candidate:
+        """The single-process probe of these options (unsharded) at b."""
+        key = (options.unsharded(), b)
+        if key not in self.single:
+            request = self.plan.request
+            self.single[key] = measure(request.base, key[0], b, request.per_rank_batch, request.budget_mb)
+            self.probed(self.single[key])
+        return self.single[key]
+
+    def candidate(self, options: Options, b: int) -> Candidate:
+        """The candidate of these options at b: the probe itself for ddp, else counted per rank from it."""
+        one = self.one_process(options, b)
+        if options.sharding == DDP:
+            return one
+        return sharded_candidate(one, options, self.shape, self.plan.request.world_size, self.plan.request.budget_mb)
+
+    def known(self, options: Options) -> list[Candidate]:
+        """The candidates of these options already known from the probes made so far, added to the plan."""
+        have = {c.micro_batch_size for c in self.plan.candidates if c.options == options}
+        new = [self.candidate(options, b) for (o, b) in sorted(self.single, key=lambda k: k[1])
+               if o == options.unsharded() and b not in have]
+        self.plan.candidates += new
+        return new
+
+    def fill_in(self) -> None:
+        """Every requested combination at every b probed for its unsharded options: per-rank memory of each
+        mode side by side (no new probe)."""
+        for options in self.plan.request.options:
+            if any(c.options == options and c.status == UNAVAILABLE for c in self.plan.candidates):
+                continue
+            self.known(options)
+
+
+def _search_options(plan: Plan, options: Options, largest: int, probes: _Probes) -> list[Candidate]:
     """One combination's memory: the largest size within the budget, then within the margin (usually
-    measured by then), then the sizes to time, each measured first; returns those within the margin."""
+    measured by then), then the sizes to time, each measured first; returns those within the margin (none for
+    a sharded mode: one process cannot time its collectives)."""
     request = plan.request
-    effective, budget, safe = request.effective_batch, request.budget_mb, (1 - request.margin) * request.budget_mb
+    effective, budget, safe = request.per_rank_batch, request.budget_mb, (1 - request.margin) * request.budget_mb
 
     def measured(opts: Options, b: int) -> Candidate:
-        plan.candidates.append(measure(request.base, opts, b, effective, budget))
-        probed(plan.candidates[-1])
+        plan.candidates.append(probes.candidate(opts, b))
         return plan.candidates[-1]
 
+    probes.known(options)
     search(effective, options, measured, budget, largest, plan.candidates, hint_points(plan.candidates, options))
     search(effective, options, measured, safe, largest, known=plan.candidates)
+    if options.sharding != DDP:
+        return []
     to_time = []
     for b in timing_sizes(effective, plan.candidates, options, budget, request.margin, largest):
         mine = [c for c in plan.candidates if c.options == options and c.micro_batch_size == b]
@@ -218,10 +311,12 @@ def _collections_of_the_plan_only() -> Iterator[None]:
 
 
 def config_from_plan(base: RunConfig, plan: Plan) -> RunConfig:
-    """The base run with the recommended micro-batch, accumulation steps and options (world size 1)."""
+    """The base run with the recommended micro-batch, accumulation steps, options and sharding, over the plan's
+    ranks (the base's own processes when they are as many, else nproc of them on one node)."""
     choice = plan.recommended
     if choice is None:
         raise ConfigError("micro_batch_size", "auto", plan.reason)
+    ranks = {} if base.world_size == plan.request.world_size else {"nproc": plan.request.world_size, "nnodes": 1}
     return base.replace(micro_batch_size=choice.micro_batch_size, accum_steps=choice.accum_steps,
                         amp=choice.options.amp, clear_cache=choice.options.clear_cache,
-                        compile=choice.options.compile)
+                        compile=choice.options.compile, **run_fields(choice.options.sharding), **ranks)

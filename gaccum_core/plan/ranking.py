@@ -20,7 +20,7 @@ def recommend(candidates: Sequence[Candidate], budget_mb: float, margin: float =
     safe = [c for c in candidates if _safe(c, budget_mb, margin)]
     if not safe:
         return None
-    return max(ties(safe, precision), key=lambda c: (c.micro_batch_size, -_options_on(c.options)))
+    return max(ties(safe, precision), key=lambda c: (c.micro_batch_size, -options_on(c.options)))
 
 
 def ties(candidates: Sequence[Candidate], precision: float = PRECISION) -> list[Candidate]:
@@ -94,7 +94,8 @@ def _against_plain(choice: Candidate, plain_safe: Sequence[Candidate], tied: Seq
             f"whose recommended size within the margin is b={plain.micro_batch_size}{room}")
 
 
-def _options_on(options: Options) -> int:
+def options_on(options: Options) -> int:
+    """How many of amp, cache clearing and compile are on."""
     return sum(value != "off" for value in (options.amp, options.clear_cache, options.compile))
 
 

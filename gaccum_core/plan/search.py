@@ -26,20 +26,27 @@ TIMED_PER_OPTIONS = 2  # the largest size within the margin and the one below it
 
 @dataclass(frozen=True)
 class Options:
-    """The run options a plan crosses: mixed precision, cache clearing, torch.compile."""
+    """The run options a plan crosses: mixed precision, cache clearing, torch.compile, sharding over the ranks."""
 
     amp: str = "off"
     clear_cache: str = "off"
     compile: str = "off"
+    sharding: str = "ddp"  # ddp, fsdp/every or fsdp/last (plan.sharding)
 
     def label(self) -> str:
-        """Short words for charts and tables: 'fp32', 'bf16 + clear/step + compile'."""
+        """Short words for charts and tables: 'fp32', 'bf16 + clear/step + compile', 'fp32 + fsdp/every'."""
         parts = ["fp32" if self.amp == "off" else self.amp]
         if self.clear_cache != "off":
             parts.append(f"clear/{self.clear_cache}")
         if self.compile != "off":
             parts.append("compile" if self.compile == "default" else f"compile/{self.compile}")
+        if self.sharding != "ddp":
+            parts.append(self.sharding)
         return " + ".join(parts)
+
+    def unsharded(self) -> Options:
+        """The same options in one process: what a sharded mode's per-rank memory is counted from."""
+        return dataclasses.replace(self, sharding="ddp")
 
 
 @dataclass(frozen=True)
@@ -175,10 +182,11 @@ def timing_sizes(effective_batch: int, candidates: Iterable[Candidate], options:
 
 def hint_points(candidates: Iterable[Candidate], options: Options) -> list[tuple[int, float]]:
     """(b, peak) points of one other combination measured before, to place this one's first probe: one
-    with the same precision and compile mode (cache clearing leaves training memory as it is), else the
+    with the same precision, compile and sharding mode (cache clearing leaves training memory as it is), else the
     first measured. A hint only chooses what to measure first."""
     others = [c for c in candidates if c.options != options and c.peak_mb is not None]
-    alike = [c for c in others if (c.options.amp, c.options.compile) == (options.amp, options.compile)]
+    alike = [c for c in others if (c.options.amp, c.options.compile, c.options.sharding)
+             == (options.amp, options.compile, options.sharding)]
     source = (alike or others)[0].options if others else None
     return [(c.micro_batch_size, c.peak_mb) for c in others if c.options == source]
 
@@ -194,7 +202,8 @@ def best_fit(candidates: Iterable[Candidate]) -> Candidate | None:
     return max(fitting, key=lambda c: c.micro_batch_size) if fitting else None
 
 
-def combinations(amp: Sequence[str], clear_cache: Sequence[str], compile_modes: Sequence[str]) -> list[Options]:
-    """Every combination of the chosen values, plain fp32 (all off) first when chosen: the baseline."""
-    combos = [Options(a, c, m) for a, c, m in itertools.product(amp, clear_cache, compile_modes)]
+def combinations(amp: Sequence[str], clear_cache: Sequence[str], compile_modes: Sequence[str],
+                 sharding: Sequence[str] = ("ddp",)) -> list[Options]:
+    """Every combination of the chosen values, plain fp32 (all off, ddp) first when chosen: the baseline."""
+    combos = [Options(*values) for values in itertools.product(amp, clear_cache, compile_modes, sharding)]
     return sorted(combos, key=lambda o: o != Options())  # stable: the rest keep the order given

@@ -20,12 +20,14 @@ them out. The gathered weights are transient: counted in the peak, not in weight
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Mapping
 
 from torch import nn
 
+from gaccum_core.plan.search import FITS, OVER_BUDGET, Candidate, Options
 from gaccum_core.train.fsdp import blocks
 from gaccum_core.train.precision import DTYPES
 
@@ -114,3 +116,15 @@ def per_rank(parts: Mapping[str, float], shape: Layout, mode: str, world_size: i
 def run_fields(mode: str) -> dict[str, str]:
     """The RunConfig fields a mode sets: sharding, and fsdp_sync for the sharded ones."""
     return {"sharding": "ddp"} if mode == DDP else {"sharding": "fsdp", "fsdp_sync": mode.split("/")[1]}
+
+
+def sharded_candidate(one: Candidate, options: Options, shape: Layout, world_size: int, budget_mb: float) -> Candidate:
+    """A sharded mode's candidate from one process's at the same b: its per-rank count as the peak (the
+    allocator's peak, on a GPU, is one process's: it stands for ddp only). A probe that ran out of memory or
+    failed has no parts to count from: its status and message carry over."""
+    if one.status not in (FITS, OVER_BUDGET) or "weights_mb" not in one.detail:
+        return dataclasses.replace(one, options=options)
+    counted = per_rank(one.detail, shape, options.sharding, world_size, one.accum_steps, options.amp)
+    peak = counted["counted_mb"]
+    return Candidate(options, one.micro_batch_size, one.accum_steps, FITS if peak <= budget_mb else OVER_BUDGET,
+                     peak, detail=counted)
