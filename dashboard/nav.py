@@ -25,4 +25,6 @@ PAGES = (
               "the classic accumulation bugs, side by side"),
     PageEntry("app_pages/5_Plan.py", "Plan", "Plan", ":material/straighten:",
               "the largest micro-batch that fits a memory budget"),
+    PageEntry("app_pages/6_Sweeps.py", "Sweeps", "Sweeps", ":material/grid_on:",
+              "a grid of settings × repeats, with 95% intervals"),
 )

@@ -1,0 +1,92 @@
+"""Sweeps: a grid of settings × repeats, started with one button and followed live; then each cell's
+figures with 95 % intervals, whether b/k cells coincide, and the charts."""
+
+import streamlit as st
+
+from dashboard import sweep_controls
+from dashboard.sweep_jobs import sweep_jobs
+from dashboard.ui import REFRESH_S, format_eta, get_runner, plain, progress, widget
+from gaccum_core.config import ConfigError
+from gaccum_core.sweeps.files import list_sweeps, read_spec
+from gaccum_core.sweeps.summary import summarize
+from gaccum_core.views.sweep_charts import loss_band_figure, parallel_figure, speed_memory_figure
+from gaccum_core.views.sweep_table import display_table
+
+st.set_page_config(page_title="gaccum · Sweeps", layout="wide")
+st.title("Sweeps")
+st.caption("Cross the options on the left at one effective batch; each combination (a cell) runs as ordinary "
+           "runs, once per repeat with the seeds seed, seed+1, …. Cells that differ only in b and k must train "
+           "the same losses under the exact mean: the summary says whether they do.")
+runner = get_runner()
+jobs = sweep_jobs()
+common, lists, options = sweep_controls.draw()
+spec, problem = None, None
+try:
+    spec = sweep_controls.spec_from(common, lists, options)
+    problem = sweep_controls.refusal(spec)
+except ConfigError as exc:
+    problem = sweep_controls.explain(exc)
+going = jobs.going()
+if problem:
+    st.error(f"Cannot start: {problem}")
+elif spec is not None:
+    st.caption(f"{spec.cell_count} cells × {spec.repeats} repeats = {spec.cell_count * spec.repeats} runs, "
+               f"{sweep_controls.gpus_text()} · sweep {spec.sweep_id} (runs a previous start finished are skipped)")
+if st.button("Start sweep", type="primary", key="sweep_start", disabled=spec is None or bool(problem) or bool(going)):
+    st.session_state["sweep_shown"] = jobs.start(spec).sweep_id
+    st.rerun()
+
+
+@st.fragment(run_every=REFRESH_S if going else None)
+def live() -> None:
+    """Each sweep going: runs done of all, the time left, the run training; the page is redrawn when it ends."""
+    now = jobs.going()
+    for job in now:
+        state = job.progress()
+        left = f" · {format_eta(state.eta_s)}" if state.eta_s is not None else ""
+        done = f" ({state.skipped} done before)" if state.skipped else ""
+        st.progress(state.done / state.total, text=f"Sweep {job.sweep_id}: {state.done} of {state.total} runs "
+                                                    f"done{done}{left}")
+        for snapshot in state.current:
+            progress(snapshot)
+        if st.button("Stop the sweep", key=f"sweep_stop_{job.sweep_id}"):
+            job.stop()
+    if len(now) != len(going):
+        st.rerun()
+
+
+live()
+sweeps = list_sweeps(runner.store.root)
+if not sweeps:
+    st.info("No sweep yet: pick the values to cross on the left and press Start sweep.")
+    st.stop()
+shown_default = st.session_state.get("sweep_shown", sweeps[0])
+shown = widget(st.selectbox, "Sweep shown", "sweep_pick", shown_default if shown_default in sweeps else sweeps[0],
+               options=sweeps, format_func=lambda s: f"sweep {s}" + (" (going)" if jobs.get(s) in going else ""))
+try:
+    summary = summarize(runner.store, read_spec(runner.store.root, shown))
+except (OSError, ConfigError) as exc:
+    st.error(f"Sweep {shown} cannot be read: {exc}")
+    st.stop()
+table = summary.table
+st.subheader("Cells")
+for verdict in summary.verdicts:
+    say = st.success if verdict.coincide and verdict.expected else st.info if not verdict.expected else st.warning
+    say(plain(verdict.text()))
+st.dataframe(display_table(table), hide_index=True, width="stretch")
+st.download_button("Download summary.csv", table.to_csv(index=False), file_name=f"sweep-{shown}-summary.csv",
+                   mime="text/csv", key="sweep_csv")
+if table["runs"].sum() == 0:
+    st.stop()
+st.plotly_chart(parallel_figure(table, list(summary.spec.fields)), key="sweep_parallel")
+left, right = st.columns(2)
+left.plotly_chart(speed_memory_figure(table), key="sweep_speed")
+text = summary.curves["tokens_seen"].notna().any()
+right.plotly_chart(loss_band_figure(summary.curves, "tokens_seen" if text else "samples_seen"), key="sweep_bands")
+st.subheader("A cell's runs")
+cell = st.selectbox("Cell", list(table["cell"]), format_func=dict(zip(table["cell"], table["label"])).get,
+                    key="sweep_cell")
+runs = summary.curves[summary.curves["cell"] == cell].groupby(["repeat", "run_id"])["loss"].last().reset_index()
+runs.insert(0, "open", "Runs?run=" + runs["run_id"])
+st.dataframe(runs.rename(columns={"loss": "final loss"}), hide_index=True, width="stretch",
+             column_config={"open": st.column_config.LinkColumn("open", display_text="open on Runs")})

@@ -1,0 +1,123 @@
+"""The Sweeps page's controls: the Train page's settings, with a multiselect for each option to cross, and
+the spec they make (or the refusal of the first cell that cannot run, named by its control)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import streamlit as st
+import torch
+
+from dashboard.controls import CLEAR_LABELS, LABELS, REDUCTION_LABELS
+from dashboard.ui import widget
+from gaccum_core import config as cfg
+from gaccum_core.sweeps.checks import check_sweep
+from gaccum_core.sweeps.spec import SweepSpec
+from gaccum_core.train.device import max_processes, resolve_device
+
+PREFIX = "sweep_"
+# The default grid: b=8 against b=32 at E=64, the exact mean against the textbook mean per micro-batch,
+# twice each: 8 short runs of cnn on digits, the b/k pairs coinciding under mean and not under the other.
+DEFAULT_COMMON = {"model": "cnn", "dataset": "digits", "epochs": 3, "seed": 0}
+DEFAULT_E = 64
+DEFAULT_LISTS = {"micro_batch_size": [8, 32], "reduction": ["mean", "mean_per_micro_batch"], "amp": ["off"],
+                 "compile": ["off"], "clear_cache": ["off"], "nproc": [1]}
+SWEEP_LABELS = {**LABELS, "micro_batch_size": "Micro-batch sizes b", "reduction": "Loss reductions",
+                "amp": "Precisions", "compile": "torch.compile modes", "clear_cache": "Cache clearing",
+                "nproc": "Processes N", "sharding": "Sharding (N > 1)", "effective_batch": "Effective batch E = N·b·k",
+                "repeats": "Repeats per cell", "same_seed": "Same seed each repeat (timing noise alone)"}
+
+
+def divisors(n: int, most: int = 4096) -> list[int]:
+    """The divisors of n up to most: the micro-batch sizes that give a whole k at effective batch n."""
+    return [d for d in range(1, min(n, most) + 1) if n % d == 0]
+
+
+def _pick(field: str, options: list, default: list, **kwargs: Any) -> list:
+    """A multiselect of the values to cross, returned in the options' order (the sweep's id follows it)."""
+    picked = widget(st.multiselect, SWEEP_LABELS[field], PREFIX + field, default, options=options, **kwargs)
+    return [o for o in options if o in picked]
+
+
+def _cpu_or_gpus() -> int:
+    return max_processes(resolve_device("auto"))
+
+
+def draw() -> tuple[dict[str, Any], dict[str, list], dict[str, Any]]:
+    """Every control in the sidebar; (common settings, lists to cross, sweep options)."""
+    common: dict[str, Any] = {}
+    with st.sidebar:
+        st.header("Model and data")
+        common["model"] = widget(st.selectbox, LABELS["model"], PREFIX + "model", DEFAULT_COMMON["model"],
+                                 options=list(cfg.MODELS))
+        common["dataset"] = widget(st.selectbox, LABELS["dataset"], PREFIX + "dataset", DEFAULT_COMMON["dataset"],
+                                   options=list(cfg.DATASETS))
+        common["epochs"] = widget(st.number_input, LABELS["epochs"], PREFIX + "epochs", DEFAULT_COMMON["epochs"])
+        common["max_steps"] = widget(st.number_input, LABELS["max_steps"], PREFIX + "max_steps", 0)
+        st.header("Grid")
+        effective = widget(st.number_input, SWEEP_LABELS["effective_batch"], PREFIX + "effective_batch", DEFAULT_E)
+        lists = {"micro_batch_size": _pick("micro_batch_size", divisors(effective) if effective >= 1 else [],
+                                           DEFAULT_LISTS["micro_batch_size"]),
+                 "reduction": _pick("reduction", list(cfg.REDUCTIONS), DEFAULT_LISTS["reduction"],
+                                    format_func=REDUCTION_LABELS.get),
+                 "amp": _pick("amp", list(cfg.AMP_MODES), DEFAULT_LISTS["amp"]),
+                 "compile": _pick("compile", list(cfg.COMPILE_MODES), DEFAULT_LISTS["compile"]),
+                 "clear_cache": _pick("clear_cache", list(cfg.CLEAR_CACHE_MODES), DEFAULT_LISTS["clear_cache"],
+                                      format_func=CLEAR_LABELS.get),
+                 "nproc": _pick("nproc", list(range(1, _cpu_or_gpus() + 1)), DEFAULT_LISTS["nproc"])}
+        if "sharding" in {f.name for f in dataclasses.fields(cfg.RunConfig)} and any(n > 1 for n in lists["nproc"]):
+            lists["sharding"] = _pick("sharding", list(getattr(cfg, "SHARDINGS", ("ddp",))), ["ddp"])
+        st.header("Optimizer and repeats")
+        common["optimizer"] = widget(st.selectbox, LABELS["optimizer"], PREFIX + "optimizer", cfg.DEFAULT_RUN.optimizer,
+                                     options=list(cfg.OPTIMIZERS))
+        common["lr"] = widget(st.number_input, LABELS["lr"], PREFIX + "lr", cfg.DEFAULT_RUN.lr)
+        common["seed"] = widget(st.number_input, LABELS["seed"], PREFIX + "seed", DEFAULT_COMMON["seed"])
+        options = {"effective_batch": effective,
+                   "repeats": widget(st.number_input, SWEEP_LABELS["repeats"], PREFIX + "repeats", 2),
+                   "same_seed": widget(st.checkbox, SWEEP_LABELS["same_seed"], PREFIX + "same_seed", False)}
+    return common, lists, options
+
+
+def spec_from(common: dict[str, Any], lists: dict[str, list], options: dict[str, Any]) -> SweepSpec:
+    """The sweep the controls describe: a list of several values is crossed, one value is common, every
+    other setting the Train page's default (device auto). ConfigError naming the first refused field."""
+    for field, values in lists.items():
+        if not values:
+            raise cfg.ConfigError(field, "", "at least one value picked")
+    grid = tuple((field, tuple(values)) for field, values in lists.items() if len(values) > 1)
+    singles = {field: values[0] for field, values in lists.items() if len(values) == 1}
+    defaults = {f.name: getattr(cfg.DEFAULT_RUN, f.name) for f in dataclasses.fields(cfg.RunConfig)}
+    values = {**defaults, **common, **singles}
+    return SweepSpec(grid, tuple(values.items()), options["repeats"], options["same_seed"], options["effective_batch"])
+
+
+@st.cache_data(show_spinner="Checking every cell of the grid…", max_entries=32)
+def _checked(spec_json: str, _spec: SweepSpec) -> None:
+    """check_sweep, remembered per spec for the specs that pass (a refusal is not cached)."""
+    check_sweep(_spec)
+
+
+def refusal(spec: SweepSpec) -> str | None:
+    """Why the sweep cannot start here, in the page's words (the control named), or None."""
+    try:
+        _checked(json.dumps(spec.to_dict(), sort_keys=True, default=str), spec)
+    except cfg.ConfigError as exc:
+        return explain(exc)
+    except ValueError as exc:  # data and model errors explain themselves
+        return str(exc)
+    return None
+
+
+def explain(exc: cfg.ConfigError) -> str:
+    """A refused value named by its control's label."""
+    label = SWEEP_LABELS.get(exc.field, exc.field)
+    return f"{label} = {exc.value!r} is not allowed: {exc.allowed}"
+
+
+def gpus_text() -> str:
+    """How the sweep's runs will train here."""
+    if torch.cuda.is_available() and torch.cuda.device_count() > 1:
+        return f"one run per GPU at a time on the {torch.cuda.device_count()} GPUs"
+    return "one run at a time on " + ("the GPU" if torch.cuda.is_available() else "the CPU")

@@ -1,0 +1,96 @@
+"""A sweep's figures: the cells' settings against speed, memory and loss (parallel coordinates), speed
+against peak memory with error bars, and the loss curves of each cell as a band (mean ± 95 % interval over
+its repeats). Pure: plotly figures from the summary's tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from gaccum_core.sweeps.stats import t_975
+from gaccum_core.sweeps.labels import setting_words
+from gaccum_core.views.colours import colour_at
+
+_LAYOUT = dict(template="plotly_white", height=380, margin=dict(l=60, r=20, t=50, b=50))
+# The outcome axes of the parallel coordinates: (summary column, axis title).
+OUTCOMES = (("samples_per_s_mean", "samples/s"), ("peak_mem_mb", "peak memory (MB)"), ("final_loss_mean", "final loss"))
+
+
+def _setting_axis(table: pd.DataFrame, field: str) -> dict:
+    """One axis per crossed setting: numbers on their own scale, anything else as evenly spaced names."""
+    values = table[field]
+    title = setting_words(field, "").rstrip("=") if field != "amp" else "precision"
+    if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+        ticks = sorted(values.unique())
+        return dict(label=title, values=values.tolist(), tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
+    names = list(dict.fromkeys(values.astype(str)))
+    words = [setting_words(field, n).split("=", 1)[-1] for n in names]
+    return dict(label=title, values=[names.index(v) for v in values.astype(str)], tickvals=list(range(len(names))),
+                ticktext=words, range=[-0.3, len(names) - 0.7] if len(names) > 1 else [-1, 1])
+
+
+def parallel_figure(table: pd.DataFrame, fields: list[str]) -> go.Figure:
+    """Each cell a line from its settings (the crossed fields) to its samples/s, peak memory and final loss,
+    coloured by final loss (lower is darker)."""
+    done = table[table["runs"] > 0]
+    dimensions = [_setting_axis(done, f) for f in fields]
+    for column, title in OUTCOMES:
+        if done[column].notna().any():
+            dimensions.append(dict(label=title, values=done[column].tolist()))
+    loss = done["final_loss_mean"]
+    figure = go.Figure(go.Parcoords(dimensions=dimensions, line=dict(
+        color=loss.tolist(), colorscale="Viridis", showscale=True, colorbar=dict(title="final loss", thickness=12))))
+    figure.update_layout(**{**_LAYOUT, "margin": dict(l=70, r=70, t=70, b=30)},
+                         title="Settings → speed, memory, loss (drag along an axis to pick cells)")
+    return figure
+
+
+def speed_memory_figure(table: pd.DataFrame) -> go.Figure:
+    """Samples/s (mean ± 95 % interval over repeats) against peak training memory, a marker per cell."""
+    figure = go.Figure()
+    for i, row in enumerate(table[table["runs"] > 0].itertuples()):
+        ci = row.samples_per_s_ci if np.isfinite(row.samples_per_s_ci) else None
+        figure.add_trace(go.Scatter(
+            x=[row.peak_mem_mb], y=[row.samples_per_s_mean], name=row.label, mode="markers",
+            marker=dict(size=11, color=colour_at(i)),
+            error_y=dict(type="data", array=[ci], visible=ci is not None),
+            hovertemplate=f"{row.label}<br>%{{y:,.0f}} samples/s" + (f" ± {ci:,.0f}" if ci is not None else "")
+                          + "<br>peak memory %{x:.2f} MB<extra></extra>"))
+    figure.update_layout(**_LAYOUT, title="Speed against peak memory (95% interval over repeats)",
+                         xaxis_title="peak training memory (MB)", yaxis_title="samples/s",
+                         legend=dict(orientation="h", y=-0.25))
+    return figure
+
+
+def loss_bands(curves: pd.DataFrame, x: str) -> pd.DataFrame:
+    """Per cell and step: x (its mean over the repeats), the mean loss and its 95 % half-width (NaN with
+    one repeat)."""
+    grouped = curves.groupby(["cell", "label", "step"], sort=True)
+    bands = grouped.agg(x=(x, "mean"), loss=("loss", "mean"), sd=("loss", "std"), n=("loss", "count")).reset_index()
+    t = bands["n"].map(lambda n: t_975(n - 1) if n > 1 else np.nan)
+    return bands.assign(ci=t * bands["sd"] / np.sqrt(bands["n"]))
+
+
+def loss_band_figure(curves: pd.DataFrame, x: str = "samples_seen") -> go.Figure:
+    """The training loss of each cell against samples (or tokens) seen: its mean over the repeats, with
+    the 95 % interval as a shaded band."""
+    figure = go.Figure()
+    bands = loss_bands(curves, x)
+    for i, ((cell, label), band) in enumerate(bands.groupby(["cell", "label"], sort=True)):
+        colour = colour_at(i)
+        if band["ci"].notna().any():
+            upper, lower = band["loss"] + band["ci"], band["loss"] - band["ci"]
+            figure.add_trace(go.Scatter(
+                x=np.concatenate([band["x"], band["x"][::-1]]), y=np.concatenate([upper, lower[::-1]]),
+                fill="toself", fillcolor=colour, opacity=0.2, line=dict(width=0), name=f"{label} 95% band",
+                legendgroup=str(cell), showlegend=False, hoverinfo="skip"))
+        figure.add_trace(go.Scatter(x=band["x"], y=band["loss"], name=label, legendgroup=str(cell), mode="lines",
+                                    line=dict(color=colour, width=1.6),
+                                    customdata=band["ci"], hovertemplate=f"{label}<br>loss %{{y:.4f}} ± %{{customdata:.4f}}"
+                                                                         "<extra></extra>"))
+    title = "tokens seen" if x == "tokens_seen" else "samples seen"
+    figure.update_layout(**_LAYOUT, title="Training loss per cell: mean and 95% band over repeats",
+                         xaxis_title=title, yaxis_title="loss", yaxis_type="log", hovermode="x unified",
+                         legend=dict(orientation="h", y=-0.25))
+    return figure

@@ -1,0 +1,60 @@
+"""The Sweeps page: build a grid from the controls, start it, follow it, read the table and the verdicts."""
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEPS = str(ROOT / "app_pages/6_Sweeps.py")
+
+
+def sweeps_page() -> AppTest:
+    return AppTest.from_file(SWEEPS, default_timeout=120).run()
+
+
+def _wait_for_the_sweep(at: AppTest) -> None:
+    from dashboard.sweep_jobs import sweep_jobs
+
+    for job in sweep_jobs().going():
+        assert job.wait(300), "the sweep did not end"
+    at.run()
+
+
+def test_a_grid_built_on_the_page_runs_and_its_table_and_verdicts_show(runs_dir, downloads):
+    at = sweeps_page()
+    assert not at.exception
+    at.selectbox(key="sweep_model").select("mlp")
+    at.number_input(key="sweep_epochs").set_value(2)
+    at.number_input(key="sweep_effective_batch").set_value(32)
+    at.multiselect(key="sweep_micro_batch_size").set_value([8, 16])
+    at.number_input(key="sweep_repeats").set_value(1)
+    at.run()
+    assert not at.exception
+    caption = " ".join(c.value for c in at.caption)
+    assert "4 cells × 1 repeats = 4 runs" in caption, caption
+    at.button(key="sweep_start").click().run()
+    _wait_for_the_sweep(at)
+    assert not at.exception
+    table = at.dataframe[0].value
+    assert list(table["cell"]) == ["b=8 k=4 reduction=mean", "b=8 k=4 reduction=mean_per_micro_batch",
+                                   "b=16 k=2 reduction=mean", "b=16 k=2 reduction=mean_per_micro_batch"]
+    assert list(table["runs"]) == ["1/1"] * 4
+    assert [c.startswith("yes") for c in table["coincides"]] == [True, False, True, False]
+    assert any("coincide, as exact accumulation promises" in s.value for s in at.success)
+    assert any("do not coincide" in i.value and "partial window" in i.value for i in at.info)
+    sweep_id = next(iter((runs_dir / "sweeps").iterdir())).name
+    assert (runs_dir / "sweeps" / sweep_id / "summary.csv").is_file()
+    assert f"sweep-{sweep_id}-summary.csv" in downloads
+    assert len(at.get("plotly_chart")) == 3
+
+
+def test_refused_values_are_named_by_their_control_and_disable_start(runs_dir):
+    at = sweeps_page()
+    at.number_input(key="sweep_repeats").set_value(0).run()
+    assert at.button(key="sweep_start").disabled
+    assert any("Repeats per cell = 0 is not allowed" in e.value for e in at.error)
+    at.number_input(key="sweep_repeats").set_value(1)
+    at.multiselect(key="sweep_reduction").set_value([]).run()
+    assert at.button(key="sweep_start").disabled
+    assert any("Loss reductions = '' is not allowed: at least one value picked" in e.value for e in at.error)
+    assert not (runs_dir / "sweeps").exists()
