@@ -3,8 +3,9 @@
 import pandas as pd
 import streamlit as st
 
-from gaccum_core.views.lab import pitfall_figure
-from gaccum_core.lab.pitfalls import PITFALLS, run_pitfall, setup_words
+from gaccum_core.views.lab import fsdp_measures, pitfall_figure
+from gaccum_core.lab.pitfalls import (FSDP_PITFALLS, FSDP_STEPS, PITFALLS, FsdpJobError, pitfall, run_fsdp_pitfalls,
+                                      run_pitfall, setup_words)
 
 STEPS = 20
 
@@ -32,15 +33,42 @@ if results:
     st.download_button("Download all pitfall results (CSV)", pd.concat(frames).to_csv(index=False),
                        file_name="gaccum-pitfalls.csv", mime="text/csv", key="pitfalls_download")
 
-for number, (key, pitfall) in enumerate(PITFALLS.items(), start=1):
-    st.subheader(f"{number}. {pitfall.title}")
-    st.caption(f"Trains {setup_words(key)}; {STEPS} optimizer steps.")
+
+def show_case(number: int, key: str, result, steps: int, measures: list[tuple[str, str]] = ()) -> None:
+    """One case: its title, what it trains, what goes wrong and the fix; once run, its figures and chart."""
+    case = pitfall(key)
+    st.subheader(f"{number}. {case.title}")
+    st.caption(f"Trains {setup_words(key)}; {steps} optimizer steps.")
     text, chart = st.columns([2, 3])
-    text.write(pitfall.explanation)
-    text.markdown(f"**Fix:** {pitfall.fix}")
-    if key in results:
-        result = results[key]
+    text.write(case.explanation)
+    text.markdown(f"**Fix:** {case.fix}")
+    if result is not None:
         text.metric("Weight distance after the last step", f"{result.final_distance_pitfall:.2e}",
                     delta=f"correct loop: {result.final_distance_correct:.1e}", delta_color="off")
         text.metric("Gradient-norm ratio (pitfall / reference)", f"{result.grad_norm_ratio:.2f}")
-        chart.plotly_chart(pitfall_figure(result.frame, pitfall.title), key=f"pitfall_{key}", theme=None)
+        chart.plotly_chart(pitfall_figure(result.frame, case.title), key=f"pitfall_{key}", theme=None)
+    for label, value in measures:
+        text.markdown(f"{label}: `{value}`")
+
+
+for number, key in enumerate(PITFALLS, start=1):
+    show_case(number, key, results.get(key), STEPS)
+
+st.header("FSDP (2 processes)")
+st.write("FSDP2 shards the mlp over 2 processes (gloo): fully_shard on each Linear, then on the root. Each trap is "
+         "set against the engine's own FSDP run (gaccum_core.train.fsdp with the engine's weighting) on the same "
+         "samples; both are measured against one big batch in one process.")
+fsdp = st.session_state.get("pitfall_fsdp")
+if st.button("Run the FSDP cases", key="pitfalls_fsdp_run"):
+    with st.spinner("Running the 2-process FSDP job: a few seconds, longer on a busy machine…"):
+        try:
+            fsdp = st.session_state["pitfall_fsdp"] = run_fsdp_pitfalls(FSDP_STEPS)
+        except FsdpJobError as exc:
+            st.error(f"The FSDP cases could not run: {exc}")
+measures = fsdp_measures(fsdp) if fsdp is not None else {}
+for number, key in enumerate(FSDP_PITFALLS, start=len(PITFALLS) + 1):
+    show_case(number, key, fsdp and fsdp.results[key], FSDP_STEPS, measures.get(key, []))
+if fsdp is not None:
+    frames = [r.frame.assign(pitfall=key) for key, r in fsdp.results.items()]
+    st.download_button("Download the FSDP results (CSV)", pd.concat(frames).to_csv(index=False),
+                       file_name="gaccum-pitfalls-fsdp.csv", mime="text/csv", key="pitfalls_fsdp_download")

@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from gaccum_core.lab.pitfalls.fsdp_job import FsdpGallery
+
 _LAYOUT = dict(template="plotly_white", height=320, margin=dict(l=50, r=10, t=40, b=40))
 # Distances of exactly 0 cannot sit on a log axis: drawn at this floor instead.
 _FLOOR = 1e-12
@@ -55,3 +57,26 @@ def pitfall_figure(frame: pd.DataFrame, title: str) -> go.Figure:
     figure.add_scatter(x=frame["step"], y=_floored(frame["distance_correct"]), name="correct", mode="lines",
                        line=dict(color="#2ca02c"))
     return figure
+
+
+def fsdp_measures(gallery: FsdpGallery) -> dict[str, list[tuple[str, str]]]:
+    """What each FSDP trap's job measured beside its chart, as (label, value) lines, by trap key."""
+    ratio = ("Gradient norm at step 1, over the big batch's", f"{gallery.first_step_grad_ratio:.5f}")
+    fixes = gallery.fix_distances
+    return {
+        "fsdp_averaged_gradients": [ratio],
+        "fsdp_divide_factor_on_root": [
+            ratio,
+            ("set_gradient_divide_factor(1.0) on every unit: the backward on gloo raises",
+             gallery.premul_sum_error or "nothing"),
+            ("With set_force_sum_reduction_for_comms(True) too: largest distance to one big batch",
+             f"{fixes['fsdp_divide_factor_on_root']:.1e}"),
+        ],
+        "fsdp_reshard_off_at_step": [
+            ("model.parameters() at the step: .grad", "None on every one" if gallery.grad_none_at_step else "set"),
+            ("After unit.reshard() for every unit: .grad", "None on some" if gallery.grad_none_after_reshard
+             else "set on every one"),
+            ("With that reshard before each step: largest distance to one big batch",
+             f"{fixes['fsdp_reshard_off_at_step']:.1e}"),
+        ],
+    }

@@ -11,8 +11,8 @@ The FSDP traps need 2 processes: fsdp_job starts them (fsdp_rank), each running 
 from gaccum_core.exports import lazy_exports
 
 __all__, __getattr__ = lazy_exports(__name__, {
-    "catalog": ("PITFALLS", "FSDP_PITFALLS", "Pitfall", "BASE_CONFIG", "case_config", "setup_words"),
+    "catalog": ("PITFALLS", "FSDP_PITFALLS", "Pitfall", "BASE_CONFIG", "case_config", "pitfall", "setup_words"),
     "result": ("PitfallResult",),
     "harness": ("run_pitfall", "run_all"),
-    "fsdp_job": ("run_fsdp_pitfalls", "FsdpGallery", "FsdpJobError"),
+    "fsdp_job": ("run_fsdp_pitfalls", "FsdpGallery", "FsdpJobError", "FSDP_STEPS"),
 })

@@ -26,7 +26,7 @@ from gaccum_core.lab.pitfalls.loops import big_batch
 from gaccum_core.lab.pitfalls.result import PitfallResult, Snapshot, compare, distances
 
 RANKS = 2
-STEPS = 10  # each step's collectives wait on both processes: a few seconds on 2 shared cores
+FSDP_STEPS = 10  # each step's collectives wait on both processes: a few seconds on 2 shared cores
 JOB_TIMEOUT_S = 180.0
 POLL_S = 0.05
 RANK_MODULE = "gaccum_core.lab.pitfalls.fsdp_rank"
@@ -57,7 +57,7 @@ class FsdpGallery:
     fix_distances: dict[str, float]  # trap → its written fix's largest weight distance to one big batch
 
 
-def run_fsdp_pitfalls(steps: int = STEPS, timeout_s: float = JOB_TIMEOUT_S, **overrides: Any) -> FsdpGallery:
+def run_fsdp_pitfalls(steps: int = FSDP_STEPS, timeout_s: float = JOB_TIMEOUT_S, **overrides: Any) -> FsdpGallery:
     """Run the FSDP traps, the engine's FSDP runs and the traps' fixes on 2 processes for `steps` optimizer
     steps each, and measure every run against one big batch in this process."""
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
