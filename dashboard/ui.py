@@ -27,7 +27,7 @@ from gaccum_core.states import FAILURE_STATES, RunState
 REFRESH_S = float(os.environ.get("GACCUM_REFRESH_S", "1.0"))
 CHART_TITLES = {"loss": "loss", "accuracy": "accuracy", "perplexity": "perplexity", "scale": "loss scale",
                 "skipped": "skipped steps", "grad_norm": "gradient norm", "lr": "learning rate", "memory": "memory",
-                "throughput": "throughput", "cache": "cache clearing"}
+                "collectives": "collectives", "throughput": "throughput", "cache": "cache clearing"}
 
 
 # Training runs in a thread of this server. Each torch op releases the GIL, and taking it back waits

@@ -30,12 +30,13 @@ def short_model(model: str) -> str:
 
 
 # One vocabulary for a run's settings in legends, status lines and tables: the model as it is called
-# (gpt-tiny), b and k, the precision whenever amp is on (fp16), the processes as N, any other setting as
-# field=value (clear_cache=step).
-_USUAL = ("amp", "reduction", "clear_cache", "compile", "world_size")  # named whenever not the default
+# (gpt-tiny), b and k, the precision whenever amp is on (fp16), the processes as N, sharding with its sync
+# (fsdp/last, reshard off; ddp beside an fsdp run), any other setting as field=value (clear_cache=step).
+_USUAL = ("amp", "reduction", "clear_cache", "compile", "world_size", "sharding")  # named whenever not the default
 _ALWAYS = ("model", "micro_batch_size", "accum_steps")
 _NEVER = ("device", "data_dir", "download", "text_file_max_mb")  # where a run ran, not what it trained
-_IN_OTHERS = ("gpt_preset", "nproc", "nnodes")  # said by the model's name (gpt-tiny) and by N
+# Said by the model's name (gpt-tiny), by N, and by the sharding's text (fsdp/last reshard off).
+_IN_OTHERS = ("gpt_preset", "nproc", "nnodes", "fsdp_sync", "fsdp_reshard_after_backward")
 _DEFAULT = RunConfig()
 
 
@@ -51,8 +52,18 @@ def setting_text(name: str, config: RunConfig) -> str:
         return config.amp
     if name == "world_size":
         return f"N={config.world_size}"
+    if name == "sharding":
+        return _sharding_text(config)
     short = {"micro_batch_size": "b", "accum_steps": "k"}.get(name, name)
     return f"{short}={getattr(config, name)}"
+
+
+def _sharding_text(config: RunConfig) -> str:
+    """ddp, or fsdp with when it reduce-scatters (fsdp/every, fsdp/last) and 'reshard off' when it keeps weights."""
+    if config.sharding != "fsdp":
+        return config.sharding
+    reshard = " reshard off" if config.fsdp_reshard_after_backward == "off" else ""
+    return f"fsdp/{config.fsdp_sync}{reshard}"
 
 
 def _usual(config: RunConfig) -> list[str]:
@@ -90,9 +101,11 @@ def run_labels(configs: Sequence[RunConfig], names: Sequence[str] | None = None,
     which these runs differ, then the run's name if it has one. Runs that still share a label are told
     apart by when they were created (from run_ids), never by the end of their id."""
     differing = _differing(configs)
+    say_ddp = len({c.sharding for c in configs}) > 1  # ddp, the default, is named beside an fsdp run
     labels = []
     for i, config in enumerate(configs):
-        text = " ".join([run_label(config), *(setting_text(n, config) for n in differing)])
+        ddp = ["ddp"] if say_ddp and config.sharding == "ddp" else []
+        text = " ".join([run_label(config), *ddp, *(setting_text(n, config) for n in differing)])
         name = names[i] if names is not None else ""
         labels.append(f"{text} · {name}" if name else text)
     return _told_apart(labels, run_ids)

@@ -10,6 +10,7 @@ from typing import Callable
 
 import numpy as np
 
+from gaccum_core.views.collectives_chart import NOT_APPLICABLE as NO_COLLECTIVES, has_collectives
 from gaccum_core.views.series import RunSeries, is_language, with_rows
 
 NO_FP16 = "none of these runs trains in fp16, the only precision with a GradScaler"
@@ -31,6 +32,7 @@ RULES: dict[str, Callable[[list[RunSeries]], str | None]] = {
         f"Skipped optimizer steps: not applicable, only a GradScaler skips steps and {NO_FP16}."),
     "cache": lambda runs: None if _any_positive(runs, "cache_clear_s") else (
         "Cache-clearing time: not applicable, no run here clears the cache (clear_cache is off)."),
+    "collectives": lambda runs: None if any(has_collectives(run) for run in runs) else NO_COLLECTIVES,
     "perplexity": lambda runs: None if any(is_language(run) for run in runs) else (
         "Validation perplexity: not applicable, no run here is a language model (gpt on text)."),
 }

@@ -13,6 +13,7 @@ from gaccum_core.train.metrics import smooth_ema
 from gaccum_core.views.axes import YScale, chart_figure, resolve_axis
 from gaccum_core.views.colours import PALETTE  # noqa: F401 - where the pages and tests read it
 from gaccum_core.views.coinciding import coinciding
+from gaccum_core.views.collectives_chart import collectives_figure
 from gaccum_core.views.memory_chart import memory_figure
 from gaccum_core.views.series import RunSeries, is_language, with_rows
 from gaccum_core.views.traces import WAITING, colour as _colour, key as _key, line as _line, scatter as _scatter, uid as _uid
@@ -181,6 +182,7 @@ CHARTS: dict[str, Callable[..., go.Figure]] = {  # every set of runs gets these,
     "grad_norm": grad_norm_figure,
     "lr": lr_figure,
     "memory": memory_figure,
+    "collectives": collectives_figure,
     "throughput": throughput_figure,
     "cache": cache_figure,
 }

@@ -3,7 +3,11 @@ activations saved for backward) as its main figure on every device, the CUDA all
 it on CUDA, and the process's resident memory only as a faint line on a right-hand axis.
 
 On the CPU the resident memory is mostly the interpreter and libraries (~800 MB), so drawn as the main
-figure it hid what accumulation saves (0.1 MB of activations at b=8 against 0.4 MB at b=32)."""
+figure it hid what accumulation saves (0.1 MB of activations at b=8 against 0.4 MB at b=32).
+
+With a run of several processes shown, the figures are per rank (the largest rank's), and each run's gradient
+memory kept between micro-batches (grad_kept_mb) is a line of its own: what sharding saves (fsdp_sync every
+keeps 1/N of the gradient, last and DDP all of it)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ from gaccum_core.views.traces import WAITING, colour, key, line, scatter, uid
 TITLE = "training memory"
 SUBTITLE = "weights + gradients + optimizer state + activations saved for backward"
 Y_TITLE = "training memory (MB)"
+PER_RANK = ("training memory per rank", f"the largest rank's: {SUBTITLE}", "training memory per rank (MB)")
+GRAD_KEPT = "gradients kept between micro-batches"
 RSS = "process memory (RSS)"
 RSS_TITLE = f"{RSS}, MB"
 PARTS = ("weights_mb", "gradients_mb", "optimizer_mb", "activation_mb")
@@ -42,12 +48,16 @@ def _training_line(run: RunSeries, x: str, colour_: str) -> dict[str, Any]:
                    customdata=points[list(PARTS)].to_numpy(dtype=float), hovertemplate=_HOVER)
 
 
-def _run_traces(run: RunSeries, x: str, colour_: str) -> list[dict[str, Any]]:
-    """Training memory and activations; the allocator's figures (CUDA) or the resident memory (CPU).
-    A run written before training memory was recorded draws its activations and the rest."""
+def _run_traces(run: RunSeries, x: str, colour_: str, per_rank: bool) -> list[dict[str, Any]]:
+    """Training memory and activations (per rank: the gradients kept between micro-batches too); the
+    allocator's figures (CUDA) or the resident memory (CPU). A run written before training memory was
+    recorded draws its activations and the rest."""
     traces = []
     if _has(run, "train_mem_mb"):
         traces.append(_training_line(run, x, colour_))
+    if per_rank and _has(run, "grad_kept_mb"):
+        traces.append(line(run.metrics, x, "grad_kept_mb", name=f"{run.label} {GRAD_KEPT}", legendgroup=run.run_id,
+                           uid=uid(run, "grad_kept_mb"), line={"color": colour_, "width": 1.5, "dash": "dashdot"}))
     if _has(run, "activation_mb"):
         traces.append(line(run.metrics, x, "activation_mb", name=f"{run.label} activations", legendgroup=run.run_id,
                            uid=uid(run, "activation_mb"), line={"color": colour_, "width": 1, "dash": "dot"}))
@@ -67,6 +77,7 @@ def _keys(traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
     drawn = {trace["uid"].rsplit("--", 1)[-1] for trace in traces}
     keys = [key("training memory", line={"width": 2.5})] if "train_mem_mb" in drawn else []
     keys += [key("activations", line={"width": 1, "dash": "dot"})] if "activation_mb" in drawn else []
+    keys += [key(GRAD_KEPT, line={"width": 1.5, "dash": "dashdot"})] if "grad_kept_mb" in drawn else []
     keys += [key(suffix, line={"width": 1.5, "dash": dash}) for column, (suffix, dash) in CUDA_LINES.items()
              if column in drawn]
     keys += [key(f"{RSS}, right axis", opacity=0.35, line={"width": 1})] if "rss" in drawn else []
@@ -76,12 +87,21 @@ def _keys(traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def memory_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_other_options: Any) -> go.Figure:
     """Training memory per run (thick; parts in the hover), its activations (thin dotted), the CUDA
     allocator's figures on CUDA, and the process's resident memory (CPU) faint on the right axis. The
-    legend has one entry per run, and one per line style."""
+    legend has one entry per run, and one per line style. With a run of several processes among them, the
+    figures are per rank (the title says so) and the gradients kept between micro-batches are drawn."""
     axis = resolve_axis(runs, x)
+    per_rank = any(_several_processes(run) for _, run in axis.drawn)
     traces = []
     for i, run in axis.drawn:
-        lines = _run_traces(run, axis.x, colour(i, run))
+        lines = _run_traces(run, axis.x, colour(i, run), per_rank)
         traces += [{**trace, "showlegend": n == 0} for n, trace in enumerate(lines)]
     rss = any(trace.get("yaxis") == "y2" for trace in traces)
-    return chart_figure("memory", TITLE, axis, Y_TITLE, traces + _keys(traces), None if traces else WAITING, log_y,
-                        y2_title=RSS_TITLE if rss else None, scale=YScale(rangemode="tozero"), subtitle=SUBTITLE)
+    title, subtitle, y_title = PER_RANK if per_rank else (TITLE, SUBTITLE, Y_TITLE)
+    return chart_figure("memory", title, axis, y_title, traces + _keys(traces), None if traces else WAITING, log_y,
+                        y2_title=RSS_TITLE if rss else None, scale=YScale(rangemode="tozero"), subtitle=subtitle)
+
+
+def _several_processes(run: RunSeries) -> bool:
+    """A run of a data-parallel job (its rows say world_size > 1): its memory figures are per rank."""
+    sizes = run.metrics.get("world_size")
+    return sizes is not None and bool((sizes.to_numpy(dtype=float) > 1).any())

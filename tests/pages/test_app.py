@@ -56,8 +56,9 @@ def test_train_page_runs_a_tiny_run_and_draws_its_charts(runs_dir, downloads):
     at.run()
     assert not at.exception
     figures = live_figures(at)
-    # cache clearing is off: one line says so instead of an empty chart (fp16: the loss scale is drawn)
-    assert sorted(figures) == sorted(set(CHARTS) - {"cache"})
+    # cache clearing is off and one process communicates nothing: one line each says so instead of an empty
+    # chart (fp16: the loss scale is drawn)
+    assert sorted(figures) == sorted(set(CHARTS) - {"cache", "collectives"})
     assert any("cache" in c.value and "no run" in c.value.lower() for c in at.caption), [c.value for c in at.caption]
     assert len(figures["loss"]["data"]) == 2  # raw and smoothed
     csv = downloads[f"{run_id}-metrics.csv"]
@@ -89,10 +90,11 @@ def test_runs_page_lists_overlays_exports_and_deletes(runs_dir, downloads):
     assert not at.exception
     assert set(at.dataframe[0].value["run_id"]) == set(ids)
     at.multiselect(key="runs_selected").set_value(ids).run()
-    # fp32 runs without cache clearing: no loss scale, skipped steps or clearing time to draw, a line each instead
+    # fp32 one-process runs without cache clearing: no loss scale, skipped steps, clearing time or collectives
+    # to draw, a line each instead
     drawn = {chart.key.removeprefix("runs_chart_") for chart in at.get("plotly_chart")}
-    assert drawn == set(CHARTS) - {"scale", "skipped", "cache"}
-    assert sum("not applicable" in c.value for c in at.caption) == 3, [c.value for c in at.caption]
+    assert drawn == set(CHARTS) - {"scale", "skipped", "cache", "collectives"}
+    assert sum("not applicable" in c.value for c in at.caption) == 4, [c.value for c in at.caption]
     combined = downloads["gaccum-runs.csv"].decode().splitlines()
     header = combined[0].split(",")
     assert header[:3] == ["run_id", "config_model", "config_dataset"] and len(combined) == 1 + 4

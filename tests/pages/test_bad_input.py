@@ -335,6 +335,7 @@ def test_damaged_runs_are_listed_as_damaged_next_to_good_ones(runs_dir):
         assert all(word in table.loc[run_id, "message"] for word in words), table.loc[run_id, "message"]
     at.multiselect(key="runs_selected").set_value([*good, *damaged]).run()
     assert not at.exception, [e.value for e in at.exception]
-    # The good runs are drawn (fp32: no loss scale, skipped steps or clearing time); the damaged ones are left out.
+    # The good runs are drawn (fp32, one process: no loss scale, skipped steps, clearing time or collectives);
+    # the damaged ones are left out.
     drawn = {chart.key.removeprefix("runs_chart_") for chart in at.get("plotly_chart")}
-    assert drawn == set(CHARTS) - {"scale", "skipped", "cache"}
+    assert drawn == set(CHARTS) - {"scale", "skipped", "cache", "collectives"}

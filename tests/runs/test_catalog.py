@@ -109,3 +109,14 @@ def test_one_vocabulary_in_every_label():
     plain = gpt.replace(amp="off", clear_cache="off")
     assert run_labels([gpt, plain]) == ["gpt-tiny b=2 k=4 fp16 clear_cache=step", "gpt-tiny b=2 k=4"]
     assert run_labels([gpt, gpt.replace(gpt_preset="mini")])[1].startswith("gpt-mini b=2 k=4 fp16")
+
+
+def test_labels_name_the_sharding_and_its_sync_not_the_field_names():
+    ddp = RunConfig(model="mlp", nproc=2)
+    every, last = ddp.replace(sharding="fsdp"), ddp.replace(sharding="fsdp", fsdp_sync="last")
+    kept = last.replace(fsdp_reshard_after_backward="off")
+    assert run_labels([ddp, every, last, kept]) == ["mlp b=32 k=4 N=2 ddp", "mlp b=32 k=4 N=2 fsdp/every",
+                                                    "mlp b=32 k=4 N=2 fsdp/last",
+                                                    "mlp b=32 k=4 N=2 fsdp/last reshard off"]
+    assert run_labels([ddp, ddp.replace(seed=1)]) == ["mlp b=32 k=4 N=2 seed=0", "mlp b=32 k=4 N=2 seed=1"]
+    assert run_label(last) == "mlp b=32 k=4 N=2 fsdp/last"  # named whenever not the default

@@ -13,6 +13,8 @@ from gaccum_core.views.charts import (ALL_CHARTS, CHARTS, LOG_BY_DEFAULT, NO_EVA
                                       WAITING, accuracy_figure, build_figures, loss_figure, memory_figure,
                                       perplexity_figure, scale_figure, throughput_figure)
 from gaccum_core.views.coinciding import coinciding
+from gaccum_core.views.applicable import not_applicable
+from gaccum_core.views.collectives_chart import NO_COLLECTIVES, collectives_figure
 from gaccum_core.views.series import MAX_POINTS, RunSeries, downsample, is_language
 from gaccum_core.config import RunConfig
 from gaccum_core.train.engine import Engine
@@ -37,6 +39,8 @@ def metrics(n, fp16=False, cuda=False, seed=0):
         "wall_time_s": step * 0.01, "world_size": 1, "allreduce_calls": 0, "allreduce_bytes": 0,
         "tokens": np.nan, "tokens_seen": np.nan, "tokens_per_s": np.nan,
         "weights_mb": 1.0, "gradients_mb": 1.0, "optimizer_mb": 2.0, "train_mem_mb": 24.0,
+        "reduce_scatter_calls": 0, "reduce_scatter_bytes": 0, "all_gather_calls": 0, "all_gather_bytes": 0,
+        "grad_kept_mb": 1.0,
     })
     return frame[list(STEP_COLUMNS)]
 
@@ -49,6 +53,12 @@ def evals(steps):
 
 def run(n, label="run", evals_at=(), **kind):
     return RunSeries(run_id=label, label=label, metrics=metrics(n, **kind), evals=evals(list(evals_at)))
+
+
+def ddp_run(n, label="ddp", evals_at=(), **kind):
+    """A 2-process DDP run: one all-reduce of a 4 MB gradient per step, figures per rank."""
+    frame = metrics(n, **kind).assign(world_size=2, allreduce_calls=1, allreduce_bytes=4 * 2**20)
+    return RunSeries(run_id=label, label=label, metrics=frame, evals=evals(list(evals_at)))
 
 
 def empty_run():
@@ -98,14 +108,15 @@ def test_downsample_drops_non_finite_values_without_crashing():
 
 @pytest.mark.parametrize("x", ["step", "samples_seen", "wall_time_s"])
 def test_every_chart_draws_overlaid_runs_with_a_stable_uirevision(x):
-    runs = [run(50, "a", evals_at=[25, 50], fp16=True), run(80, "b", evals_at=[40, 80], fp16=True)]
+    runs = [run(50, "a", evals_at=[25, 50], fp16=True), ddp_run(80, "b", evals_at=[40, 80], fp16=True)]
     figures = build_figures(runs, x, smoothing=0.6)
     assert list(figures) == list(CHARTS)
     # loss and throughput (smoothed): a raw and a smoothed line per run;
     # scale: a line and the skipped marks per run, and the marks' legend key; memory: training memory,
-    # activations and process memory per run, and three legend keys for the line styles
-    expected = {"loss": 4, "scale": 5, "skipped": 2, "memory": 9, "throughput": 4, "accuracy": 2,
-                "grad_norm": 2, "lr": 2, "cache": 2}
+    # activations, process memory and (a 2-process run shown: per rank) gradients kept per run, and four legend
+    # keys for the line styles; collectives: the 2-process run's all-reduces and their key
+    expected = {"loss": 4, "scale": 5, "skipped": 2, "memory": 12, "collectives": 2, "throughput": 4,
+                "accuracy": 2, "grad_norm": 2, "lr": 2, "cache": 2}
     for name, figure in figures.items():
         assert isinstance(figure, go.Figure)
         assert len(figure.data) == expected[name], name
@@ -339,13 +350,15 @@ def test_tokens_seen_is_an_x_axis_of_every_chart_of_a_language_run():
         assert figure.layout.xaxis.title.text == "tokens seen", name
         assert figure.layout.uirevision.startswith(f"{name}:tokens_seen"), name
         assert figure.layout.xaxis.tickformat == ",d", name
-        assert not annotations(figure) or annotations(figure) == [NO_SCALER], name
+        assert not annotations(figure) or annotations(figure) in ([NO_SCALER], [NO_COLLECTIVES]), name
 
 
 def test_against_tokens_seen_image_runs_are_left_out_and_the_charts_say_so():
     image, lm = run(30, "img", evals_at=[30], fp16=True), lm_run(30, "lm", evals_at=[30], fp16=True)
     figures = build_figures([image, lm], "tokens_seen", 0.6)
     for name, figure in figures.items():
+        if name == "collectives":
+            continue  # one-process runs: nothing drawn there, a line on the page instead (views.applicable)
         drawn = {trace.legendgroup for trace in figure.data if not trace.uid.startswith("key-")}
         assert drawn == {"lm"}, name
         # perplexity is a chart of language runs only, whatever the x axis: nothing to say there
@@ -434,3 +447,58 @@ def test_every_trace_uid_is_css_safe():
     for name, figure in build_figures(runs, "step", 0.6).items():
         for trace in figure.data:
             assert re.fullmatch(r"[A-Za-z0-9_-]+", trace.uid), (name, trace.uid)
+
+
+# --- collectives and memory per rank ---------------------------------------------------------
+
+def sharded_run(n, label, sync="every", k=4, units=3, grad_mb=0.0655):
+    """A 2-process FSDP run's rows: reduce-scatters per unit and synced micro-batch, all-gathers twice that per
+    micro-batch (forward and backward), the gradient kept between micro-batches (1/N with every, all with last)."""
+    synced = k if sync == "every" else 1
+    frame = metrics(n).assign(world_size=2, reduce_scatter_calls=units * synced,
+                              reduce_scatter_bytes=int(synced * grad_mb * 2**20), all_gather_calls=2 * units * k,
+                              all_gather_bytes=int(2 * k * grad_mb * 2**20),
+                              grad_kept_mb=grad_mb / 2 if sync == "every" else grad_mb)
+    return RunSeries(run_id=label, label=label, metrics=frame, evals=evals([]))
+
+
+def test_the_collectives_chart_draws_each_runs_calls_per_step_by_kind_with_the_bytes_in_the_hover():
+    every, last, ddp = sharded_run(6, "fsdp/every"), sharded_run(6, "fsdp/last", sync="last"), ddp_run(6, "ddp")
+    figure = collectives_figure([ddp, every, last], "step")
+    lines = [t for t in figure.data if not t.uid.startswith("key-")]
+    by_run_kind = {(t.legendgroup, t.uid.rsplit("--", 1)[1]): t for t in lines}
+    assert set(by_run_kind) == {("ddp", "allreduce"), ("fsdp/every", "reduce_scatter"), ("fsdp/every", "all_gather"),
+                                ("fsdp/last", "reduce_scatter"), ("fsdp/last", "all_gather")}
+    assert list(by_run_kind["fsdp/every", "reduce_scatter"].y) == [12] * 6  # 3 units x k=4 micro-batches
+    assert list(by_run_kind["fsdp/last", "reduce_scatter"].y) == [3] * 6  # k times fewer
+    assert list(by_run_kind["ddp", "allreduce"].customdata) == pytest.approx([4.0] * 6)  # MB, in the hover
+    assert "reduce-scatters" in by_run_kind["fsdp/last", "reduce_scatter"].hovertemplate
+    assert "MB" in by_run_kind["fsdp/last", "reduce_scatter"].hovertemplate
+    # Colour tells the runs apart, the dash the kind; one legend entry per run and one per kind.
+    dashes = {kind: t.line.dash for (_, kind), t in by_run_kind.items()}
+    assert len(set(dashes.values())) == 3
+    assert sorted(t.name for t in figure.data if t.showlegend) == sorted(
+        ["ddp", "fsdp/every", "fsdp/last", "reduce-scatter", "all-gather", "all-reduce"])
+    assert len({t.line.color for t in lines}) == 3
+    assert figure.layout.yaxis.rangemode == "tozero" and not annotations(figure)
+
+
+def test_one_process_runs_have_no_collectives_chart_only_a_line():
+    figure = collectives_figure([run(5, "a")], "step")
+    assert not figure.data and annotations(figure) == [NO_COLLECTIVES]
+    assert "collectives" in not_applicable([run(5, "a")])
+    assert "collectives" not in not_applicable([run(5, "a"), sharded_run(5, "b")])
+
+
+def test_the_memory_chart_of_several_processes_is_per_rank_and_shows_what_sharding_keeps():
+    every, last, ddp = sharded_run(6, "fsdp/every"), sharded_run(6, "fsdp/last", sync="last"), ddp_run(6, "ddp")
+    figure = memory_figure([ddp, every, last], "step")
+    assert "per rank" in figure.layout.title.text and "largest rank" in figure.layout.title.subtitle.text
+    assert "per rank" in figure.layout.yaxis.title.text
+    kept = {t.legendgroup: list(t.y) for t in figure.data if t.uid.endswith("--grad_kept_mb")}
+    assert kept["fsdp/every"] == pytest.approx([0.0655 / 2] * 6) and kept["fsdp/last"] == pytest.approx([0.0655] * 6)
+    assert set(kept) == {"ddp", "fsdp/every", "fsdp/last"}
+    assert "gradients kept between micro-batches" in [t.name for t in figure.data if t.uid.startswith("key-")]
+    single = memory_figure([run(6, "a")], "step")  # one process: the figures are the process's, no kept line
+    assert "per rank" not in single.layout.title.text
+    assert not [t for t in single.data if t.uid.endswith("--grad_kept_mb")]

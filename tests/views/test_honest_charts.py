@@ -15,7 +15,7 @@ from gaccum_core.views.colours import PALETTE, run_colours
 from gaccum_core.views.lab import gradient_figure
 from gaccum_core.views.memory_chart import memory_figure
 from gaccum_core.views.series import RunSeries
-from test_charts import annotations, evals, metrics, run  # the same hand-made rows (tests/views is on sys.path)
+from test_charts import annotations, ddp_run, evals, metrics, run  # the same hand-made rows (tests/views on sys.path)
 
 
 def series(run_id, frame, colour=None):
@@ -40,7 +40,7 @@ def test_skipped_steps_never_get_a_negative_range_and_tick_whole_steps():
 
 
 def test_one_point_gets_one_tick_per_step_so_no_label_repeats():
-    for name, figure in build_figures([run(1, "a", evals_at=[1], fp16=True)], "step", 0.6).items():
+    for name, figure in build_figures([ddp_run(1, "a", evals_at=[1], fp16=True)], "step", 0.6).items():
         assert figure.layout.xaxis.dtick == 1 and figure.layout.xaxis.tickformat == ",d", name
     long = build_figures([run(50, "a")], "step", 0.6)["loss"]
     assert long.layout.xaxis.dtick is None  # plotly's ticks are whole numbers on a long axis
@@ -124,13 +124,15 @@ def test_the_memory_chart_shows_what_accumulation_saves():
 def test_charts_that_do_not_apply_say_so_in_one_line():
     plain = [run(10, "a"), run(10, "b")]
     notes = not_applicable(plain)
-    assert set(notes) == {"scale", "skipped", "cache", "perplexity"}
+    assert set(notes) == {"scale", "skipped", "cache", "perplexity", "collectives"}
     assert all("not applicable" in line and "\n" not in line for line in notes.values())
     assert "fp16" in notes["scale"] and "clear_cache" in notes["cache"]
     fp16 = not_applicable([run(10, "a"), run(10, "b", fp16=True)])
     assert "scale" not in fp16 and "skipped" not in fp16
     clearing = series("c", metrics(10).assign(cache_clear_s=0.002))
     assert "cache" not in not_applicable([run(10, "a"), clearing])
+    assert "collectives" not in not_applicable([run(10, "a"), ddp_run(10, "b")])
+    assert "one process" in notes["collectives"]
     assert not_applicable([]) == {}  # before the first step the charts wait: nothing decided yet
 
 
@@ -140,7 +142,7 @@ def rows(n):
 
 def test_the_chart_set_names_the_charts_that_do_not_apply_and_keeps_every_spec():
     charts = ChartCache().charts([ChartInput("r1", "mlp b=8 k=4", rows(5), ())], "step", 0.6)
-    assert set(charts.not_applicable) == {"scale", "skipped", "cache"}
+    assert set(charts.not_applicable) == {"scale", "skipped", "cache", "collectives"}
     assert "scale" in charts.specs  # the existing API still draws every chart
     assert list(charts.applicable()) == [name for name in charts.specs if name not in charts.not_applicable]
 
