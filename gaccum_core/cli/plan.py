@@ -10,16 +10,20 @@ import sys
 from gaccum_core.cli.args import Commands, add_config_flags, choices, config_from_args, flag_error, typed
 from gaccum_core.cli.progress import measure_with_progress
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.plan.planner import MEMORY_SOURCES, Plan, PlanRequest, config_from_plan, default_budget_mb
+from gaccum_core.plan.planner import Plan, PlanRequest, config_from_plan, default_budget_mb
 from gaccum_core.plan.search import mb
+from gaccum_core.plan.sharding import DDP, SHARDING_MODES, run_fields
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.checks import preflight
 from gaccum_core.views.plan import format_table
 
-# RunConfig fields `plan` has no flag for: what it chooses or crosses, a run's length and its processes.
+# RunConfig fields `plan` has no config flag for: what it chooses or crosses (--sharding and --nproc are its
+# own), a run's length and its processes.
 PLANNED = frozenset({"micro_batch_size", "accum_steps", "amp", "clear_cache", "compile", "epochs", "max_steps",
-                     "eval_every", "checkpoint_every", "nproc", "nnodes", "sync_every_micro_batch"})
+                     "eval_every", "checkpoint_every", "nproc", "nnodes", "sync_every_micro_batch", "sharding",
+                     "fsdp_sync", "fsdp_reshard_after_backward"})
 CROSSED = ("amp", "clear_cache", "compile")  # the options whose plan flags take a list of values to cross
+FSDP_MODES = tuple(m for m in SHARDING_MODES if m != DDP)  # what --sharding fsdp stands for
 
 
 def add_parser(commands: Commands) -> argparse.ArgumentParser:
@@ -37,6 +41,13 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
     for name in CROSSED:
         parser.add_argument("--" + name.replace("_", "-"), default="off", metavar="A,B", dest=name,
                             help=f"comma-separated values to cross, from {','.join(choices(name))} (default: off)")
+    parser.add_argument("--sharding", default=DDP, metavar="A,B",
+                        help=f"comma-separated sharding modes to cross, from {','.join(SHARDING_MODES)} (fsdp: both "
+                             "fsdp modes), per rank over --nproc processes; the sharded ones are counted, not timed "
+                             "(default: ddp)")
+    parser.add_argument("--nproc", type=typed("int", "--nproc"), default=1, metavar="N",
+                        help="the processes (ranks) the effective batch is split over: each trains E/N per step and "
+                             "the budget is per rank (default: 1)")
     parser.add_argument("--timed-steps", type=typed("int", "--timed-steps"), default=PlanRequest.timed_steps,
                         metavar="INT", help="at most this many optimizer steps timed per timed size, after one "
                                             f"warm-up (default: {PlanRequest.timed_steps})")
@@ -65,6 +76,16 @@ def _split(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def _modes(text: str) -> tuple[str, ...]:
+    """--sharding's modes, fsdp standing for fsdp/every and fsdp/last."""
+    return tuple(mode for part in _split(text) for mode in (FSDP_MODES if part == "fsdp" else (part,)))
+
+
+def run_mode(config: RunConfig) -> str:
+    """The planner's sharding mode of a run's config: ddp, fsdp/every or fsdp/last."""
+    return DDP if config.sharding == DDP else f"{config.sharding}/{config.fsdp_sync}"
+
+
 def budget_from_args(base: RunConfig, args: argparse.Namespace) -> float:
     """--memory-budget-mb, or on CUDA the device's free memory less the margin; ConfigError on the CPU."""
     budget = args.memory_budget_mb
@@ -78,15 +99,20 @@ def budget_from_args(base: RunConfig, args: argparse.Namespace) -> float:
 
 def summary(plan: Plan) -> str:
     """The lines printed under the table: what was measured, where, how long, and the recommendation."""
-    lines = [f"device {plan.device}; peak = {MEMORY_SOURCES[plan.memory_source]}",
-             f"effective batch {plan.request.effective_batch}, budget {mb(plan.request.budget_mb)}, "
+    ranks = plan.request.world_size
+    lines = [f"device {plan.device}; peak = {plan.memory_words()}",
+             f"effective batch {plan.request.effective_batch}"
+             + (f" over {ranks} ranks ({plan.request.per_rank_batch} each), budget per rank " if ranks > 1 else
+                ", budget ") + f"{mb(plan.request.budget_mb)}, "
              f"{len(plan.candidates)} candidates in {plan.seconds:.1f} s "
              f"({sum(c.timed_steps is not None for c in plan.candidates)} timed; samples/s: mean ± 95% interval)"]
     choice = plan.recommended
     if choice is not None:
         o = choice.options
+        sharded = "".join(f" --{k.replace('_', '-')} {v}" for k, v in run_fields(o.sharding).items())
         lines.append(f"recommended: --micro-batch-size {choice.micro_batch_size} --accum-steps {choice.accum_steps} "
-                     f"--amp {o.amp} --clear-cache {o.clear_cache} --compile {o.compile}")
+                     f"--amp {o.amp} --clear-cache {o.clear_cache} --compile {o.compile}"
+                     + (f"{sharded} --nproc {ranks}" if ranks > 1 else ""))
     lines.append(plan.reason)
     return "\n".join(lines)
 
@@ -94,12 +120,14 @@ def summary(plan: Plan) -> str:
 def plan_command(args: argparse.Namespace) -> int:
     """Plan, print the table and the recommendation (or one JSON object); 0 when something fits, else 1."""
     try:
-        # --amp, --clear-cache and --compile are the plan's lists to cross: the base run has them off.
-        base = config_from_args(args, micro_batch_size=1, accum_steps=1, amp="off", clear_cache="off", compile="off")
+        # --amp, --clear-cache, --compile and --sharding are the plan's lists to cross: the base run has them off,
+        # in one process (--nproc is the plan's world size).
+        base = config_from_args(args, micro_batch_size=1, accum_steps=1, amp="off", clear_cache="off", compile="off",
+                                sharding=DDP, nproc=1)
         preflight(base)
         request = PlanRequest(base, args.effective_batch, budget_from_args(base, args), _split(args.amp),
-                              _split(args.clear_cache), _split(args.compile), args.timed_steps,
-                              time_cap_s=args.time_cap_s, precision=args.precision)
+                              _split(args.clear_cache), _split(args.compile), _modes(args.sharding), args.nproc,
+                              args.timed_steps, time_cap_s=args.time_cap_s, precision=args.precision)
     except ConfigError as exc:
         print(flag_error(exc), file=sys.stderr)
         return 2
@@ -128,12 +156,9 @@ def planned_config(args: argparse.Namespace) -> tuple[RunConfig, Plan | None]:
     if args.effective_batch is None:
         raise ConfigError("effective_batch", None, "an integer, required with --micro-batch-size auto")
     base = config_from_args(args, micro_batch_size=1, accum_steps=1)
-    if args.effective_batch % base.world_size:
-        raise ConfigError("effective_batch", args.effective_batch,
-                          f"a multiple of the {base.world_size} processes, each planned for E / processes")
-    # Only b is planned: the run keeps its own amp, cache clearing and compile.
-    request = PlanRequest(base, args.effective_batch // base.world_size, budget_from_args(base, args),
-                          (base.amp,), (base.clear_cache,), (base.compile,))
+    # Only b is planned: the run keeps its own amp, cache clearing, compile and sharding, over its processes.
+    request = PlanRequest(base, args.effective_batch, budget_from_args(base, args), (base.amp,), (base.clear_cache,),
+                          (base.compile,), (run_mode(base),), base.world_size)
     plan = measure_with_progress(request)
     config = config_from_plan(base, plan)  # nothing fits: ConfigError with the reason, the one error line
     print(f"gaccum: planned: {plan.reason}", file=sys.stderr)

@@ -157,6 +157,7 @@ class Plan:
             "memory_budget_mb": self.request.budget_mb,
             "margin": self.request.margin, "precision": self.request.precision,
             "time_cap_s": self.request.time_cap_s, "device": self.device, "memory_source": self.memory_source,
+            "memory_words": self.memory_words(),
             "model": self.request.base.model, "dataset": self.request.base.dataset,
             "image_size": self.request.base.image_size, "optimizer": self.request.base.optimizer,
             "micro_batch_size": choice.micro_batch_size if choice else None,

@@ -30,8 +30,12 @@ TABLE_COLUMNS: tuple[tuple[str, str, str | None, str | None], ...] = (
     ("micro_batch_size", "micro-batch b", "b", None),
     ("accum_steps", "accumulation k", "k", None),
     ("status", "status", "status", None),
-    ("peak_mb", "peak MB", "peak MB", "%.3g"),  # megabytes to 3 significant digits
+    ("peak_mb", "peak MB", "peak MB", "%.3g"),  # megabytes to 3 significant digits; per rank with N ranks
+    ("weights_mb", "weights MB", "weights", "%.3g"),
+    ("gradients_mb", "gradients MB", "grads", "%.3g"),
+    ("optimizer_mb", "optimizer MB", "optim", "%.3g"),
     ("activations_mb", "activations MB", "activations MB", "%.3g"),
+    ("gathered_mb", "gathered weights MB", "gathered", "%.3g"),  # fsdp: the largest units while they compute
     ("speed", "samples/s (± 95% interval)", "samples/s", None),  # '1530 ± 40', as Candidate.speed_words
     ("timed_steps", "timed steps", "steps", "%.0f"),
     ("tokens_per_s", "tokens/s", "tokens/s", "%.0f"),
@@ -176,8 +180,8 @@ def plan_table(plan: Plan, terse: bool = False) -> pd.DataFrame:
     import pandas as pd  # on use: every command line imports this module (0.5 s), few print a plan
 
     frame = pd.DataFrame(plan.rows())
-    if "speed" in frame and not terse:  # a text column: "None" would read as a value
-        frame["speed"] = frame["speed"].fillna("not timed")
+    if "speed" in frame:  # a text column: "None" would read as a value
+        frame["speed"] = frame["speed"].fillna("-" if terse else "not timed")
     for column, _, _, fmt in TABLE_COLUMNS:  # numbers with gaps (untimed sizes) as floats: a gap shows empty
         if fmt is not None and column in frame:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")

@@ -9,7 +9,10 @@ import sys
 
 import pytest
 
+import gaccum_core.cli.plan as cli_plan
 from gaccum_core.cli import main
+from gaccum_core.cli.main import build_parser
+from gaccum_core.plan.planner import make_plan
 
 TINY = ["--device", "cpu", "--model", "mlp", "--dataset", "fake", "--image-size", "8", "--fake-samples", "64"]
 ROOMY_MB = "50"  # every candidate of the tiny mlp fits with room to spare (its peak is ~0.24 MB)
@@ -36,7 +39,7 @@ def test_plan_json_is_one_object_with_the_recommendation_and_rows(capsys):
     assert len(out.strip().splitlines()) == 1
     data = json.loads(out)
     assert data["micro_batch_size"] * data["accum_steps"] == 32 == data["effective_batch"]
-    assert data["options"] == {"amp": "off", "clear_cache": "off", "compile": "off"}
+    assert data["options"] == {"amp": "off", "clear_cache": "off", "compile": "off", "sharding": "ddp"}
     assert data["memory_source"] == "counted" and data["device"] == "cpu" and data["memory_budget_mb"] == 50.0
     assert (data["precision"], data["time_cap_s"]) == (0.05, 0.6)  # how the speeds were timed
     # b=1, then the memory line's answer (32 = E: every size fits), then the size below it, to time.
@@ -131,6 +134,75 @@ def test_plan_values_argparse_refuses_are_one_line_errors_naming_the_flag(flags,
     assert len(lines) == 1 and lines[0].startswith("gaccum: error: ") and expected in lines[0], err
 
 
+def test_plan_crosses_sharding_modes_per_rank_and_recommends_the_one_fitting_the_largest_b(capsys):
+    """Over 2 ranks in 0.2 MB per rank the tiny mlp (weights, gradients and momentum ~0.066 MB each) fits
+    only sharded: every mode has a row at each size probed, only ddp's are timed, and the flags say fsdp."""
+    code = cli(["plan", *TINY, "--effective-batch", "32", "--memory-budget-mb", "0.2", "--timed-steps", "1",
+                "--sharding", "ddp,fsdp/every,fsdp/last", "--nproc", "2", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["world_size"] == 2 and data["micro_batch_size"] * data["accum_steps"] == 16  # E / N per rank
+    modes = {r["sharding"] for r in data["rows"]}
+    assert modes == {"ddp", "fsdp/every", "fsdp/last"}
+    sizes = {m: sorted(r["micro_batch_size"] for r in data["rows"] if r["sharding"] == m) for m in modes}
+    assert sizes["ddp"] == sizes["fsdp/every"] == sizes["fsdp/last"]
+    assert all(r["timed_steps"] is None for r in data["rows"] if r["sharding"] != "ddp")
+    safe = {m: max((r["micro_batch_size"] for r in data["rows"] if r["sharding"] == m and r["status"] == "fits"
+                    and r["peak_mb"] <= 0.9 * 0.2), default=0) for m in modes}
+    assert data["options"]["sharding"] == max(modes, key=lambda m: (safe[m], -["ddp", "fsdp/last",
+                                                                               "fsdp/every"].index(m)))
+    assert data["options"]["sharding"] != "ddp" and data["micro_batch_size"] == max(safe.values())
+    assert data["reason"].startswith(f"fp32 + {data['options']['sharding']} at b={data['micro_batch_size']}")
+    assert "not timed" in data["reason"] and "counted per rank" in data["memory_words"]
+    for row in data["rows"]:  # per rank: a sharded row holds less of the fixed parts than ddp's at its b
+        ddp = next(r for r in data["rows"] if r["sharding"] == "ddp" and r["micro_batch_size"] == row["micro_batch_size"])
+        if row["sharding"] != "ddp":
+            assert row["weights_mb"] < ddp["weights_mb"] and row["optimizer_mb"] < ddp["optimizer_mb"]
+            assert row["activations_mb"] == ddp["activations_mb"]
+
+
+def test_plan_table_names_the_sharding_flags_of_the_recommendation(capsys):
+    code = cli(["plan", *TINY, "--effective-batch", "32", "--memory-budget-mb", "0.2", "--timed-steps", "1",
+                "--sharding", "fsdp", "--nproc", "2"])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    recommended = next(line for line in out.splitlines() if line.startswith("recommended: "))
+    assert " --sharding fsdp --fsdp-sync " in recommended and recommended.endswith(" --nproc 2")
+    assert "effective batch 32 over 2 ranks (16 each), budget per rank 0.2 MB" in out
+    assert "fp32 + fsdp/every" in out and "fp32 + fsdp/last" in out and "gathered" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["--sharding", "fsdp/sometimes", "--nproc", "2"], "--sharding='fsdp/sometimes' is not allowed: one or more of "
+                                                       "ddp, fsdp/every, fsdp/last"),
+    (["--sharding", "fsdp"], "--sharding='fsdp/every,fsdp/last' is not allowed: ddp with one process"),
+    (["--nproc", "0"], "--nproc=0 is not allowed: an integer from 1"),
+    (["--nproc", "two"], "--nproc='two' is not allowed: an integer"),
+    (["--nproc", "3"], "--effective-batch=32 is not allowed: a multiple of the 3 processes"),
+])
+def test_bad_sharding_flags_are_one_line_errors_naming_the_flag(flags, expected, capsys):
+    code = cli(["plan", *TINY, "--effective-batch", "32", "--memory-budget-mb", "1", *flags])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gaccum: error: ") and expected in lines[0], err
+
+
+def test_run_auto_plans_with_the_runs_own_sharding_mode(monkeypatch):
+    """`run --micro-batch-size auto --sharding fsdp --fsdp-sync last` plans fsdp/last over the run's processes
+    (planned here without running the 2-process job)."""
+    asked = []
+    monkeypatch.setattr(cli_plan, "measure_with_progress", lambda request: asked.append(request) or make_plan(request))
+    args = build_parser().parse_args(["run", *TINY, "--nproc", "2", "--sharding", "fsdp", "--fsdp-sync", "last",
+                                      "--micro-batch-size", "auto", "--effective-batch", "32",
+                                      "--memory-budget-mb", "0.23"])
+    config, plan = cli_plan.planned_config(args)
+    assert asked[0].sharding == ("fsdp/last",) and asked[0].world_size == 2 and asked[0].effective_batch == 32
+    assert (config.sharding, config.fsdp_sync, config.nproc) == ("fsdp", "last", 2)
+    assert config.effective_batch_size == 32 and plan.recommended.micro_batch_size == config.micro_batch_size
+
+
 @pytest.mark.parametrize("flags,expected", [
     (["--micro-batch-size", "auto"], "--effective-batch=None is not allowed: an integer, required with "
                                      "--micro-batch-size auto"),
@@ -178,7 +250,7 @@ def test_run_auto_plans_then_runs_with_the_plans_micro_batch(tmp_path, capsys):
     assert plan["micro_batch_size"] == config["micro_batch_size"]
     assert plan["accum_steps"] == config["accum_steps"] and plan["effective_batch"] == 32
     assert plan["options"] == {"amp": config["amp"], "clear_cache": config["clear_cache"],
-                               "compile": config["compile"]}
+                               "compile": config["compile"], "sharding": "ddp"}
     assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
 
 
