@@ -8,26 +8,22 @@ the tests that read it; the single-process references train here, in the test pr
 
 from __future__ import annotations
 
-import functools
 import time
 
-import psutil
 import pytest
 import torch
 
-from gaccum_core.train.accumulation import plan_epoch
 from gaccum_core.config import RunConfig
 from gaccum_core.data import load_data
-from gaccum_core.train.distributed import Ranks, share
-from gaccum_core.train.engine import Engine
-from gaccum_core.train.metrics import RowKeeper
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
+from gaccum_core.train.distributed import Ranks, share
+from jobs import (ATOL, RTOL, WAIT_S, WORLD, Jobs, assert_matches_references, assert_none_survive, job_processes,
+                  last_windows, max_diff, one_process_references, reference, stop_and_assert_stopped, wait_for_rows)
 
 pytestmark = pytest.mark.multiprocess
 
-WORLD = 2
 B, K = 4, 4
 # 118 samples, global windows of WORLD*B*K = 32: three full windows, then a partial one of 22
 # samples (global micro-batches of 8, 8 and 6: rank 1 gets 4, 4 and 2 of them, never nothing).
@@ -44,64 +40,8 @@ EMPTY_SHARE = SGD.replace(fake_samples=100)
 SYNC_EVERY = SGD.replace(sync_every_micro_batch=True)
 ONE_PER_STEP = SGD.replace(accum_steps=1, max_steps=3)  # one backward per step: one pass over the buckets
 
-ATOL = RTOL = 1e-5
-WAIT_S = 120.0  # generous: only a hung job gets near it
 
-
-# --- helpers ---------------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=None)
-def _reference(config: RunConfig) -> tuple[dict[str, torch.Tensor], list[dict]]:
-    """One process in the test process: its final parameters and its step rows."""
-    assert config.world_size == 1
-    engine = Engine(config)
-    rows = RowKeeper()
-    assert engine.run(rows) == RunState.FINISHED
-    return {k: v.detach().clone() for k, v in engine.model.state_dict().items()}, rows.steps
-
-
-def _one_process_references(config: RunConfig) -> dict[str, RunConfig]:
-    """The same global batches in one process: micro-batches of world*b (same k), and one batch per window."""
-    world, b, k = config.world_size, config.micro_batch_size, config.accum_steps
-    return {f"1 process b={world * b} k={k}": config.replace(nproc=1, micro_batch_size=world * b),
-            f"1 process b={world * b * k} k=1": config.replace(nproc=1, micro_batch_size=world * b * k,
-                                                               accum_steps=1)}
-
-
-def _initial_state(config: RunConfig) -> dict[str, torch.Tensor]:
-    data = load_data(config)
-    return build_seeded_model(config, data.input_shape, data.num_classes).state_dict()
-
-
-def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    return max((a[name] - b[name]).abs().max().item() for name in a)
-
-
-class _Job:
-    """One finished (or ended) 2-process run: its snapshot, metrics.csv and model.pt."""
-
-    def __init__(self, runner: Runner, config: RunConfig) -> None:
-        self.config = config
-        self.run_id = runner.submit(config)
-        self.snapshot = runner.wait(self.run_id, timeout=WAIT_S)
-        assert self.snapshot.done, f"the 2-process run never ended: {self.snapshot.state}"
-        assert self.snapshot.state == RunState.FINISHED, self.snapshot.message
-        self.metrics = runner.store.read_metrics(self.run_id)
-        self.model = runner.store.load_model(self.run_id)
-
-
-class _Jobs:
-    """Runs each 2-process config once for the whole module, on first use."""
-
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
-        self._done: dict[RunConfig, _Job] = {}
-
-    def __call__(self, config: RunConfig) -> _Job:
-        if config not in self._done:
-            self._done[config] = _Job(self.runner, config)
-        return self._done[config]
+# --- fixtures --------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +52,7 @@ def jobs(tmp_path_factory):
         patch.delenv("GACCUM_FAULTS_RANK", raising=False)
         runner = Runner(str(tmp_path_factory.mktemp("dist_runs")), executor="thread")
         try:
-            yield _Jobs(runner)
+            yield Jobs(runner)
         finally:
             runner.close()
 
@@ -131,91 +71,13 @@ def make_runner(tmp_path):
         runner.close()
 
 
-def _assert_matches_references(job: _Job) -> dict[str, float]:
-    """The 2-process parameters and step rows equal both 1-process references; the largest |diff| of each."""
-    initial = _initial_state(job.config)
-    # The runs really trained: equality below is not two untouched initialisations agreeing.
-    assert _max_diff(job.model, initial) > 100 * ATOL
-    diffs = {}
-    for name, config in _one_process_references(job.config).items():
-        state, rows = _reference(config)
-        assert state.keys() == job.model.keys()
-        for key in state:
-            torch.testing.assert_close(job.model[key], state[key], atol=ATOL, rtol=RTOL,
-                                       msg=lambda m, key=key, name=name: f"{key} vs {name}: {m}")
-        assert job.metrics["samples"].tolist() == [r["samples"] for r in rows]
-        assert job.metrics["loss"].tolist() == pytest.approx([r["loss"] for r in rows], rel=1e-5)
-        assert job.metrics["grad_norm"].tolist() == pytest.approx([r["grad_norm"] for r in rows], rel=1e-5)
-        diffs[name] = _max_diff(job.model, state)
-    print(f"\n{job.config.optimizer} ({job.config.fake_samples} samples) largest |param diff|: {diffs}")
-    return diffs
-
-
-def _last_windows(config: RunConfig):
-    """Every epoch's last window as the job plans it (over global micro-batches of world*b)."""
-    return plan_epoch(config.fake_samples, config.world_size * config.micro_batch_size, config.accum_steps)[-1]
-
-
-def _is_rank(proc: psutil.Process) -> bool:
-    try:
-        cmdline = proc.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
-    return "gaccum_core" in cmdline and "worker" in cmdline
-
-
-def _job_processes(runner: Runner, run_id: str, timeout: float = 60.0) -> list[psutil.Process]:
-    """torchrun and every process under it, once both ranks are running."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pid = runner.worker_pid(run_id)
-        if pid is not None:
-            try:
-                top = psutil.Process(pid)
-                below = top.children(recursive=True)
-            except psutil.NoSuchProcess:
-                below = []
-            if sum(_is_rank(p) for p in below) >= WORLD:
-                return [top, *below]
-        time.sleep(0.05)
-    pytest.fail(f"never saw torchrun with {WORLD} rank processes for run {run_id}")
-
-
-def _running(procs: list[psutil.Process]) -> list[psutil.Process]:
-    alive = []
-    for proc in procs:
-        try:
-            # is_running() also checks the create time, so a reused pid is not mistaken for ours.
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
-
-
-def _assert_none_survive(procs: list[psutil.Process], grace_s: float = 10.0) -> None:
-    deadline = time.monotonic() + grace_s
-    while _running(procs) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    survivors = _running(procs)
-    assert not survivors, [(p.pid, p.cmdline()) for p in survivors]
-
-
-def _wait_for_rows(runner: Runner, run_id: str, rows: int = 1, timeout: float = 90.0) -> None:
-    """Until the run has logged `rows` step rows (or ended)."""
-    deadline = time.monotonic() + timeout
-    while len((snapshot := runner.snapshot(run_id)).metrics) < rows and not snapshot.done:
-        assert time.monotonic() < deadline, f"{rows} metrics rows never arrived"
-        time.sleep(0.05)
-
-
 # --- 1, 2: the oracles -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("config", [SGD, ADAMW], ids=["sgd_momentum", "adamw"])
 def test_two_processes_equal_one_process_with_a_partial_last_window(jobs, config):
     """2 processes (b=4, k=4) train the parameters of 1 process (b=8, k=4) and (b=32, k=1), partial last windows included."""
-    last = _last_windows(config)
+    last = last_windows(config)
     # The last window is partial, and every rank has samples in each of its micro-batches.
     assert last.samples < config.effective_batch_size
     for micro in last.micro_batches:
@@ -226,13 +88,13 @@ def test_two_processes_equal_one_process_with_a_partial_last_window(jobs, config
     per_epoch = job.metrics.groupby("epoch")["samples"].last()
     assert len(per_epoch) == config.epochs
     assert (per_epoch == last.samples).all() and (per_epoch < config.effective_batch_size).all()
-    _assert_matches_references(job)
+    assert_matches_references(job)
 
 
 def test_two_processes_equal_one_process_when_a_rank_has_nothing_in_the_last_window(jobs):
     """A last window that leaves rank 1 no sample (it still joins the all-reduce) trains the 1-process parameters."""
     config = EMPTY_SHARE
-    last = _last_windows(config)
+    last = last_windows(config)
     assert last.samples < config.effective_batch_size
     assert len(last.micro_batches) == 1
     (micro,) = last.micro_batches
@@ -242,7 +104,7 @@ def test_two_processes_equal_one_process_when_a_rank_has_nothing_in_the_last_win
     assert rank1[0] == rank1[1]  # empty
     job = jobs(config)
     assert job.metrics.groupby("epoch")["samples"].last().tolist() == [last.samples] * config.epochs
-    _assert_matches_references(job)
+    assert_matches_references(job)
 
 
 # --- 3: all-reduce counts --------------------------------------------------------------------------
@@ -284,7 +146,7 @@ def test_no_sync_all_reduces_once_per_window_and_sync_every_once_per_micro_batch
 
 def test_syncing_every_micro_batch_trains_the_same_parameters(jobs):
     """sync_every_micro_batch changes only the communication: the parameters still equal the 1-process references."""
-    _assert_matches_references(jobs(SYNC_EVERY))
+    assert_matches_references(jobs(SYNC_EVERY))
 
 
 # --- 4, 5: endings ---------------------------------------------------------------------------------
@@ -297,8 +159,8 @@ def test_a_failing_rank_fails_the_run_with_its_message_and_leaves_no_process(mak
     monkeypatch.setenv("GACCUM_FAULTS_RANK", "1")
     runner = make_runner()
     run_id = runner.submit(SGD)
-    procs = _job_processes(runner, run_id)
-    _wait_for_rows(runner, run_id, rows=2)  # step 3, the failing one, starts right after step 2's row
+    procs = job_processes(runner, run_id)
+    wait_for_rows(runner, run_id, rows=2)  # step 3, the failing one, starts right after step 2's row
     started = time.monotonic()
     snapshot = runner.wait(run_id, timeout=WAIT_S)
     print(f"\nfailed run ended {time.monotonic() - started:.1f} s after step 2's row was seen: {snapshot.message!r}")
@@ -307,26 +169,7 @@ def test_a_failing_rank_fails_the_run_with_its_message_and_leaves_no_process(mak
     assert "rank 1" in snapshot.message and "injected fault" in snapshot.message, snapshot.message
     assert runner.store.read_status(run_id)["state"] == "failed"
     assert [row["step"] for row in snapshot.metrics] == [1, 2]  # steps before the fault, none after
-    _assert_none_survive(procs)
-
-
-def _stop_and_assert_stopped_with_its_rows(runner: Runner, run_id: str, procs: list[psutil.Process], killed: bool):
-    """Stop the running job: it ends as 'stopped' (killed after the grace, or not) with gap-free rows, on disk
-    too, and no process of it survives; its snapshot."""
-    runner.stop(run_id)
-    stopped_at = time.monotonic()
-    snapshot = runner.wait(run_id, timeout=60)  # well below the 120 s pause of the killed case
-    print(f"\nstop ({'killed' if killed else 'agreed'}) ended the run {time.monotonic() - stopped_at:.1f} s after the "
-          f"request: {snapshot.message!r}, {len(snapshot.metrics)} rows")
-    assert snapshot.done, "the job did not end after the stop"
-    assert snapshot.state == RunState.STOPPED, snapshot.message
-    assert ("killed" in snapshot.message) == killed, snapshot.message
-    steps = [row["step"] for row in snapshot.metrics]
-    assert steps == list(range(1, len(steps) + 1)) and steps
-    assert len(steps) < snapshot.total_steps
-    assert runner.store.read_metrics(run_id)["step"].tolist() == steps
-    _assert_none_survive(procs)
-    return snapshot
+    assert_none_survive(procs)
 
 
 def test_a_stop_the_ranks_cannot_agree_on_in_time_kills_every_rank_and_keeps_the_rows(make_runner, monkeypatch):
@@ -337,10 +180,10 @@ def test_a_stop_the_ranks_cannot_agree_on_in_time_kills_every_rank_and_keeps_the
     monkeypatch.setenv("GACCUM_FAULTS", "slow@2:0*120")
     runner = make_runner()
     run_id = runner.submit(SGD)
-    procs = _job_processes(runner, run_id)
-    _wait_for_rows(runner, run_id)
+    procs = job_processes(runner, run_id)
+    wait_for_rows(runner, run_id)
     assert not runner.snapshot(run_id).done
-    _stop_and_assert_stopped_with_its_rows(runner, run_id, procs, killed=True)
+    stop_and_assert_stopped(runner, run_id, procs, killed=True)
 
 
 # 24 steps of SGD with momentum, warm-up, cosine decay and clipping, on digits: what stops and resumes below.
@@ -362,10 +205,10 @@ def test_a_stop_agreed_by_every_rank_keeps_the_rows_and_resumes_to_the_uninterru
     # which a job that already wrote its final state does not get killed for.
     monkeypatch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.2" for s in range(1, 25)))
     run_id = runner.submit(RESUMED)
-    procs = _job_processes(runner, run_id)
-    _wait_for_rows(runner, run_id, rows=5, timeout=WAIT_S)
+    procs = job_processes(runner, run_id)
+    wait_for_rows(runner, run_id, rows=5, timeout=WAIT_S)
     assert not runner.snapshot(run_id).done, runner.snapshot(run_id).message
-    _stop_and_assert_stopped_with_its_rows(runner, run_id, procs, killed=False)
+    stop_and_assert_stopped(runner, run_id, procs, killed=False)
     assert 5 <= runner.store.load_checkpoint(run_id)["counters"]["step"] < 24
 
     monkeypatch.delenv("GACCUM_FAULTS")
@@ -389,10 +232,10 @@ def test_a_two_process_model_loads_into_a_plain_single_process_model(jobs):
     model = build_seeded_model(SGD, data.input_shape, data.num_classes)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(job.model, strict=True)
-    assert _max_diff(model.state_dict(), before) > 100 * ATOL  # the load replaced the initial weights
+    assert max_diff(model.state_dict(), before) > 100 * ATOL  # the load replaced the initial weights
 
     reference = build_seeded_model(SGD, data.input_shape, data.num_classes)
-    reference.load_state_dict(_reference(SGD.replace(nproc=1, micro_batch_size=WORLD * B))[0])
+    reference.load_state_dict(reference(SGD.replace(nproc=1, micro_batch_size=WORLD * B))[0])
     x, _ = data.test.batch(torch.arange(len(data.test)))
     with torch.no_grad():
         torch.testing.assert_close(model(x), reference(x), atol=ATOL, rtol=RTOL)
@@ -420,8 +263,8 @@ def test_two_processes_weight_tokens_as_one_process_does(jobs, text_config):
     job = jobs(text_config)
     lengths = load_data(text_config).train.targets
     assert lengths.min() < lengths.max()  # micro-batches really hold different token counts
-    _assert_matches_references(job)
-    for config in _one_process_references(text_config).values():
-        _, rows = _reference(config)
+    assert_matches_references(job)
+    for config in one_process_references(text_config).values():
+        _, rows = reference(config)
         assert job.metrics["tokens"].tolist() == [r["tokens"] for r in rows]
     assert job.metrics["tokens_seen"].iloc[-1] == lengths.sum().item()

@@ -1,0 +1,349 @@
+"""FSDP2 sharding (torchrun, gloo on the CPU, 2 processes) against single-process oracles.
+
+Two sharded processes with micro-batches of b = 4 must train the parameters one process trains with b = 8
+(same k) and with one batch per window, in every sync mode and reshard setting, partial last windows and an
+empty rank share included; the collectives and the gradient memory kept between micro-batches are counted;
+a stopped or killed sharded run resumes bit-exact from its DCP checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from gaccum_core.config import RunConfig
+from gaccum_core.data import load_data
+from gaccum_core.models.build import build_seeded_model
+from gaccum_core.runs.runner import Runner
+from gaccum_core.states import RunState
+from gaccum_core.train.fsdp import blocks
+from gaccum_core.train.memory import MB
+from gaccum_core.train.shards import SHARDS_DIR
+from jobs import (ATOL, RTOL, WAIT_S, WORLD, Jobs, assert_matches_references, assert_none_survive, job_processes,
+                  last_windows, max_diff, one_process_references, reference, stop_and_assert_stopped, wait_for_rows)
+
+pytestmark = pytest.mark.multiprocess
+
+B, K = 4, 4
+# 118 samples, global windows of 2*4*4 = 32: three full windows, then one of 22 (global micro-batches 8, 8, 6).
+BASE = RunConfig(model="mlp", dataset="fake", image_size=8, fake_samples=118, fake_classes=10, micro_batch_size=B,
+                 accum_steps=K, nproc=WORLD, epochs=2, device="cpu", optimizer="sgd", lr=0.05, momentum=0.9,
+                 sharding="fsdp")
+MODES = {f"{sync}-reshard_{reshard}": BASE.replace(fsdp_sync=sync, fsdp_reshard_after_backward=reshard)
+         for sync in ("every", "last") for reshard in ("on", "off")}
+# See test_distributed: AdamW at its usual lr keeps float rounding in near-zero gradients below the tolerance.
+ADAMW = MODES["last-reshard_off"].replace(optimizer="adamw", lr=1e-3, weight_decay=0.01)
+# 100 samples: each epoch's last window is one global micro-batch of 4 samples, all rank 0's; rank 1 has none.
+EMPTY_SHARE = MODES["every-reshard_on"].replace(fake_samples=100)
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """The module's shared 2-process jobs (no fault is armed in their environment)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("GACCUM_FAULTS", raising=False)
+        patch.delenv("GACCUM_FAULTS_RANK", raising=False)
+        runner = Runner(str(tmp_path_factory.mktemp("fsdp_runs")), executor="thread")
+        try:
+            yield Jobs(runner)
+        finally:
+            runner.close()
+
+
+@pytest.fixture
+def make_runner(tmp_path):
+    """A runner of the test's own (for a test that arms faults through the environment), closed after it."""
+    made: list[Runner] = []
+
+    def make() -> Runner:
+        made.append(Runner(str(tmp_path), executor="thread"))
+        return made[-1]
+
+    yield make
+    for runner in made:
+        runner.close()
+
+
+def _param_bytes(config: RunConfig) -> int:
+    data = load_data(config)
+    model = build_seeded_model(config, data.input_shape, data.num_classes)
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+# --- the oracles -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_every_sync_mode_and_reshard_setting_trains_the_one_process_parameters(jobs, mode):
+    """fsdp_sync every/last × reshard after backward on/off: 2 sharded processes train the parameters and
+    log the losses and gradient norms of 1 process (b=8, k=4) and (b=32, k=1), partial last windows included."""
+    config = MODES[mode]
+    assert last_windows(config).samples < config.effective_batch_size  # each epoch ends in a partial window
+    job = jobs(config)
+    assert (job.metrics["world_size"] == WORLD).all()
+    diffs = assert_matches_references(job)
+    assert max(diffs.values()) <= ATOL
+
+
+def test_adamw_trains_the_one_process_parameters_when_sharded(jobs):
+    """AdamW's sharded state (each rank 1/N of the moments) steps the one-process parameters."""
+    assert_matches_references(jobs(ADAMW))
+
+
+def test_a_rank_with_an_empty_share_takes_part_and_the_parameters_still_match(jobs):
+    """A last window with nothing for rank 1 (it runs forward and backward on zero samples, joining every
+    all-gather and reduce-scatter) trains the one-process parameters."""
+    (micro,) = last_windows(EMPTY_SHARE).micro_batches
+    assert micro.size <= B  # all of it in rank 0's share
+    job = jobs(EMPTY_SHARE)
+    assert job.metrics.groupby("epoch")["samples"].last().tolist() == [micro.size] * EMPTY_SHARE.epochs
+    assert_matches_references(job)
+
+
+# --- collectives and the gradient memory kept between micro-batches -----------------------------------------
+
+
+def test_reduce_scatters_per_step_are_the_units_with_last_and_units_times_micro_batches_with_every(jobs):
+    """fsdp_sync last: one reduce-scatter per FSDP unit with parameters per step, carrying the whole gradient;
+    every: that times the step's micro-batches. DDP's all-reduce is not used at all."""
+    data = load_data(BASE)
+    model = build_seeded_model(BASE, data.input_shape, data.num_classes)
+    units = sum(1 for m in blocks(model) if next(m.parameters(), None) is not None)
+    assert units == 3  # the mlp's three Linear layers; its root holds no parameter of its own
+    param_bytes = _param_bytes(BASE)
+    last = jobs(MODES["last-reshard_on"]).metrics
+    every = jobs(MODES["every-reshard_on"]).metrics
+    assert (last["micro_batches"] == K).any() and (last["micro_batches"] < K).any()
+    assert (last["reduce_scatter_calls"] == units).all()
+    assert (last["reduce_scatter_bytes"] == param_bytes).all()
+    assert (every["reduce_scatter_calls"] == units * every["micro_batches"]).all()
+    assert (every["reduce_scatter_bytes"] == param_bytes * every["micro_batches"]).all()
+    for metrics in (last, every):
+        assert (metrics["allreduce_calls"] == 0).all() and (metrics["all_gather_calls"] > 0).all()
+    print(f"\nreduce-scatters per step: last {last['reduce_scatter_calls'].tolist()}, "
+          f"every {every['reduce_scatter_calls'].tolist()} (micro-batches {every['micro_batches'].tolist()})")
+
+
+def test_keeping_gathered_weights_between_micro_batches_saves_all_gathers(jobs):
+    """Reshard after backward off: a window's later forwards find their weights gathered, so fewer all-gathers
+    per step than with it on, and the weights kept show in the rank's counted weights."""
+    for sync in ("every", "last"):
+        on, off = jobs(MODES[f"{sync}-reshard_on"]).metrics, jobs(MODES[f"{sync}-reshard_off"]).metrics
+        assert off["all_gather_calls"].median() < on["all_gather_calls"].median()
+        assert (off["weights_mb"] > on["weights_mb"]).all()
+        print(f"\n{sync}: all-gathers per step, reshard on {on['all_gather_calls'].median():g}, "
+              f"off {off['all_gather_calls'].median():g}; weights MB on {on['weights_mb'].iloc[0]:.4f}, "
+              f"off {off['weights_mb'].iloc[0]:.4f}")
+
+
+def test_a_rank_keeps_half_the_gradient_with_every_and_all_of_it_with_last(jobs):
+    """grad_kept_mb: 1/N of the fp32 gradient with every (reduce-scattered after each micro-batch), the whole
+    of it with last (accumulated unsharded until the window's last micro-batch)."""
+    whole = _param_bytes(BASE) / MB
+    every = jobs(MODES["every-reshard_on"]).metrics["grad_kept_mb"]
+    last = jobs(MODES["last-reshard_on"]).metrics["grad_kept_mb"]
+    assert every.tolist() == pytest.approx([whole / WORLD] * len(every), rel=0.02)
+    assert last.tolist() == pytest.approx([whole] * len(last), rel=1e-6)
+    print(f"\ngrad_kept_mb: every {every.iloc[0]:.4f}, last {last.iloc[0]:.4f}; the whole gradient {whole:.4f} MB")
+
+
+# --- the saved model ---------------------------------------------------------------------------------
+
+
+def test_a_sharded_runs_model_pt_is_the_whole_state_dict_of_a_plain_model(jobs):
+    """model.pt holds full, unsharded tensors that load strictly into a one-process model and compute the
+    one-process reference's logits."""
+    config = MODES["last-reshard_off"]
+    job = jobs(config)
+    data = load_data(config)
+    model = build_seeded_model(config, data.input_shape, data.num_classes)
+    assert {k: v.shape for k, v in job.model.items()} == {k: v.shape for k, v in model.state_dict().items()}
+    model.load_state_dict(job.model, strict=True)
+    single = next(iter(one_process_references(config).values()))
+    expected = build_seeded_model(single, data.input_shape, data.num_classes)
+    expected.load_state_dict(reference(single)[0])
+    x, _ = data.test.batch(torch.arange(len(data.test)))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), expected(x), atol=ATOL, rtol=RTOL)
+
+
+# --- language models: token-weighted across ranks ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def text_config(tmp_path_factory):
+    """gpt (tiny) sharded per block on a small text file whose sequences differ in length: ranks' shares hold
+    different token counts; 2 processes, b=2, k=2, a partial last window, gradients synced on the last only."""
+    path = tmp_path_factory.mktemp("text") / "notes.txt"
+    path.write_text("\n\n".join(f"Note {i}. " + "the quick brown fox jumps " * (1 + (7 * i) % 11) for i in range(20)),
+                    encoding="utf-8")
+    config = RunConfig(model="gpt", dataset="text", text_file=str(path), max_seq_len=24, micro_batch_size=2,
+                       accum_steps=2, nproc=WORLD, epochs=1, device="cpu", optimizer="sgd", lr=0.05,
+                       sharding="fsdp", fsdp_sync="last")
+    assert len(load_data(config).train) % config.effective_batch_size  # the last window is partial
+    return config
+
+
+def test_sharded_gpt_weights_tokens_across_ranks_as_one_process_does(jobs, text_config):
+    """Each rank divides its summed token loss by 1/N of the window's target tokens over all ranks: the sharded
+    gpt trains the one-process parameters and counts the same tokens; each block is a unit of its own."""
+    job = jobs(text_config)
+    assert_matches_references(job)
+    for config in one_process_references(text_config).values():
+        assert job.metrics["tokens"].tolist() == [r["tokens"] for r in reference(config)[1]]
+    data = load_data(text_config)
+    model = build_seeded_model(text_config, data.input_shape, data.num_classes)
+    # Every block, and the root with the embeddings, head and final norm.
+    assert (job.metrics["reduce_scatter_calls"] == len(model.blocks) + 1).all()
+
+
+# --- mixed precision ---------------------------------------------------------------------------------
+
+
+def test_an_fp16_sharded_run_scales_its_loss_and_trains(jobs):
+    """fp16: weights gathered in fp16 (MixedPrecisionPolicy), reductions in fp32, a GradScaler on the sharded
+    gradients; the run finishes with the loss falling and every step's scale logged."""
+    config = MODES["last-reshard_on"].replace(amp="fp16", epochs=3)
+    job = jobs(config)
+    metrics = job.metrics
+    assert metrics["scale"].notna().all() and (metrics["scale"] > 0).all()
+    assert metrics["loss"].iloc[-3:].mean() < metrics["loss"].iloc[:3].mean()
+    assert all(v.dtype == torch.float32 for v in job.model.values())  # model.pt holds the fp32 master weights
+
+
+# --- endings: stop, kill, resume, a failing rank -----------------------------------------------------------
+
+# 24 steps of SGD with momentum, warm-up, cosine decay and clipping on digits, sharded with sync on the last
+# micro-batch and gathered weights kept; a checkpoint every 5 steps.
+RESUMED = RunConfig(model="mlp", dataset="digits", micro_batch_size=B, accum_steps=K, nproc=WORLD, max_steps=24,
+                    device="cpu", eval_every=10, optimizer="sgd", momentum=0.9, lr=0.05, lr_schedule="cosine",
+                    warmup_steps=5, grad_clip=0.5, checkpoint_every=5, sharding="fsdp", fsdp_sync="last",
+                    fsdp_reshard_after_backward="off")
+
+
+def _rank_process(procs, rank: int):
+    for proc in procs:
+        try:
+            if "worker" in proc.cmdline() and proc.environ().get("RANK") == str(rank):
+                return proc
+        except Exception:  # noqa: BLE001 - a process that ended meanwhile
+            continue
+    pytest.fail(f"no process of rank {rank} among {[p.pid for p in procs]}")
+
+
+def _shard_dirs(runner: Runner, run_id: str) -> list[str]:
+    return sorted(p.name for p in (runner.store.path(run_id) / SHARDS_DIR).iterdir())
+
+
+def test_a_stopped_then_killed_sharded_run_resumes_bit_exact(make_runner, monkeypatch):
+    """Stopped (agreed at a step's end), resumed, then a rank killed: the run fails; resumed again from its last
+    DCP checkpoint (each rank its part), it ends bit-equal to the same run never interrupted."""
+    monkeypatch.delenv("GACCUM_FAULTS_RANK", raising=False)
+    runner = make_runner()
+    reference_run = runner.wait(runner.submit(RESUMED), timeout=WAIT_S)
+    assert reference_run.state == RunState.FINISHED, reference_run.message
+
+    monkeypatch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.25" for s in range(1, 25)))
+    run_id = runner.submit(RESUMED)
+    stop_and_assert_stopped(runner, run_id, _running_job(runner, run_id, rows=3), killed=False)
+    checkpoint = runner.store.load_checkpoint(run_id)
+    stopped_at = checkpoint["counters"]["step"]
+    assert 3 <= stopped_at < 24 and "model" not in checkpoint  # the weights are in the shards
+    assert _shard_dirs(runner, run_id) == [checkpoint["sharded"].split("/")[-1]]  # older ones pruned
+    assert len(list((runner.store.path(run_id) / checkpoint["sharded"]).glob("*.distcp"))) == WORLD
+
+    runner.resume(run_id)
+    procs = _running_job(runner, run_id, rows=stopped_at + 7)  # past the next periodic checkpoint
+    os.kill(_rank_process(procs, 1).pid, signal.SIGKILL)
+    killed = runner.wait(run_id, timeout=WAIT_S)
+    assert killed.state == RunState.FAILED, (killed.state, killed.message)
+    assert_none_survive(procs)
+    resumed_at = runner.store.load_checkpoint(run_id)["counters"]["step"]
+    assert stopped_at < resumed_at < 24 and resumed_at % RESUMED.checkpoint_every == 0
+
+    monkeypatch.delenv("GACCUM_FAULTS")
+    runner.resume(run_id)
+    assert runner.wait(run_id, timeout=WAIT_S).state == RunState.FINISHED
+    a, b = runner.store.load_model(reference_run.run_id), runner.store.load_model(run_id)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    ma, mb = runner.store.read_metrics(reference_run.run_id), runner.store.read_metrics(run_id)
+    assert mb["step"].tolist() == list(range(1, 25))
+    assert ma["loss"].equals(mb["loss"]) and ma["grad_norm"].equals(mb["grad_norm"])
+    print(f"\nstopped at step {stopped_at}, killed after the checkpoint of step {resumed_at}; resumed twice, "
+          f"bit-equal to the uninterrupted run (largest |diff| {max_diff(a, b)})")
+
+
+def _running_job(runner: Runner, run_id: str, rows: int):
+    """The job's processes once it has logged `rows` step rows and still runs."""
+    procs = job_processes(runner, run_id)
+    wait_for_rows(runner, run_id, rows=rows, timeout=WAIT_S)
+    assert not runner.snapshot(run_id).done, runner.snapshot(run_id).message
+    return procs
+
+
+def test_a_failing_rank_fails_a_sharded_run_and_leaves_no_process(make_runner, monkeypatch):
+    """An error on rank 1 mid-run ends the whole sharded job as failed with rank 1's message, and every process
+    of it exits (the other rank, waiting in a collective, is ended by torchrun)."""
+    monkeypatch.setenv("GACCUM_FAULTS", "slow@2:0*3,error@3:1")
+    monkeypatch.setenv("GACCUM_FAULTS_RANK", "1")
+    runner = make_runner()
+    run_id = runner.submit(MODES["every-reshard_on"])
+    procs = job_processes(runner, run_id)
+    started = time.monotonic()
+    snapshot = runner.wait(run_id, timeout=WAIT_S)
+    assert snapshot.done, f"the job did not end within {WAIT_S} s of a rank failing"
+    assert snapshot.state == RunState.FAILED
+    assert "rank 1" in snapshot.message and "injected fault" in snapshot.message, snapshot.message
+    assert [row["step"] for row in snapshot.metrics] == [1, 2]
+    assert_none_survive(procs)
+    print(f"\nfailed {time.monotonic() - started:.1f} s after submit: {snapshot.message!r}")
+
+
+def _inf_in_rank_1s_shard(rank: int, port: int, out_dir: str) -> None:
+    """One fp16 sharded step on each rank, rank 1's gradient shard poisoned with an inf before the step."""
+    import torch.distributed as dist
+
+    from gaccum_core.train.fsdp import Sharded, local
+    from gaccum_core.train.loss import summed_cross_entropy
+    from gaccum_core.train.step import Optimization
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        config = BASE.replace(amp="fp16")
+        data = load_data(config)
+        model = build_seeded_model(config, data.input_shape, data.num_classes)
+        sharded = Sharded(model, config)
+        opt = Optimization.from_config(config, model, torch.device("cpu"), 10)
+        x, y = data.train.batch(torch.arange(rank * B, (rank + 1) * B))
+        with sharded.sync(ends_window=True):
+            opt.precision.backward(summed_cross_entropy(model, opt.precision, x, y) * WORLD / (WORLD * B))
+        before = [local(p).detach().clone() for p in opt.params]
+        if rank == 1:
+            local(opt.params[0].grad).view(-1)[0] = float("inf")  # only this rank's part of the first weight
+        outcome = opt.precision.step(opt.optimizer, opt.params, 0.0)
+        unchanged = all(torch.equal(b, local(p)) for b, p in zip(before, opt.params))
+        torch.save({"skipped": outcome.skipped, "unchanged": unchanged, "scale": opt.precision.scaler.get_scale(),
+                    "scale_before": outcome.scale}, f"{out_dir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_an_inf_in_one_ranks_shard_skips_the_step_on_every_rank(tmp_path):
+    """The GradScaler on sharded gradients reduces its inf check over the ranks: an inf only in rank 1's shard
+    skips optimizer.step() on rank 0 too, and both lower the scale alike (else the ranks' shards would part)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(_inf_in_rank_1s_shard, args=(port, str(tmp_path)), nprocs=WORLD, start_method="spawn")
+    results = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(WORLD)]
+    for rank, result in enumerate(results):
+        assert result["skipped"] and result["unchanged"], (rank, result)
+        assert result["scale"] == result["scale_before"] / 2, (rank, result)
