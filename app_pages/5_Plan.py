@@ -13,18 +13,19 @@ from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import DataError
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.checks import preflight
-from gaccum_core.plan.planner import (MEMORY_SOURCES, PlanRequest, config_from_plan, default_budget_mb, default_request,
-                              make_plan)
+from gaccum_core.plan.planner import PlanRequest, config_from_plan, default_budget_mb, default_request, make_plan
+from gaccum_core.plan.sharding import DDP, SHARDING_MODES
 from gaccum_core.views.plan import (memory_figure, plan_csv, plan_table, progress_text, recommendation_words,
                                     speed_figure, table_formats)
 from gaccum_core.plan.search import TIMED_PER_OPTIONS, mb, typical_probes
 from dashboard.ui import FieldWidgets
 
-LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)"}
+LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)",
+          "nproc": "Processes N (ranks)", "sharding": "Sharding"}
 BASE_FIELDS = ("model", "dataset", "data_dir", "image_size", "fake_samples", "text_file", "text_field",
                "text_file_max_mb", "max_seq_len", "gpt_preset", "optimizer", "device")
-TRAIN_FIELDS = (*BASE_FIELDS, "micro_batch_size", "accum_steps", "amp", "clear_cache",
-                "compile")  # what "Use these settings" sets on Train
+TRAIN_FIELDS = (*BASE_FIELDS, "micro_batch_size", "accum_steps", "amp", "clear_cache", "compile", "sharding",
+                "fsdp_sync", "nproc")  # what "Use these settings" sets on Train
 DEFAULT = default_request()
 
 st.set_page_config(page_title="gaccum · Plan", layout="wide")
@@ -77,7 +78,10 @@ with st.sidebar:
                  help="samples per optimizer step; each candidate b divides it, k = E / b")
     cuda_budget = default_budget_mb(device)
     controls.add("memory_budget_mb", st.number_input, round(cuda_budget or DEFAULT.budget_mb, 1), step=16.0,
-                 help="the most a candidate's peak may take; the default on CUDA is the free memory less 10 %")
+                 help="the most a candidate's peak may take on each rank; the default on CUDA is the free memory "
+                      "less 10 %")
+    controls.add("nproc", st.number_input, DEFAULT.world_size, step=1,
+                 help="the ranks E is split over: each trains E / N per step, within the budget")
     if device.type != "cuda":
         st.caption("On the CPU the planner counts weights + gradients + optimizer state + activations: the "
                    "process's resident memory is mostly the interpreter and libraries.")
@@ -86,13 +90,19 @@ with st.sidebar:
     controls.add("clear_cache", st.multiselect, list(DEFAULT.clear_cache), options=cfg.CLEAR_CACHE_MODES,
                  format_func=CLEAR_LABELS.get)
     controls.add("compile", st.multiselect, list(DEFAULT.compile), options=["off", "default"])
+    controls.add("sharding", st.multiselect, list(DEFAULT.sharding), options=SHARDING_MODES,
+                 help="ddp: everything whole on each rank; fsdp/every: weights, gradients and optimizer state 1/N "
+                      "per rank, gradients reduce-scattered after every micro-batch; fsdp/last: the same, but the "
+                      "whole fp32 gradient kept until the window's last micro-batch. The fsdp modes need N ≥ 2 and "
+                      "are counted per rank from the same probes, not timed")
 
 values = controls.values
 request, problem = None, ("model", refused) if refused else None  # an hf: directory refused under its name
 try:
     base = RunConfig(**{f: values[f] for f in BASE_FIELDS if f in values}, micro_batch_size=1, accum_steps=1)
     request = PlanRequest(base, values["effective_batch"], values["memory_budget_mb"], tuple(values["amp"]),
-                          tuple(values["clear_cache"]), tuple(values["compile"]))
+                          tuple(values["clear_cache"]), tuple(values["compile"]), tuple(values["sharding"]),
+                          values["nproc"])
     if problem is None:
         _preflight(base.to_json(), file_stamps(base))
 except ConfigError as exc:
@@ -107,10 +117,15 @@ if problem:
 
 if request is not None:  # what Plan will measure, as the server has it: said before anything is measured
     combos = request.options
-    st.caption(f"Plan crosses {len(combos)} option combination{'s' * (len(combos) != 1)}: "
+    probed = [o for o in combos if o.sharding == DDP] or combos  # a sharded mode is counted from the same probes
+    timed = sum(o.sharding == DDP for o in combos)
+    ranks = f" over {request.world_size} ranks, E / N = {request.per_rank_batch} each" if request.world_size > 1 else ""
+    st.caption(f"Plan crosses {len(combos)} option combination{'s' * (len(combos) != 1)}{ranks}: "
                f"{', '.join(o.label() for o in combos)}: about "
-               f"{len(combos) * typical_probes(request.effective_batch)} memory probes, then "
-               f"{len(combos) * TIMED_PER_OPTIONS} sizes timed in turns, about {request.time_cap_s:g} s each.")
+               f"{len(probed) * typical_probes(request.per_rank_batch)} memory probes, then "
+               f"{timed * TIMED_PER_OPTIONS} sizes timed in turns, about {request.time_cap_s:g} s each."
+               + (" The fsdp modes are counted per rank from the same probes, not timed." if timed < len(combos)
+                  else ""))
 if st.button("Plan", type="primary", key="plan_run", disabled=problem is not None):
     bar = st.progress(0.0, text="measuring the first candidate (it loads the data and builds the model)…")
     try:
@@ -126,13 +141,15 @@ if st.button("Plan", type="primary", key="plan_run", disabled=problem is not Non
 plan = st.session_state.get("plan_result")
 if plan is not None:
     asked = plan.request
-    st.subheader(f"{asked.base.model} on {asked.base.dataset}, E={asked.effective_batch}, "
-                 f"budget {mb(asked.budget_mb)}, {asked.base.optimizer}, on {plan.device}")
+    ranks = f" over {asked.world_size} ranks" if asked.world_size > 1 else ""
+    per_rank = " per rank" if asked.world_size > 1 else ""
+    st.subheader(f"{asked.base.model} on {asked.base.dataset}, E={asked.effective_batch}{ranks}, "
+                 f"budget {mb(asked.budget_mb)}{per_rank}, {asked.base.optimizer}, on {plan.device}")
     choice = plan.recommended
     if choice is None:
         st.warning(plan.reason)
     else:
-        st.success(f"Recommended: {recommendation_words(choice)}.")
+        st.success(f"Recommended: {recommendation_words(choice, asked.world_size)}.")
         st.write(plan.reason)
         if st.button("Use these settings", key="plan_use", help="sets the Train page's controls and opens it"):
             for field, value in dataclasses.asdict(config_from_plan(asked.base, plan)).items():
@@ -146,6 +163,6 @@ if plan is not None:
     st.dataframe(plan_table(plan), hide_index=True, width="stretch", column_config=numbers)
     st.download_button("Download CSV", plan_csv(plan), mime="text/csv", key="plan_download",
                        file_name=f"plan_{asked.base.model}_E{asked.effective_batch}.csv")
-    st.caption(f"Peak memory: {MEMORY_SOURCES[plan.memory_source]}. {len(plan.candidates)} candidates "
+    st.caption(f"Peak memory: {plan.memory_words()}. {len(plan.candidates)} candidates "
                f"measured in {plan.seconds:.1f} s. Speeds: the mean samples/s of the timed steps ± the half-width "
                f"of its 95% interval; untimed sizes show no speed.")

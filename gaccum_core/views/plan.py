@@ -134,7 +134,8 @@ def memory_figure(plan: Plan) -> go.Figure:
         traces.append(_horizontal(budget, span, f"budget {mb(budget)}", BUDGET, color=BUDGET_COLOUR))
         traces.append(_horizontal((1 - margin) * budget, span, f"budget less {margin:.0%} margin "
                                   f"({mb((1 - margin) * budget)})", MARGIN_LINE, color=MARGIN_COLOUR, dash="dot"))
-    return _figure("plan_memory", "peak memory per micro-batch size", "peak MB", plan, traces,
+    per_rank = " per rank" if plan.request.world_size > 1 else ""
+    return _figure("plan_memory", f"peak memory{per_rank} per micro-batch size", f"peak MB{per_rank}", plan, traces,
                    None if sizes else "nothing was measured")
 
 
@@ -158,14 +159,15 @@ def speed_figure(plan: Plan) -> go.Figure:
                 legendgroup=options.label(), meta=OPTION, line=_line(i, options),
                 text=[_hover(c) for c in fitting], hoverinfo="text"))
     choice = plan.recommended
-    if choice is not None:
+    if choice is not None and choice.samples_per_s is not None:  # a sharded mode is counted, not timed
         traces.append(dict(
             type="scatter", x=[choice.micro_batch_size], y=[choice.samples_per_s], mode="markers",
             name=f"recommended: {choice.options.label()} b={choice.micro_batch_size}", meta=RECOMMENDED,
             text=[_hover(choice)], hoverinfo="text",
             marker=dict(symbol="star", size=18, color="gold", line=dict(width=1.5, color="black"))))
-    figure = _figure("plan_speed", "throughput of the sizes timed (± 95% interval)", "samples/s", plan, traces,
-                     None if traces else "nothing fits the budget")
+    untimed = any(c.fits and c.options.sharding != "ddp" for c in plan.candidates)
+    note = None if traces else "fsdp modes are counted, not timed" if untimed else "nothing fits the budget"
+    figure = _figure("plan_speed", "throughput of the sizes timed (± 95% interval)", "samples/s", plan, traces, note)
     return figure.update_yaxes(rangemode="nonnegative")  # a wide interval's bar never draws a speed below 0
 
 
@@ -221,9 +223,11 @@ def progress_text(done: int, about: int, candidate: Candidate | None, seconds: f
     return text + (f" · last: {candidate_words(candidate)}" if candidate is not None else "")
 
 
-def recommendation_words(candidate: Candidate) -> str:
-    """'micro-batch size b=32, accumulation steps k=8, mixed precision bf16, cache clearing off, torch.compile off'."""
+def recommendation_words(candidate: Candidate, world_size: int = 1) -> str:
+    """'micro-batch size b=32, accumulation steps k=8, mixed precision bf16, cache clearing off, torch.compile off'
+    (', sharding fsdp/every over 2 ranks' with several)."""
     o = candidate.options
-    return (f"micro-batch size b={candidate.micro_batch_size}, accumulation steps k={candidate.accum_steps}, "
+    text = (f"micro-batch size b={candidate.micro_batch_size}, accumulation steps k={candidate.accum_steps}, "
             f"mixed precision {o.amp}, cache clearing {o.clear_cache}, torch.compile {o.compile}")
+    return text + (f", sharding {o.sharding} over {world_size} ranks" if world_size > 1 else "")
 

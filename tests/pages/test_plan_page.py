@@ -157,6 +157,46 @@ def test_use_these_settings_opens_the_train_page_with_them(runs_dir):
     assert not at.button(key="start").disabled
 
 
+def test_a_sharded_plan_shows_per_rank_memory_per_mode_and_carries_its_sharding_to_train(runs_dir):
+    """Over 2 ranks in 0.25 MB per rank, the cnn's fixed parts (weights, gradients, momentum) whole on each rank
+    leave room for smaller micro-batches than sharded: the page shows every mode per rank and carries the winner."""
+    at = set_inputs(plan_page(), inputs=[*TINY[:3], ("plan_memory_budget_mb", 0.25), ("plan_nproc", 2)])
+    at.multiselect(key="plan_amp").set_value(["off"])
+    at.multiselect(key="plan_sharding").set_value(["ddp", "fsdp/every", "fsdp/last"]).run()
+    assert any("over 2 ranks, E / N = 12 each" in c.value and "counted per rank from the same probes" in c.value
+               for c in at.main.caption)
+    at.button(key="plan_run").click().run()
+    assert not at.exception
+    plan = at.session_state["plan_result"]
+    choice = plan.recommended
+    safe = {m: max((c.micro_batch_size for c in plan.candidates if c.options.sharding == m and c.fits
+                    and c.peak_mb <= 0.9 * 0.25), default=0) for m in ("ddp", "fsdp/every", "fsdp/last")}
+    assert choice.options.sharding != "ddp" and choice.micro_batch_size == max(safe.values()) > safe["ddp"]
+    assert f"sharding {choice.options.sharding} over 2 ranks" in at.success[0].value
+    table = at.dataframe[0].value
+    assert {"fp32", "fp32 + fsdp/every", "fp32 + fsdp/last"} <= set(table["options"])
+    assert {"weights MB", "gradients MB", "optimizer MB", "gathered weights MB"} <= set(table.columns)
+    memory, speed = figures(at)
+    assert memory["layout"]["title"]["text"] == "peak memory per rank per micro-batch size"
+    assert {t["name"] for t in memory["data"] if t.get("meta") == "option"} == \
+        {"fp32", "fp32 + fsdp/every", "fp32 + fsdp/last"}
+    assert not any(t.get("meta") == "recommended" for t in speed["data"])  # counted, not timed: no star
+    assert any("counted per rank" in c.value for c in at.main.caption)
+    at.button(key="plan_use").click().run()
+    assert not at.exception and at.title[0].value == "Train"
+    assert at.number_input(key="cfg_nproc").value == 2
+    assert at.radio(key="cfg_sharding").value == "fsdp"
+    assert at.radio(key="cfg_fsdp_sync").value == choice.options.sharding.split("/")[1]
+    assert at.number_input(key="cfg_micro_batch_size").value == choice.micro_batch_size
+
+
+def test_sharding_over_one_process_is_refused_under_its_control(runs_dir):
+    at = set_inputs(plan_page())
+    at.multiselect(key="plan_sharding").set_value(["fsdp/every"]).run()
+    assert at.button(key="plan_run").disabled
+    assert any("ddp with one process" in e.value for e in at.sidebar.error)
+
+
 def test_a_language_model_plan_carries_its_text_settings_to_the_train_page(runs_dir):
     """gpt on pydoc: the page offers GPT size and sequence length instead of the image controls, plans, and
     Use these settings gives the Train page the same language model, sequence length and planned b·k."""
