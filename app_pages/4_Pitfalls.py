@@ -48,7 +48,7 @@ def show_case(number: int, key: str, result, steps: int, measures: list[tuple[st
         text.metric("Gradient-norm ratio (pitfall / reference)", f"{result.grad_norm_ratio:.2f}")
         chart.plotly_chart(pitfall_figure(result.frame, case.title), key=f"pitfall_{key}", theme=None)
     for label, value in measures:
-        text.markdown(f"{label}: `{value}`")
+        text.markdown(f"{label}: **{value}**")
 
 
 for number, key in enumerate(PITFALLS, start=1):
