@@ -8,6 +8,7 @@ from dashboard.sweep_jobs import sweep_jobs
 from dashboard.ui import REFRESH_S, format_eta, get_runner, plain, progress, widget
 from gaccum_core.config import ConfigError
 from gaccum_core.sweeps.files import list_sweeps, read_spec
+from gaccum_core.sweeps.labels import describe_sweep
 from gaccum_core.sweeps.summary import summarize
 from gaccum_core.views.sweep_charts import loss_band_figure, parallel_figure, speed_memory_figure
 from gaccum_core.views.sweep_table import display_table
@@ -30,10 +31,10 @@ going = jobs.going()
 if problem:
     st.error(f"Cannot start: {problem}")
 elif spec is not None:
-    st.caption(f"{spec.cell_count} cells × {spec.repeats} repeats = {spec.cell_count * spec.repeats} runs, "
-               f"{sweep_controls.gpus_text()} · sweep {spec.sweep_id} (runs a previous start finished are skipped)")
+    st.caption(f"{describe_sweep(spec)}, {sweep_controls.gpus_text()} · sweep {spec.sweep_id} (runs a previous "
+               "start finished are skipped)")
 if st.button("Start sweep", type="primary", key="sweep_start", disabled=spec is None or bool(problem) or bool(going)):
-    st.session_state["sweep_shown"] = jobs.start(spec).sweep_id
+    st.session_state["_keep_sweep_pick"] = jobs.start(spec).sweep_id  # the sweep shown below: this one
     st.rerun()
 
 
@@ -60,9 +61,20 @@ sweeps = list_sweeps(runner.store.root)
 if not sweeps:
     st.info("No sweep yet: pick the values to cross on the left and press Start sweep.")
     st.stop()
-shown_default = st.session_state.get("sweep_shown", sweeps[0])
-shown = widget(st.selectbox, "Sweep shown", "sweep_pick", shown_default if shown_default in sweeps else sweeps[0],
-               options=sweeps, format_func=lambda s: f"sweep {s}" + (" (going)" if jobs.get(s) in going else ""))
+if st.session_state.get("_keep_sweep_pick") not in sweeps:  # none yet, or its folder deleted since
+    st.session_state["_keep_sweep_pick"] = sweeps[0]
+
+
+def sweep_words(sweep_id: str) -> str:
+    """'sweep 1a2b… · cnn on digits, E=64: b × reduction, 2 repeats (8 runs)', and whether it is going."""
+    try:
+        words = describe_sweep(read_spec(runner.store.root, sweep_id))
+    except (OSError, ConfigError):
+        words = "spec.json cannot be read"
+    return f"sweep {sweep_id} · {words}" + (" · going" if jobs.get(sweep_id) in going else "")
+
+
+shown = widget(st.selectbox, "Sweep shown", "sweep_pick", sweeps[0], options=sweeps, format_func=sweep_words)
 try:
     summary = summarize(runner.store, read_spec(runner.store.root, shown))
 except (OSError, ConfigError) as exc:

@@ -110,11 +110,8 @@ def sweep_command(args: argparse.Namespace) -> int:
     try:
         spec = spec_from_args(args)
         check_sweep(spec)
-    except ConfigError as exc:
-        print(flag_error(exc), file=sys.stderr)
-        return 2
-    except ValueError as exc:  # data and model input errors explain themselves
-        print(f"gaccum: error: {exc}", file=sys.stderr)
+    except ValueError as exc:  # a ConfigError names its flag; data and model errors explain themselves
+        print(flag_error(exc) if isinstance(exc, ConfigError) else f"gaccum: error: {exc}", file=sys.stderr)
         return 2
     if args.print_commands:
         return _print_commands(spec, args.runs_dir)

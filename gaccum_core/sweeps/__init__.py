@@ -11,7 +11,7 @@ from gaccum_core.exports import lazy_exports
 
 __all__, __getattr__ = lazy_exports(__name__, {
     "spec": ("SweepSpec", "Cell", "SweepRun", "cells", "sweep_runs", "run_name", "parse_run_name", "sweep_tag"),
-    "labels": ("cell_label",),
+    "labels": ("cell_label", "describe_sweep"),
     "stats": ("mean_ci", "t_975", "steady_median", "warmup_steps"),
     "figures": ("run_figures",),
     "coincidence": ("Verdict", "verdicts", "TOLERANCE"),

@@ -55,7 +55,7 @@ class Verdict:
                     f"{names} coincide (reduction {self.reduction}: no partial window made them differ; "
                     f"largest difference {diff:.1e}).")
         where = f" at step {step}" if step is not None else ""
-        gap = "not comparable (different step counts or a non-finite loss)" if math.isinf(diff) else \
+        gap = "not comparable (no repeat done in both, other step counts or a non-finite loss)" if math.isinf(diff) else \
             f"{diff:.1e} (relative){where}, above the {self.tolerance:.0e} tolerance"
         why = ("they must coincide under reduction mean or sum: a bug, or rounding grown beyond the tolerance"
                if self.expected else f"expected under reduction {self.reduction}: the textbook loss weighs "
@@ -82,10 +82,13 @@ def relative_gap(a: Sequence[float], b: Sequence[float]) -> tuple[float, int | N
 def verdicts(configs: Mapping[int, RunConfig], labels: Mapping[int, str],
              losses: Mapping[tuple[int, int], Sequence[float]]) -> list[Verdict]:
     """One verdict per group of two or more cells differing only in b and k, comparing each cell's
-    losses (by repeat: the same seed) with the group's first cell's; losses[(cell, repeat)] per step."""
+    losses (by repeat: the same seed) with the group's first cell's; losses[(cell, repeat)] per step.
+    Cells with no done run yet are left out (a sweep going)."""
     groups: dict[tuple, list[int]] = {}
+    with_runs = {cell for cell, _ in losses}
     for cell, config in configs.items():
-        groups.setdefault(group_key(config), []).append(cell)
+        if cell in with_runs:
+            groups.setdefault(group_key(config), []).append(cell)
     found = []
     for members in groups.values():
         if len(members) < 2:

@@ -31,7 +31,7 @@ def test_a_grid_built_on_the_page_runs_and_its_table_and_verdicts_show(runs_dir,
     at.run()
     assert not at.exception
     caption = " ".join(c.value for c in at.caption)
-    assert "4 cells × 1 repeats = 4 runs" in caption, caption
+    assert "mlp on digits, E=32: b × reduction, 1 repeat (4 runs)" in caption, caption
     at.button(key="sweep_start").click().run()
     _wait_for_the_sweep(at)
     assert not at.exception

@@ -7,7 +7,7 @@ import pytest
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.sweeps.commands import config_flags
 from gaccum_core.sweeps.devices import lanes
-from gaccum_core.sweeps.labels import cell_label
+from gaccum_core.sweeps.labels import cell_label, describe_sweep
 from gaccum_core.sweeps.spec import SweepSpec, cells, parse_run_name, same_run, sweep_runs
 from gaccum_core.sweeps.stats import mean_ci, steady_median, t_975
 
@@ -27,6 +27,7 @@ def test_every_cell_crossed_with_k_derived_from_the_effective_batch():
     assert all(c.config.micro_batch_size * c.config.accum_steps == 64 for c in found)
     assert all(c.config.model == "mlp" for c in found)
     assert cell_label(found[1], spec()) == "b=8 k=8 bf16"
+    assert describe_sweep(spec()) == "mlp on ?, E=64: b × amp, 3 repeats (18 runs)"
 
 
 def test_repeats_take_seed_seed_plus_one_or_the_same_seed():
