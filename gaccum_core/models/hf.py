@@ -36,8 +36,9 @@ class CausalLM(nn.Module):
         if ids.shape[0] == 0:
             # A data-parallel rank's empty share of a last window: attention cannot reshape zero rows, so one
             # dummy token goes through and none of its logits come out; backward then gives every parameter
-            # a zero gradient, and DDP's all-reduce still hears from this rank.
-            return self(torch.zeros(1, 1, dtype=ids.dtype, device=ids.device))[:0]
+            # a zero gradient, and DDP's all-reduce still hears from this rank. forward, not __call__: a
+            # sharded root's hooks (FSDP's gathers) must run once, as on the ranks with samples.
+            return self.forward(torch.zeros(1, 1, dtype=ids.dtype, device=ids.device))[:0]
         mask = ids.ne(MASKED)
         return self.model(input_ids=ids.clamp(min=0), attention_mask=mask.long(), use_cache=False).logits
 

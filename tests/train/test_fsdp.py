@@ -23,6 +23,7 @@ from gaccum_core.states import RunState
 from gaccum_core.train.fsdp import blocks
 from gaccum_core.train.memory import MB
 from gaccum_core.train.shards import SHARDS_DIR
+from hfmodels import saved_model
 from jobs import (ATOL, RTOL, WAIT_S, WORLD, Jobs, assert_matches_references, assert_none_survive, job_processes,
                   last_windows, max_diff, one_process_references, reference, stop_and_assert_stopped, wait_for_rows)
 
@@ -199,6 +200,21 @@ def test_sharded_gpt_weights_tokens_across_ranks_as_one_process_does(jobs, text_
     model = build_seeded_model(text_config, data.input_shape, data.num_classes)
     # Every block, and the root with the embeddings, head and final norm.
     assert (job.metrics["reduce_scatter_calls"] == len(model.blocks) + 1).all()
+
+
+def test_a_sharded_hf_llama_shards_its_decoder_layers_and_trains_the_one_process_parameters(jobs, text_config,
+                                                                                            tmp_path_factory):
+    """An hf: model (a tiny Llama saved with save_pretrained) is sharded per decoder layer (its
+    _no_split_modules), then the root; AdamW over 2 ranks trains the one-process parameters."""
+    config = text_config.replace(model=f"hf:{saved_model(tmp_path_factory, 'llama')}", optimizer="adamw", lr=1e-3,
+                                 fsdp_reshard_after_backward="off")
+    data = load_data(config)
+    model = build_seeded_model(config, data.input_shape, data.num_classes)
+    layers = blocks(model)
+    assert layers and all(type(layer).__name__ == "LlamaDecoderLayer" for layer in layers)
+    job = jobs(config)
+    assert_matches_references(job)
+    assert (job.metrics["reduce_scatter_calls"] == len(layers) + 1).all()
 
 
 # --- mixed precision ---------------------------------------------------------------------------------
