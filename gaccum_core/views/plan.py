@@ -44,10 +44,15 @@ TABLE_COLUMNS: tuple[tuple[str, str, str | None, str | None], ...] = (
 )
 
 
+# Line styles by (sharding mode, cache clearing on): a sharded mode's line stays apart from ddp's where they meet.
+_DASHES = {("ddp", False): "solid", ("ddp", True): "dash", ("fsdp/every", False): "dot",
+           ("fsdp/every", True): "longdash", ("fsdp/last", False): "dashdot", ("fsdp/last", True): "longdashdot"}
+
+
 def _line(index: int, options: Options) -> dict[str, Any]:
-    """The option combination's line, the same in both charts: colour by its position, dashed with cache
-    clearing (which leaves the counted memory as it is: the plain line shows through)."""
-    return dict(color=PALETTE[index % len(PALETTE)], dash="solid" if options.clear_cache == "off" else "dash")
+    """The option combination's line, the same in both charts: colour by its position, dotted by sharding mode,
+    dashed with cache clearing (which leaves the counted memory as it is: the plain line shows through)."""
+    return dict(color=PALETTE[index % len(PALETTE)], dash=_DASHES[options.sharding, options.clear_cache != "off"])
 
 
 def _measured(plan: Plan) -> list[tuple[int, Options, list[Candidate]]]:
