@@ -59,6 +59,8 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
             store.update_status(run_id, state=RunState.RUNNING, started=now_iso(), device=device_name(device),
                                 world_size=ranks.world_size, pid=os.getpid())
         engine = Engine(config, device, ranks, _run_dir(store, run_id, ranks))
+        if engine.sharded:
+            engine.shared_run_dir()  # a rank that cannot write its part of a checkpoint fails now, not at the first
         _resume_if_checkpointed(store, run_id, engine, ranks)
         from_step = engine.training.counters.step
         if store is not None:

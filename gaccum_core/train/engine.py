@@ -99,7 +99,7 @@ class Engine:
         if not self.sharded:
             return capture(self.model, self.opt, self.opt.params, self.training, self.config.to_dict(), self.device)
         name = share_from_rank0(shard_dir_name(self.training.counters.step))
-        save_shards(self.model, self.optimizer, self._shared_run_dir() / name)
+        save_shards(self.model, self.optimizer, self.shared_run_dir() / name)
         state = capture_progress(self.opt, self.opt.params, self.training, self.config.to_dict(), self.device)
         return {**state, "sharded": name}
 
@@ -107,12 +107,12 @@ class Engine:
         """Continue from a checkpoint: weights, optimizer, schedule, scaler, RNGs, position, in-flight gradients."""
         check_compatible(state, self.config.to_dict(), LENGTH_FIELDS)
         if "sharded" in state:
-            load_shards(self.model, self.optimizer, self._shared_run_dir() / state["sharded"])
+            load_shards(self.model, self.optimizer, self.shared_run_dir() / state["sharded"])
             self.training = restore_progress(state, self.opt, self.opt.params, self.device)
         else:
             self.training = restore(state, self.model, self.opt, self.opt.params, self.device)
 
-    def _shared_run_dir(self) -> Path:
+    def shared_run_dir(self) -> Path:
         """The run directory, which every rank of a sharded run must reach (one machine, or a shared file system)."""
         if self.run_dir is None or not self.run_dir.is_dir():
             raise ValueError(f"sharding fsdp: rank {self.ranks.rank} cannot reach the run directory {self.run_dir} "
