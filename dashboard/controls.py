@@ -134,14 +134,13 @@ def fsdp_trade_off(n: Any, k: Any, sync: str, reshard: str) -> str:
     """What the FSDP options chosen cost and save per optimizer step, in the page's numbers (N, k)."""
     share = f"1/{n}" if isinstance(n, int) and n > 1 else "1/N"
     if sync == "every":
-        words = (f"Each block reduce-scatters after every micro-batch ({k} times a step): each rank keeps "
-                 f"only {share} of the gradient between micro-batches.")
+        words = (f"Every micro-batch reduce-scatters ({k} times a step): each rank keeps {share} of the gradient "
+                 "between micro-batches.")
     else:
-        words = (f"Each block reduce-scatters once a step ({k} times fewer collectives than every), but each "
-                 "rank keeps the whole fp32 gradient between micro-batches.")
-    kept = ("Gathered weights are freed after each block's backward (gathered again for the next micro-batch)."
-            if reshard == "on" else "Gathered weights stay between a window's micro-batches: fewer all-gathers, "
-            "more memory.")
+        words = (f"Only a window's last micro-batch reduce-scatters ({k} times fewer collectives), but each rank "
+                 "keeps the whole fp32 gradient between micro-batches.")
+    kept = ("Weights are gathered again for each micro-batch." if reshard == "on"
+            else "Gathered weights stay between micro-batches: fewer all-gathers, more memory.")
     return f"{words} {kept}"
 
 

@@ -56,7 +56,11 @@ def collectives_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_ot
     for i, run in axis.drawn:
         kinds = [kind for kind in KINDS if calls(run, kind)]
         drawn += [kind for kind in kinds if kind not in drawn]
-        traces += [{**_trace(run, axis.x, kind, colour(i, run)), "showlegend": n == 0} for n, kind in enumerate(kinds)]
+        traces += [{**_trace(run, axis.x, kind, colour(i, run)), "showlegend": False} for kind in kinds]
+        if kinds:  # the run's legend entry: a plain line in its colour (whichever kinds it called)
+            traces.append(scatter([None], [None], mode="lines", name=run.label, legendgroup=run.run_id,
+                                  uid=uid(run, "legend"), line={"color": colour(i, run), "width": 2},
+                                  hoverinfo="skip", showlegend=True))
     keys = [key(KINDS[kind][0], line={"width": 2, "dash": KINDS[kind][1]}) for kind in KINDS if kind in drawn]
     note = WAITING if not axis.drawn else None if traces else NO_COLLECTIVES
     return chart_figure("collectives", TITLE, axis, Y_TITLE, traces + keys, note, log_y,

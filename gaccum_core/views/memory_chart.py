@@ -23,10 +23,11 @@ from gaccum_core.views.traces import WAITING, colour, key, line, scatter, uid
 TITLE = "training memory"
 SUBTITLE = "weights + gradients + optimizer state + activations saved for backward"
 Y_TITLE = "training memory (MB)"
-PER_RANK = ("training memory per rank", f"the largest rank's: {SUBTITLE}", "training memory per rank (MB)")
+# Title, subtitle and y title with several processes shown; short, for a half-page chart with a right axis.
+PER_RANK = ("training memory per rank", "largest rank: weights + grads + optimizer + activations", "MB per rank")
 GRAD_KEPT = "gradients kept between micro-batches"
 RSS = "process memory (RSS)"
-RSS_TITLE = f"{RSS}, MB"
+RSS_TITLE = "process RSS (MB)"  # short: a vertical title longer than a small plot runs off it
 PARTS = ("weights_mb", "gradients_mb", "optimizer_mb", "activation_mb")
 # The CUDA allocator's figures: column -> (legend suffix, dash). Colour tells the runs apart.
 CUDA_LINES = {"mem_allocated_mb": ("allocated (CUDA)", "dash"), "mem_reserved_mb": ("reserved (CUDA)", "dot"),

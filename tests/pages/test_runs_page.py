@@ -1,5 +1,6 @@
 """The Runs page: live progress with Stop, rows clicked to select runs, tags and filters, empty runs last."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,40 @@ def test_the_runs_pages_legends_name_runs_by_their_names_never_by_the_end_of_the
     legends = {trace.get("name", "") for trace in loss["data"]}
     assert any("fp16 try 1" in name for name in legends) and any("bf16 try 1" in name for name in legends)
     assert not any("-try-1" in name for name in legends), legends  # both ids end so
+
+
+def _two_process_run(store, config: RunConfig, reduce_scatters: int, allreduces: int, grad_kept_mb: float) -> str:
+    """A finished 2-process run on disk, its rows written by hand (what the engine records per step)."""
+    run_id = store.create(config)
+    writer = store.writer(run_id)
+    for step in (1, 2, 3):
+        writer.log_step({"step": step, "epoch": 0, "micro_batches": 4, "samples": 64, "samples_seen": 64 * step,
+                         "loss": 2.0 / step, "lr": 0.05, "grad_norm": 1.0, "skipped": 0, "skipped_total": 0,
+                         "activation_mb": 0.01, "cache_clear_s": 0.0, "step_time_s": 0.1, "samples_per_s": 640.0,
+                         "wall_time_s": 0.1 * step, "world_size": 2, "allreduce_calls": allreduces,
+                         "allreduce_bytes": allreduces * 35000, "reduce_scatter_calls": reduce_scatters,
+                         "reduce_scatter_bytes": reduce_scatters * 12000, "all_gather_calls": 2 * reduce_scatters,
+                         "all_gather_bytes": 24000 * reduce_scatters, "weights_mb": 0.03, "gradients_mb": grad_kept_mb,
+                         "optimizer_mb": 0.03, "train_mem_mb": 0.07 + grad_kept_mb, "grad_kept_mb": grad_kept_mb})
+    writer.close()
+    store.update_status(run_id, state="finished", message="")
+    return run_id
+
+
+def test_the_runs_page_draws_collectives_and_memory_per_rank_of_ddp_and_fsdp_runs(runs_dir):
+    """A ddp and an fsdp/every run selected: the collectives chart and the per-rank memory chart, legends by
+    what differs (ddp, fsdp/every), no 'does not apply' line for collectives."""
+    store = _runner().store
+    ddp = CONFIG.replace(nproc=2)
+    ids = [_two_process_run(store, ddp, 0, 1, 0.034), _two_process_run(store, ddp.replace(sharding="fsdp"), 12, 0, 0.017)]
+    at = runs_page()
+    at.multiselect(key="runs_selected").set_value(ids).run()
+    assert not at.exception
+    charts = {chart.key.removeprefix("runs_chart_"): chart for chart in at.get("plotly_chart")}
+    assert "collectives" in charts and "memory" in charts
+    assert not any("Collectives" in c.value for c in at.caption)
+    collectives = json.loads(charts["collectives"].proto.spec)
+    assert {t["name"] for t in collectives["data"] if t.get("showlegend")} >= {"mlp b=8 k=2 N=2 ddp",
+                                                                               "mlp b=8 k=2 N=2 fsdp/every"}
+    memory = json.loads(charts["memory"].proto.spec)
+    assert "per rank" in memory["layout"]["title"]["text"]

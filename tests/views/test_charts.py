@@ -114,8 +114,8 @@ def test_every_chart_draws_overlaid_runs_with_a_stable_uirevision(x):
     # loss and throughput (smoothed): a raw and a smoothed line per run;
     # scale: a line and the skipped marks per run, and the marks' legend key; memory: training memory,
     # activations, process memory and (a 2-process run shown: per rank) gradients kept per run, and four legend
-    # keys for the line styles; collectives: the 2-process run's all-reduces and their key
-    expected = {"loss": 4, "scale": 5, "skipped": 2, "memory": 12, "collectives": 2, "throughput": 4,
+    # keys for the line styles; collectives: the 2-process run's all-reduces, its legend entry and the kind's key
+    expected = {"loss": 4, "scale": 5, "skipped": 2, "memory": 12, "collectives": 3, "throughput": 4,
                 "accuracy": 2, "grad_norm": 2, "lr": 2, "cache": 2}
     for name, figure in figures.items():
         assert isinstance(figure, go.Figure)
@@ -215,7 +215,7 @@ def test_memory_chart_shows_training_memory_first_and_process_memory_apart():
     assert [t.showlegend for t in cpu.data[:3]] == [True, False, False]  # one entry per run, one per style
     assert list(main.y) == [24.0] * 10 and main.line.width > activations.line.width
     assert list(main.customdata[0]) == [1.0, 1.0, 2.0, 20.0] and "optimizer state" in main.hovertemplate
-    assert rss.yaxis == "y2" and rss.opacity < 0.5 and cpu.layout.yaxis2.title.text == "process memory (RSS), MB"
+    assert rss.yaxis == "y2" and rss.opacity < 0.5 and cpu.layout.yaxis2.title.text == "process RSS (MB)"
     assert cpu.layout.title.text == "training memory"
     assert cpu.layout.title.subtitle.text == "weights + gradients + optimizer state + activations saved for backward"
     assert cpu.layout.yaxis.title.text == "training memory (MB)" and cpu.layout.yaxis.rangemode == "tozero"
@@ -465,7 +465,7 @@ def sharded_run(n, label, sync="every", k=4, units=3, grad_mb=0.0655):
 def test_the_collectives_chart_draws_each_runs_calls_per_step_by_kind_with_the_bytes_in_the_hover():
     every, last, ddp = sharded_run(6, "fsdp/every"), sharded_run(6, "fsdp/last", sync="last"), ddp_run(6, "ddp")
     figure = collectives_figure([ddp, every, last], "step")
-    lines = [t for t in figure.data if not t.uid.startswith("key-")]
+    lines = [t for t in figure.data if not t.uid.startswith("key-") and not t.uid.endswith("--legend")]
     by_run_kind = {(t.legendgroup, t.uid.rsplit("--", 1)[1]): t for t in lines}
     assert set(by_run_kind) == {("ddp", "allreduce"), ("fsdp/every", "reduce_scatter"), ("fsdp/every", "all_gather"),
                                 ("fsdp/last", "reduce_scatter"), ("fsdp/last", "all_gather")}
@@ -479,6 +479,8 @@ def test_the_collectives_chart_draws_each_runs_calls_per_step_by_kind_with_the_b
     assert len(set(dashes.values())) == 3
     assert sorted(t.name for t in figure.data if t.showlegend) == sorted(
         ["ddp", "fsdp/every", "fsdp/last", "reduce-scatter", "all-gather", "all-reduce"])
+    assert not any(t.showlegend for t in lines)  # a run's entry is a plain line in its colour, not its first kind's
+    assert {t.line.dash for t in figure.data if t.uid.endswith("--legend")} == {None}
     assert len({t.line.color for t in lines}) == 3
     assert figure.layout.yaxis.rangemode == "tozero" and not annotations(figure)
 
