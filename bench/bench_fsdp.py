@@ -4,7 +4,7 @@ Every run is a RunConfig submitted to a Runner, as the dashboard does (a data-pa
 through torchrun; the thread executor keeps no spare worker that could compete for the cores). Five
 configurations share everything else (gpt --preset on pydoc, seed, b, k, optimizer, steps):
 
-    ddp                 sharding ddp (no_sync inside each window: one all-reduce per unit of gradient)
+    ddp                 sharding ddp (no_sync inside each window: the gradients all-reduced once, in DDP's buckets)
     fsdp/every/reshard  sharding fsdp, fsdp_sync every (reduce-scatter after each micro-batch), reshard on
     fsdp/every/keep     ... fsdp_reshard_after_backward off (gathered weights kept between micro-batches)
     fsdp/last/reshard   sharding fsdp, fsdp_sync last (one reduce-scatter per unit per window), reshard on
@@ -29,7 +29,7 @@ changes the last bits, and training (AdamW most) lets that grow over the steps. 
 largest relative difference |loss - ddp's| / ddp's at step 2 (after one update) and at the last step,
 and checks the last against --tolerance (default 1e-5).
 
-    python bench/bench_fsdp.py [--repeats 3] [--preset mini] [--steps 40] [--micro-batch-size 4]
+    python bench/bench_fsdp.py [--repeats 3] [--preset mini] [--steps 30] [--micro-batch-size 4]
         [--accum-steps 4] [--max-seq-len 128] [--quick] [--json out.json]
 """
 
@@ -174,7 +174,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--micro-batch-size", type=int, default=4, help="b of each of the 2 processes")
     parser.add_argument("--accum-steps", type=int, default=4, help="k (at least 2, so fsdp_sync modes differ)")
     parser.add_argument("--optimizer", default="adamw", help="adamw: its state is what FSDP shards most")
-    parser.add_argument("--steps", type=int, default=40, help="optimizer steps per run")
+    parser.add_argument("--steps", type=int, default=30, help="optimizer steps per run")
     parser.add_argument("--skip-steps", type=int, default=5, help="warm-up steps left out of the figures")
     parser.add_argument("--repeats", type=int, default=3, help="rounds, each running every configuration once")
     parser.add_argument("--tolerance", type=float, default=1e-5, help="largest final-loss difference from ddp")
