@@ -86,6 +86,10 @@ for verdict in summary.verdicts:
     say = st.success if verdict.coincide and verdict.expected else st.info if not verdict.expected else st.warning
     say(plain(verdict.text()))
 st.dataframe(display_table(table), hide_index=True, width="stretch")
+st.caption("± is the 95% interval over a cell's repeats (Student's t). samples/s: each run's median after its "
+           "first tenth of steps (warm-up); peak MB: the training memory the planner counts (weights, gradients, "
+           "optimizer state, activations). coincides: the largest relative loss difference to the first cell of "
+           "its b/k group, at the same seed.")
 st.download_button("Download summary.csv", table.to_csv(index=False), file_name=f"sweep-{shown}-summary.csv",
                    mime="text/csv", key="sweep_csv")
 if table["runs"].sum() == 0:

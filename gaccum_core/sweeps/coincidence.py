@@ -46,21 +46,31 @@ class Verdict:
         return self.labels[i + 1], self.diffs[i], self.steps[i]
 
     def text(self) -> str:
-        """The verdict in one sentence."""
-        names = " and ".join(self.labels)
+        """The verdict in one sentence, the cells named by what tells them apart (b and k), what they share after."""
+        names, shared = _told_apart(self.labels)
+        together = " and ".join(names) + (f" ({shared})" if shared else "")
         label, diff, step = self.largest
+        label = names[self.labels.index(label)]
         if self.coincide:
-            return (f"{names} coincide, as exact accumulation promises: their losses differ by at most "
+            return (f"{together} coincide, as exact accumulation promises: their losses differ by at most "
                     f"{diff:.1e} (relative)." if self.expected else
-                    f"{names} coincide (reduction {self.reduction}: no partial window made them differ; "
+                    f"{together} coincide (reduction {self.reduction}: no partial window made them differ; "
                     f"largest difference {diff:.1e}).")
         where = f" at step {step}" if step is not None else ""
-        gap = "not comparable (no repeat done in both, other step counts or a non-finite loss)" if math.isinf(diff) else \
-            f"{diff:.1e} (relative){where}, above the {self.tolerance:.0e} tolerance"
+        gap = ("not comparable (no repeat done in both, other step counts or a non-finite loss)" if math.isinf(diff)
+               else f"{diff:.1e} (relative){where}, above the {self.tolerance:.0e} tolerance")
         why = ("they must coincide under reduction mean or sum: a bug, or rounding grown beyond the tolerance"
                if self.expected else f"expected under reduction {self.reduction}: the textbook loss weighs "
                                      "a partial window's micro-batches equally")
-        return f"{names} do not coincide: {label} differs from {self.labels[0]} by {gap}; {why}."
+        return f"{together} do not coincide: {label} differs from {names[0]} by {gap}; {why}."
+
+
+def _told_apart(labels: tuple[str, ...]) -> tuple[list[str], str]:
+    """Each label without the words every label has, and those shared words: (['b=8 k=8', 'b=32 k=2'], 'bf16')."""
+    words = [label.split() for label in labels]
+    shared = [w for w in words[0] if all(w in other for other in words[1:])]
+    own = [" ".join(w for w in label if w not in shared) or " ".join(label) for label in words]
+    return own, " ".join(shared)
 
 
 def group_key(config: RunConfig) -> tuple:

@@ -9,6 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from gaccum_core.sweeps.stats import t_975
+from gaccum_core.train.metrics import smooth_ema
 from gaccum_core.sweeps.labels import setting_words
 from gaccum_core.views.colours import colour_at
 
@@ -41,8 +42,8 @@ def parallel_figure(table: pd.DataFrame, fields: list[str]) -> go.Figure:
     loss = done["final_loss_mean"]
     figure = go.Figure(go.Parcoords(dimensions=dimensions, line=dict(
         color=loss.tolist(), colorscale="Viridis", showscale=True, colorbar=dict(title="final loss", thickness=12))))
-    figure.update_layout(**{**_LAYOUT, "margin": dict(l=70, r=70, t=70, b=30)},
-                         title="Settings → speed, memory, loss (drag along an axis to pick cells)")
+    figure.update_layout(**{**_LAYOUT, "margin": dict(l=80, r=130, t=110, b=30)},
+                         title=dict(text="Settings → speed, memory, loss (drag along an axis to pick cells)", y=0.97))
     return figure
 
 
@@ -63,34 +64,37 @@ def speed_memory_figure(table: pd.DataFrame) -> go.Figure:
     return figure
 
 
-def loss_bands(curves: pd.DataFrame, x: str) -> pd.DataFrame:
-    """Per cell and step: x (its mean over the repeats), the mean loss and its 95 % half-width (NaN with
-    one repeat)."""
-    grouped = curves.groupby(["cell", "label", "step"], sort=True)
+def loss_bands(curves: pd.DataFrame, x: str, smoothing: float = 0.0) -> pd.DataFrame:
+    """Per cell and step: x (its mean over the repeats), the mean of the repeats' losses (each EMA-smoothed
+    first with `smoothing`, as the Train page's) and its 95 % half-width (NaN with one repeat)."""
+    smoothed = curves.assign(loss=curves.groupby("run_id", sort=False)["loss"].transform(
+        lambda loss: smooth_ema(loss.astype(float).tolist(), smoothing)))
+    grouped = smoothed.groupby(["cell", "label", "step"], sort=True)
     bands = grouped.agg(x=(x, "mean"), loss=("loss", "mean"), sd=("loss", "std"), n=("loss", "count")).reset_index()
     t = bands["n"].map(lambda n: t_975(n - 1) if n > 1 else np.nan)
     return bands.assign(ci=t * bands["sd"] / np.sqrt(bands["n"]))
 
 
-def loss_band_figure(curves: pd.DataFrame, x: str = "samples_seen") -> go.Figure:
-    """The training loss of each cell against samples (or tokens) seen: its mean over the repeats, with
-    the 95 % interval as a shaded band."""
+def loss_band_figure(curves: pd.DataFrame, x: str = "samples_seen", smoothing: float = 0.6) -> go.Figure:
+    """The training loss of each cell against samples (or tokens) seen: its mean over the repeats (each
+    repeat smoothed first), with the 95 % interval as a shaded band (cut at 0: a loss is not negative)."""
     figure = go.Figure()
-    bands = loss_bands(curves, x)
+    bands = loss_bands(curves, x, smoothing)
+    floor = 0.0 if (bands["loss"] >= 0).all() else -np.inf
     for i, ((cell, label), band) in enumerate(bands.groupby(["cell", "label"], sort=True)):
         colour = colour_at(i)
         if band["ci"].notna().any():
-            upper, lower = band["loss"] + band["ci"], band["loss"] - band["ci"]
+            upper, lower = band["loss"] + band["ci"], np.maximum(band["loss"] - band["ci"], floor)
             figure.add_trace(go.Scatter(
                 x=np.concatenate([band["x"], band["x"][::-1]]), y=np.concatenate([upper, lower[::-1]]),
-                fill="toself", fillcolor=colour, opacity=0.2, line=dict(width=0), name=f"{label} 95% band",
+                fill="toself", fillcolor=colour, opacity=0.15, line=dict(width=0), name=f"{label} 95% band",
                 legendgroup=str(cell), showlegend=False, hoverinfo="skip"))
+        spread = " ± %{customdata:.4f}" if band["ci"].notna().any() else ""
         figure.add_trace(go.Scatter(x=band["x"], y=band["loss"], name=label, legendgroup=str(cell), mode="lines",
-                                    line=dict(color=colour, width=1.6),
-                                    customdata=band["ci"], hovertemplate=f"{label}<br>loss %{{y:.4f}} ± %{{customdata:.4f}}"
-                                                                         "<extra></extra>"))
+                                    line=dict(color=colour, width=1.8), customdata=band["ci"],
+                                    hovertemplate=f"{label}<br>loss %{{y:.4f}}{spread}<extra></extra>"))
     title = "tokens seen" if x == "tokens_seen" else "samples seen"
-    figure.update_layout(**_LAYOUT, title="Training loss per cell: mean and 95% band over repeats",
-                         xaxis_title=title, yaxis_title="loss", yaxis_type="log", hovermode="x unified",
+    figure.update_layout(**_LAYOUT, title=f"Loss per cell: mean and 95% band (smoothed {smoothing:g})",
+                         xaxis_title=title, yaxis_title="loss", hovermode="x unified",
                          legend=dict(orientation="h", y=-0.25))
     return figure

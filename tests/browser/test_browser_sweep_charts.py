@@ -68,7 +68,7 @@ def draw(figures):
 
 def test_parallel_coordinates_and_loss_bands_as_drawn():
     found = summary()
-    parallel, bands = draw([parallel_figure(found.table, list(SPEC.fields)), loss_band_figure(found.curves)])
+    parallel, bands = draw([parallel_figure(found.table, list(SPEC.fields)), loss_band_figure(found.curves, smoothing=0.0)])
 
     (coordinates,) = parallel
     assert coordinates["type"] == "parcoords"
