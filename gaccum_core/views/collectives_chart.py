@@ -36,7 +36,7 @@ def has_collectives(run: RunSeries) -> bool:
     return any(calls(run, kind) for kind in KINDS)
 
 
-def _trace(run: RunSeries, x: str, kind: str, colour_: str) -> dict[str, Any]:
+def _trace(run: RunSeries, x: str, kind: str, colour_: str, width: float) -> dict[str, Any]:
     """One collective of one run: its calls per step, the MB they carried in the hover."""
     name, dash = KINDS[kind]
     points = downsample(run.metrics, x, f"{kind}_calls")
@@ -44,8 +44,17 @@ def _trace(run: RunSeries, x: str, kind: str, colour_: str) -> dict[str, Any]:
     mb = np.zeros(len(points)) if sent is None else sent.to_numpy(dtype=float) / MB
     return scatter(points[x].to_numpy(), points[f"{kind}_calls"].to_numpy(dtype=float),
                    mode="lines" if len(points) > 1 else "lines+markers", name=run.label, legendgroup=run.run_id,
-                   uid=uid(run, kind), line={"color": colour_, "dash": dash, "width": 2, "shape": "hv"},
+                   uid=uid(run, kind), line={"color": colour_, "dash": dash, "width": width, "shape": "hv"},
                    customdata=mb, hovertemplate=f"%{{y:d}} {name}s, %{{customdata:.3g}} MB")
+
+
+def _covered_by(run: RunSeries, kind: str, later: list[RunSeries]) -> int:
+    """How many later runs call this collective exactly as often at every step: their lines are drawn on top of
+    this one, which is drawn wider by as many so that every run's colour still shows (fsdp every and last
+    all-gather alike)."""
+    column = f"{kind}_calls"
+    counts = run.metrics[column].tolist()
+    return sum(1 for other in later if column in other.metrics and other.metrics[column].tolist() == counts)
 
 
 def collectives_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_other_options: Any) -> go.Figure:
@@ -53,10 +62,12 @@ def collectives_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_ot
     one rank; one legend entry per run and one per kind drawn."""
     axis = resolve_axis(runs, x)
     traces, drawn = [], []
-    for i, run in axis.drawn:
+    shown = [run for _, run in axis.drawn]
+    for n, (i, run) in enumerate(axis.drawn):
         kinds = [kind for kind in KINDS if calls(run, kind)]
         drawn += [kind for kind in kinds if kind not in drawn]
-        traces += [{**_trace(run, axis.x, kind, colour(i, run)), "showlegend": False} for kind in kinds]
+        traces += [{**_trace(run, axis.x, kind, colour(i, run), 2 + 2 * _covered_by(run, kind, shown[n + 1:])),
+                    "showlegend": False} for kind in kinds]
         if kinds:  # the run's legend entry: a plain line in its colour (whichever kinds it called)
             traces.append(scatter([None], [None], mode="lines", name=run.label, legendgroup=run.run_id,
                                   uid=uid(run, "legend"), line={"color": colour(i, run), "width": 2},

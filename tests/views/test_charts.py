@@ -504,3 +504,14 @@ def test_the_memory_chart_of_several_processes_is_per_rank_and_shows_what_shardi
     single = memory_figure([run(6, "a")], "step")  # one process: the figures are the process's, no kept line
     assert "per rank" not in single.layout.title.text
     assert not [t for t in single.data if t.uid.endswith("--grad_kept_mb")]
+
+
+def test_runs_that_call_as_many_collectives_stay_visible_under_each_other():
+    every, last = sharded_run(4, "fsdp/every"), sharded_run(4, "fsdp/last", sync="last")
+    figure = collectives_figure([every, last], "step")
+    gathers = {t.legendgroup: t for t in figure.data if t.uid.endswith("--all_gather")}
+    assert list(gathers["fsdp/every"].y) == list(gathers["fsdp/last"].y)  # the same all-gathers per step
+    assert gathers["fsdp/every"].line.width > gathers["fsdp/last"].line.width  # the earlier one shows around it
+    assert gathers["fsdp/last"].line.width == 2  # the line on top, like every line nothing covers
+    scatters = {t.legendgroup: t.line.width for t in figure.data if t.uid.endswith("--reduce_scatter")}
+    assert scatters == {"fsdp/every": 2, "fsdp/last": 2}  # 12 and 3 per step: apart, both thin
