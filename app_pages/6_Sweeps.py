@@ -38,10 +38,21 @@ if st.button("Start sweep", type="primary", key="sweep_start", disabled=spec is 
     st.rerun()
 
 
+def runs_ended(sweeps_going) -> tuple:
+    """Which sweeps go and how many of their runs have ended: when it changes, the page is drawn again."""
+    return tuple((job.sweep_id, job.progress().done, job.progress().failed) for job in sweeps_going)
+
+
+st.session_state["_sweep_drawn"] = runs_ended(going)
+
+
 @st.fragment(run_every=REFRESH_S if going else None)
 def live() -> None:
-    """Each sweep going: runs done of all, the time left, the run training; the page is redrawn when it ends."""
+    """Each sweep going: runs done of all, the time left, the run training; the page (its table and charts)
+    is drawn again whenever a run ends and when the sweep does."""
     now = jobs.going()
+    if runs_ended(now) != st.session_state.get("_sweep_drawn"):
+        st.rerun()
     for job in now:
         state = job.progress()
         left = f" · {format_eta(state.eta_s)}" if state.eta_s is not None else ""
@@ -52,8 +63,6 @@ def live() -> None:
             progress(snapshot)
         if st.button("Stop the sweep", key=f"sweep_stop_{job.sweep_id}"):
             job.stop()
-    if len(now) != len(going):
-        st.rerun()
 
 
 live()
@@ -88,8 +97,8 @@ for verdict in summary.verdicts:
 st.dataframe(display_table(table), hide_index=True, width="stretch")
 st.caption("± is the 95% interval over a cell's repeats (Student's t). samples/s: each run's median after its "
            "first tenth of steps (warm-up); peak MB: the training memory the planner counts (weights, gradients, "
-           "optimizer state, activations). coincides: the largest relative loss difference to the first cell of "
-           "its b/k group, at the same seed.")
+           "optimizer state, activations); skipped steps are shown where fp16's GradScaler skipped some. coincides: "
+           "the largest relative loss difference to the first cell (ref.) of its b/k group, at the same seed.")
 st.download_button("Download summary.csv", table.to_csv(index=False), file_name=f"sweep-{shown}-summary.csv",
                    mime="text/csv", key="sweep_csv")
 if table["runs"].sum() == 0:

@@ -24,13 +24,13 @@ def mean_pm(mean: float, ci: float, digits: int) -> str:
 
 
 def _coincides_text(row: pd.Series) -> str:
-    """'yes (reference)', 'yes: 2.1e-07' or 'NO: 3.6e-02' (the largest relative loss difference to the
+    """'yes (ref.)', 'yes: 2.1e-07' or 'NO: 3.6e-02' (the largest relative loss difference to the
     reference, the first cell of its b/k group); '' for a cell compared with none."""
     if row["coincides"] is None or (isinstance(row["coincides"], float) and math.isnan(row["coincides"])):
         return ""
     said = "yes" if bool(row["coincides"]) else "NO"
     if not row["coincides_with"]:
-        return f"{said} (reference)"
+        return f"{said} (ref.)"
     diff = row["loss_max_diff"]
     return f"{said}: " + ("not comparable" if math.isinf(diff) else f"{diff:.1e}")
 
@@ -45,5 +45,6 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
             continue
         shown[title] = [mean_pm(m, c, digits) for m, c in zip(table[f"{name}_mean"], table[f"{name}_ci"])]
     shown["peak MB"] = [f"{v:.1f}" if math.isfinite(v) else "" for v in table["peak_mem_mb"]]
-    shown["skipped"] = [f"{v:g}" if math.isfinite(v) else "" for v in table["skipped"]]
+    if (table["skipped"].fillna(0) > 0).any():  # skipped steps (fp16's GradScaler) only where some were
+        shown["skipped"] = [f"{v:g}" if math.isfinite(v) else "" for v in table["skipped"]]
     return shown

@@ -24,7 +24,8 @@ def test_each_cell_says_whether_it_coincides_with_its_reference():
         "tokens_per_s_mean": [nan] * 3, "tokens_per_s_ci": [nan] * 3,
         "peak_mem_mb": [0.2, 0.6, nan], "skipped": [0.0, 0.0, nan]})
     shown = display_table(table)
-    assert list(shown["coincides"]) == ["yes (reference)", "NO: 3.6e-02", ""]
+    assert list(shown["coincides"]) == ["yes (ref.)", "NO: 3.6e-02", ""]
     assert list(shown["runs"]) == ["2/2", "2/2", "1/2"]
-    assert "tokens/s" not in shown  # no cell trained on text
+    assert "tokens/s" not in shown and "skipped" not in shown  # no cell trained on text or skipped a step
+    assert list(display_table(table.assign(skipped=[0.0, 3.0, nan]))["skipped"]) == ["0", "3", ""]
     assert list(shown["final loss"]) == ["1.0000 ± 1", "2.0000 ± 2", ""]
