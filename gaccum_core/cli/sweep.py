@@ -154,11 +154,11 @@ def _report(summary: Summary, args: argparse.Namespace, status: int) -> int:
     """The summary on stdout (a table and the verdicts, or JSON), summary.csv's path last."""
     where = sweep_dir(args.runs_dir, summary.spec.sweep_id) / "summary.csv"
     if args.json:
+        verdicts = [{"cells": list(v.labels), "expected": v.expected, "coincide": v.coincide,
+                     "max_diff": _finite(v.largest[1]), "text": v.text()} for v in summary.verdicts]
         print(json.dumps({"sweep_id": summary.spec.sweep_id, "summary_csv": str(where.resolve()),
-                          "complete": summary.complete,
-                          "cells": json.loads(summary.table.to_json(orient="records")),
-                          "verdicts": [{"cells": list(v.labels), "expected": v.expected, "coincide": v.coincide,
-                                        "max_diff": _finite(v.largest[1]), "text": v.text()} for v in summary.verdicts]}))
+                          "complete": summary.complete, "verdicts": verdicts,
+                          "cells": json.loads(summary.table.to_json(orient="records"))}))
         return status
     print(display_table(summary.table).to_string(index=False))
     for verdict in summary.verdicts:

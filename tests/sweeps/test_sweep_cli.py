@@ -114,6 +114,11 @@ def test_rerunning_the_sweep_skips_the_finished_runs(swept, capsys):
     assert runs_on_disk(runs) == before
     assert "16 of 16 runs done (16 done before)" in captured.err
     assert captured.out.strip().splitlines()[-1].endswith("summary.csv")
+    assert sweep(runs, "--summary-only", "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["complete"] and runs_on_disk(runs) == before
+    verdicts = sorted((v["expected"], v["coincide"]) for v in report["verdicts"])
+    assert verdicts == [(False, False), (False, False), (True, True), (True, True)]  # per lr: mean, mean per µb
 
 
 def test_print_commands_prints_a_runnable_run_per_run_not_done(tmp_path, capsys):
