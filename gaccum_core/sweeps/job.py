@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from gaccum_core.runs.claim import RunBusyError
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.snapshot import RunSnapshot
-from gaccum_core.states import FINAL_STATES
+from gaccum_core.states import FINAL_STATES, RunState
 from gaccum_core.sweeps.devices import Lane, lanes
 from gaccum_core.sweeps.files import write_spec, write_summary
 from gaccum_core.sweeps.members import DONE_STATES, RESUMABLE_STATES, Member, find_members
@@ -93,12 +93,12 @@ class SweepJob:
                     break
             self.summary = summarize(self.runner.store, self.spec)
             write_summary(self.runner.store.root, self.sweep_id, self.summary.table)
-            state = "stopped" if self._stop.is_set() else "finished"
-            message = ""
+            state, message = "stopped" if self._stop.is_set() else "finished", None
         except Exception as exc:  # the disk, a run directory removed under it: the sweep still ends, said why
             state, message = "failed", f"{type(exc).__name__}: {exc}"
         with self._lock:
-            self._state, self._message = state, message
+            self._state = state
+            self._message = self._message if message is None else message  # a run's failure stays said
         self._ended.set()
 
     def _lane(self, number: int, lane: Lane, members: dict[tuple[int, int], Member]) -> None:
@@ -106,20 +106,33 @@ class SweepJob:
             if self._stop.is_set():
                 return
             run = self.runs[index]
-            started = time.monotonic()
-            run_id = self._start_run(run, members.get((run.cell, run.repeat)), lane.device)
-            if run_id is None:  # trained by another process right now: counted when it is done there
-                continue
+            try:
+                state = self._train(number, run, members.get((run.cell, run.repeat)), lane.device)
+            except Exception as exc:  # the runs directory cannot take the run: it counts as failed, said why
+                state = RunState.FAILED
+                with self._lock:
+                    self._current.pop(number, None)
+                    self._message = f"{run.name}: {type(exc).__name__}: {exc}"
             with self._lock:
-                self._current[number] = run_id
-            if self._stop.is_set():
-                self.runner.stop(run_id)
-            state = self.runner.wait(run_id).state
-            with self._lock:
-                del self._current[number]
-                self._durations.append(time.monotonic() - started)
                 self._done_here += state in DONE_STATES
-                self._failed += state not in DONE_STATES and not self._stop.is_set()
+                self._failed += state is not None and state not in DONE_STATES and not self._stop.is_set()
+
+    def _train(self, number: int, run: SweepRun, member: Member | None, device: str | None) -> str | None:
+        """Start the run (or resume it) and wait for it to end; its final state, None when another process
+        trains it now (it is counted when it is done there)."""
+        started = time.monotonic()
+        run_id = self._start_run(run, member, device)
+        if run_id is None:
+            return None
+        with self._lock:
+            self._current[number] = run_id
+        if self._stop.is_set():
+            self.runner.stop(run_id)
+        state = self.runner.wait(run_id).state
+        with self._lock:
+            del self._current[number]
+            self._durations.append(time.monotonic() - started)
+        return state
 
     def _start_run(self, run: SweepRun, member: Member | None, device: str | None) -> str | None:
         """Resume the run's earlier attempt when it can go on from a checkpoint, else submit it anew
