@@ -64,10 +64,11 @@ def test_a_valid_run_id_in_the_url_opens_that_run(runs_dir):
     at.query_params["run"] = run_id
     at.run()
     assert at.multiselect(key="runs_selected").value == [run_id]
-    # fp32 runs without cache clearing: no loss scale, skipped steps or clearing time to draw, a line each instead
+    # A one-process fp32 run without cache clearing: no loss scale, skipped steps, clearing time or collectives to
+    # draw, a line each instead
     drawn = {chart.key.removeprefix("runs_chart_") for chart in at.get("plotly_chart")}
-    assert drawn == set(CHARTS) - {"scale", "skipped", "cache"}
-    assert sum("not applicable" in c.value for c in at.caption) == 3, [c.value for c in at.caption]
+    assert drawn == set(CHARTS) - {"scale", "skipped", "cache", "collectives"}
+    assert sum("not applicable" in c.value for c in at.caption) == 4, [c.value for c in at.caption]
 
 
 class NotWeights:
