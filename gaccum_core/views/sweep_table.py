@@ -36,10 +36,10 @@ def _coincides_text(row: pd.Series) -> str:
 
 
 def display_table(table: pd.DataFrame) -> pd.DataFrame:
-    """The summary as text columns: cell, runs done of repeats, the coincidence verdict, each figure as
-    mean ± CI, peak training memory, skipped steps. Tokens/s only when some cell trained on text."""
-    shown = pd.DataFrame({"cell": table["label"], "runs": [f"{r}/{n}" for r, n in zip(table["runs"], table["repeats"])],
-                          "coincides": [_coincides_text(row) for _, row in table.iterrows()]})
+    """The summary as text columns: cell, the coincidence verdict, each figure as mean ± CI, peak training
+    memory, skipped steps, runs done of repeats. Tokens/s only when some cell trained on text, skipped
+    steps only when some cell skipped one."""
+    shown = pd.DataFrame({"cell": table["label"], "coincides": [_coincides_text(row) for _, row in table.iterrows()]})
     for title, name, digits in _FIGURES:
         if name == "tokens_per_s" and table[f"{name}_mean"].isna().all():
             continue
@@ -47,4 +47,5 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     shown["peak MB"] = [f"{v:.1f}" if math.isfinite(v) else "" for v in table["peak_mem_mb"]]
     if (table["skipped"].fillna(0) > 0).any():  # skipped steps (fp16's GradScaler) only where some were
         shown["skipped"] = [f"{v:g}" if math.isfinite(v) else "" for v in table["skipped"]]
+    shown["runs"] = [f"{r}/{n}" for r, n in zip(table["runs"], table["repeats"])]  # last: mostly n/n
     return shown
