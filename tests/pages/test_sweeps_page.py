@@ -58,3 +58,31 @@ def test_refused_values_are_named_by_their_control_and_disable_start(runs_dir):
     assert at.button(key="sweep_start").disabled
     assert any("Loss reductions = '' is not allowed: at least one value picked" in e.value for e in at.error)
     assert not (runs_dir / "sweeps").exists()
+
+
+def test_stop_ends_the_sweep_after_its_run_in_progress_and_start_goes_on_from_there(runs_dir, gate):
+    from dashboard.sweep_jobs import sweep_jobs
+
+    at = sweeps_page()
+    at.selectbox(key="sweep_model").select("mlp")
+    at.number_input(key="sweep_max_steps").set_value(2)
+    at.number_input(key="sweep_repeats").set_value(1)
+    at.run()
+    gate.hold(step=1)
+    at.button(key="sweep_start").click().run()
+    gate.wait_until_held()
+    (job,) = sweep_jobs().going()
+    at.run()
+    assert any("0 of 4 runs done" in p.proto.text for p in at.get("progress"))
+    at.button(key=f"sweep_stop_{job.sweep_id}").click().run()
+    gate.release()
+    assert job.wait(120)
+    assert job.progress().state == "stopped"
+    stopped = [d for d in runs_dir.iterdir() if d.name != "sweeps"]
+    assert len(stopped) == 1  # no run started after Stop
+    at.run()
+    at.button(key="sweep_start").click().run()
+    _wait_for_the_sweep(at)
+    runs = [d for d in runs_dir.iterdir() if d.name != "sweeps"]
+    assert len(runs) == 4 and stopped[0] in runs  # the stopped run went on from its checkpoint, in its directory
+    assert list(at.dataframe[0].value["runs"]) == ["1/1"] * 4
