@@ -48,11 +48,11 @@ if "message" in table.columns:
                       "from here meanwhile)."))
 linked = st.query_params.get("run")
 if linked is not None and SELECTED not in st.session_state:
-    try:  # ?run=<id> links to one run; the id is checked before any path is built from it
-        if validate_run_id(linked) in set(table["run_id"]):
-            st.session_state[SELECTED] = [linked]
-        else:
-            st.warning(f"No run {linked!r} in {store.root.resolve()}.")
+    try:  # ?run=<id> links to a run, ?run=<id>,<id> to several (a sweep's cell); each id checked before any path
+        ids = [validate_run_id(run_id) for run_id in linked.split(",")]
+        st.session_state[SELECTED] = [run_id for run_id in ids if run_id in set(table["run_id"])]
+        for missing in (run_id for run_id in ids if run_id not in set(table["run_id"])):
+            st.warning(f"No run {missing!r} in {store.root.resolve()}.")
     except StoreError as exc:
         st.error(str(exc))
 states = table.set_index("run_id")["state"]

@@ -112,6 +112,8 @@ st.subheader("A cell's runs")
 cell = st.selectbox("Cell", list(table["cell"]), format_func=dict(zip(table["cell"], table["label"])).get,
                     key="sweep_cell")
 runs = summary.curves[summary.curves["cell"] == cell].groupby(["repeat", "run_id"])["loss"].last().reset_index()
+st.markdown(f"[Open the cell's {len(runs)} runs on the Runs page](Runs?run={','.join(runs['run_id'])}), "
+            "compared there: settings, charts, CSV.")
 runs.insert(0, "open", "Runs?run=" + runs["run_id"])
 st.dataframe(runs.rename(columns={"loss": "final loss"}), hide_index=True, width="stretch",
              column_config={"open": st.column_config.LinkColumn("open", display_text="open on Runs")})

@@ -126,6 +126,16 @@ def test_a_run_linked_by_its_id_is_selected_in_the_table(runs_dir):
     assert at.session_state["runs_table"]["selection"]["rows"] == [list(_table(at)["run_id"]).index(first)]
 
 
+def test_runs_linked_together_are_selected_together_and_a_missing_one_is_named(runs_dir):
+    first, second = _finished("first", "second")
+    at = AppTest.from_file(RUNS, default_timeout=60)
+    at.query_params["run"] = f"{first},20990101-000000-abcdef,{second}"
+    at.run()
+    assert not at.exception
+    assert at.multiselect(key="runs_selected").value == [first, second]
+    assert any("No run '20990101-000000-abcdef'" in w.value for w in at.warning)
+
+
 def test_tags_are_saved_shown_and_filter_the_table_and_a_bad_tag_is_named(runs_dir):
     first, second = _finished("first", "second")
     at = runs_page()

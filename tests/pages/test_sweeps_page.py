@@ -46,6 +46,8 @@ def test_a_grid_built_on_the_page_runs_and_its_table_and_verdicts_show(runs_dir,
     assert (runs_dir / "sweeps" / sweep_id / "summary.csv").is_file()
     assert f"sweep-{sweep_id}-summary.csv" in downloads
     assert len(at.get("plotly_chart")) == 3
+    first_cell = [d.name for d in runs_dir.iterdir() if d.name.endswith(f"sweep-{sweep_id}-c0-r0")]
+    assert any(f"(Runs?run={first_cell[0]})" in m.value for m in at.markdown)  # the cell's runs, on the Runs page
 
 
 def test_refused_values_are_named_by_their_control_and_disable_start(runs_dir):
