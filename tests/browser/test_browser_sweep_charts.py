@@ -1,7 +1,6 @@
 """The Sweeps page's figures as plotly.js draws them in Chromium (read back from _fullData): the parallel
 coordinates carry each cell's settings and outcomes, the loss bands span mean ± the 95 % interval."""
 
-import json
 import math
 import statistics
 from pathlib import Path
