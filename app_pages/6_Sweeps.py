@@ -34,8 +34,12 @@ elif spec is not None:
     st.caption(f"{describe_sweep(spec)}, {sweep_controls.gpus_text()} · sweep {spec.sweep_id} (runs a previous "
                "start finished are skipped)")
 if st.button("Start sweep", type="primary", key="sweep_start", disabled=spec is None or bool(problem) or bool(going)):
-    st.session_state["_keep_sweep_pick"] = jobs.start(spec).sweep_id  # the sweep shown below: this one
-    st.rerun()
+    try:
+        st.session_state["_keep_sweep_pick"] = jobs.start(spec).sweep_id  # the sweep shown below: this one
+    except OSError as exc:  # the runs directory cannot take the sweep's spec
+        st.error(f"Cannot start: {exc} (the runs directory is set by GACCUM_RUNS_DIR)")
+    else:
+        st.rerun()
 
 
 def runs_ended(sweeps_going) -> tuple:

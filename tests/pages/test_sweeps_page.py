@@ -88,3 +88,14 @@ def test_stop_ends_the_sweep_after_its_run_in_progress_and_start_goes_on_from_th
     runs = [d for d in runs_dir.iterdir() if d.name != "sweeps"]
     assert len(runs) == 4 and stopped[0] in runs  # the stopped run went on from its checkpoint, in its directory
     assert list(at.dataframe[0].value["runs"]) == ["1/1"] * 4
+
+
+def test_a_runs_directory_that_cannot_take_the_sweep_is_said_so(tmp_path, monkeypatch):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv("GACCUM_RUNS_DIR", str(blocked))
+    at = sweeps_page()
+    at.selectbox(key="sweep_model").select("mlp").run()
+    at.button(key="sweep_start").click().run()
+    assert not at.exception
+    assert any(e.value.startswith("Cannot start:") and "GACCUM_RUNS_DIR" in e.value for e in at.error)
