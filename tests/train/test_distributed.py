@@ -16,10 +16,9 @@ import torch
 from gaccum_core.config import RunConfig
 from gaccum_core.data import load_data
 from gaccum_core.models.build import build_seeded_model
-from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
 from gaccum_core.train.distributed import Ranks, share
-from jobs import (ATOL, RTOL, WAIT_S, WORLD, Jobs, assert_matches_references, assert_none_survive, job_processes,
+from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,
                   last_windows, max_diff, one_process_references, reference, stop_and_assert_stopped, wait_for_rows)
 
 pytestmark = pytest.mark.multiprocess
@@ -39,36 +38,6 @@ ADAMW = PARTIAL.replace(optimizer="adamw", lr=1e-3, weight_decay=0.01)
 EMPTY_SHARE = SGD.replace(fake_samples=100)
 SYNC_EVERY = SGD.replace(sync_every_micro_batch=True)
 ONE_PER_STEP = SGD.replace(accum_steps=1, max_steps=3)  # one backward per step: one pass over the buckets
-
-
-# --- fixtures --------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def jobs(tmp_path_factory):
-    """The module's shared 2-process jobs (no fault is armed in their environment)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.delenv("GACCUM_FAULTS", raising=False)
-        patch.delenv("GACCUM_FAULTS_RANK", raising=False)
-        runner = Runner(str(tmp_path_factory.mktemp("dist_runs")), executor="thread")
-        try:
-            yield Jobs(runner)
-        finally:
-            runner.close()
-
-
-@pytest.fixture
-def make_runner(tmp_path):
-    """Runners of the test's own (for a test that arms faults through the environment), closed after it."""
-    made: list[Runner] = []
-
-    def make(**options) -> Runner:
-        made.append(Runner(str(tmp_path), executor="thread", **options))
-        return made[-1]
-
-    yield make
-    for runner in made:
-        runner.close()
 
 
 # --- 1, 2: the oracles -------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from gaccum_core.train.fsdp import blocks
 from gaccum_core.train.memory import MB
 from gaccum_core.train.shards import SHARDS_DIR
 from hfmodels import saved_model
-from jobs import (ATOL, RTOL, WAIT_S, WORLD, Jobs, assert_matches_references, assert_none_survive, job_processes,
+from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,
                   last_windows, max_diff, one_process_references, reference, stop_and_assert_stopped, wait_for_rows)
 
 pytestmark = pytest.mark.multiprocess
@@ -40,33 +40,6 @@ MODES = {f"{sync}-reshard_{reshard}": BASE.replace(fsdp_sync=sync, fsdp_reshard_
 ADAMW = MODES["last-reshard_off"].replace(optimizer="adamw", lr=1e-3, weight_decay=0.01)
 # 100 samples: each epoch's last window is one global micro-batch of 4 samples, all rank 0's; rank 1 has none.
 EMPTY_SHARE = MODES["every-reshard_on"].replace(fake_samples=100)
-
-
-@pytest.fixture(scope="module")
-def jobs(tmp_path_factory):
-    """The module's shared 2-process jobs (no fault is armed in their environment)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.delenv("GACCUM_FAULTS", raising=False)
-        patch.delenv("GACCUM_FAULTS_RANK", raising=False)
-        runner = Runner(str(tmp_path_factory.mktemp("fsdp_runs")), executor="thread")
-        try:
-            yield Jobs(runner)
-        finally:
-            runner.close()
-
-
-@pytest.fixture
-def make_runner(tmp_path):
-    """A runner of the test's own (for a test that arms faults through the environment), closed after it."""
-    made: list[Runner] = []
-
-    def make() -> Runner:
-        made.append(Runner(str(tmp_path), executor="thread"))
-        return made[-1]
-
-    yield make
-    for runner in made:
-        runner.close()
 
 
 def _param_bytes(config: RunConfig) -> int:
