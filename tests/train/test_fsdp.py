@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,6 +31,7 @@ from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_n
                   last_windows, max_diff, one_process_references, reference, stop_and_assert_stopped, wait_for_rows)
 
 pytestmark = pytest.mark.multiprocess
+ROOT = Path(__file__).resolve().parents[2]
 
 B, K = 4, 4
 # 118 samples, global windows of 2*4*4 = 32: three full windows, then one of 22 (global micro-batches 8, 8, 6).
@@ -292,46 +296,14 @@ def test_a_failing_rank_fails_a_sharded_run_and_leaves_no_process(make_runner, m
     print(f"\nfailed {time.monotonic() - started:.1f} s after submit: {snapshot.message!r}")
 
 
-def _inf_in_rank_1s_shard(rank: int, port: int, out_dir: str) -> None:
-    """One fp16 sharded step on each rank, rank 1's gradient shard poisoned with an inf before the step."""
-    import torch.distributed as dist
-
-    from gaccum_core.train.fsdp import Sharded, local
-    from gaccum_core.train.loss import summed_cross_entropy
-    from gaccum_core.train.step import Optimization
-
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    try:
-        config = BASE.replace(amp="fp16")
-        data = load_data(config)
-        model = build_seeded_model(config, data.input_shape, data.num_classes)
-        sharded = Sharded(model, config)
-        opt = Optimization.from_config(config, model, torch.device("cpu"), 10)
-        x, y = data.train.batch(torch.arange(rank * B, (rank + 1) * B))
-        with sharded.sync(ends_window=True):
-            opt.precision.backward(summed_cross_entropy(model, opt.precision, x, y) * WORLD / (WORLD * B))
-        before = [local(p).detach().clone() for p in opt.params]
-        if rank == 1:
-            local(opt.params[0].grad).view(-1)[0] = float("inf")  # only this rank's part of the first weight
-        outcome = opt.precision.step(opt.optimizer, opt.params, 0.0)
-        unchanged = all(torch.equal(b, local(p)) for b, p in zip(before, opt.params))
-        torch.save({"skipped": outcome.skipped, "unchanged": unchanged, "scale": opt.precision.scaler.get_scale(),
-                    "scale_before": outcome.scale}, f"{out_dir}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-
-
 def test_an_inf_in_one_ranks_shard_skips_the_step_on_every_rank(tmp_path):
     """The GradScaler on sharded gradients reduces its inf check over the ranks: an inf only in rank 1's shard
     skips optimizer.step() on rank 0 too, and both lower the scale alike (else the ranks' shards would part)."""
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_inf_in_rank_1s_shard, args=(port, str(tmp_path)), nprocs=WORLD, start_method="spawn")
+    script = Path(__file__).with_name("inf_shard_rank.py")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={WORLD}",
+                           str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
     results = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(WORLD)]
     for rank, result in enumerate(results):
         assert result["skipped"] and result["unchanged"], (rank, result)
