@@ -75,7 +75,7 @@ def draw() -> tuple[dict[str, Any], dict[str, list], dict[str, Any]]:
         common["lr"] = widget(st.number_input, LABELS["lr"], PREFIX + "lr", cfg.DEFAULT_RUN.lr)
         common["seed"] = widget(st.number_input, LABELS["seed"], PREFIX + "seed", DEFAULT_COMMON["seed"])
         options = {"effective_batch": effective,
-                   "repeats": widget(st.number_input, SWEEP_LABELS["repeats"], PREFIX + "repeats", 2),
+                   "repeats": widget(st.number_input, SWEEP_LABELS["repeats"], PREFIX + "repeats", 3),
                    "same_seed": widget(st.checkbox, SWEEP_LABELS["same_seed"], PREFIX + "same_seed", False)}
     return common, lists, options
 

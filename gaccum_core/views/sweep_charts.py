@@ -55,11 +55,14 @@ def speed_memory_figure(table: pd.DataFrame) -> go.Figure:
         figure.add_trace(go.Scatter(
             x=[row.peak_mem_mb], y=[row.samples_per_s_mean], name=row.label, mode="markers",
             marker=dict(size=11, color=colour_at(i)),
-            error_y=dict(type="data", array=[ci], visible=ci is not None),
+            # A speed is never negative: the interval's lower arm stops at 0 (two repeats give t = 12.7).
+            error_y=dict(type="data", symmetric=False, array=[ci], arrayminus=[None if ci is None else
+                                                                               min(ci, row.samples_per_s_mean)],
+                         visible=ci is not None),
             hovertemplate=f"{row.label}<br>%{{y:,.0f}} samples/s" + (f" ± {ci:,.0f}" if ci is not None else "")
                           + "<br>peak memory %{x:.2f} MB<extra></extra>"))
     figure.update_layout(**_LAYOUT, title="Speed against peak memory (95% interval over repeats)",
-                         xaxis_title="peak training memory (MB)", yaxis_title="samples/s",
+                         xaxis_title="peak training memory (MB)", yaxis=dict(title="samples/s", rangemode="tozero"),
                          legend=dict(orientation="h", y=-0.25))
     return figure
 
