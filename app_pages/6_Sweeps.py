@@ -99,7 +99,8 @@ for verdict in summary.verdicts:
     say = st.success if verdict.coincide and verdict.expected else st.info if not verdict.expected else st.warning
     say(plain(verdict.text()))
 st.dataframe(display_table(table), hide_index=True, width="stretch")
-st.caption("± is the 95% interval over a cell's repeats (Student's t). samples/s: each run's median after its "
+st.caption("± is the 95% interval over a cell's repeats (Student's t). final loss: the training loss over each "
+           "run's last epoch (its steps weighted by their samples). samples/s: each run's median after its "
            "first tenth of steps (warm-up); peak MB: the training memory the planner counts (weights, gradients, "
            "optimizer state, activations); skipped steps are shown where fp16's GradScaler skipped some. coincides: "
            "the largest relative loss difference to the first cell (ref.) of its b/k group, at the same seed.")

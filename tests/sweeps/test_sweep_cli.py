@@ -83,7 +83,9 @@ def test_the_summary_is_the_hand_computation_from_the_runs_csvs(swept):
             assert str(config["micro_batch_size"]) == cell["micro_batch_size"]
             assert config["reduction"] == cell["reduction"] and str(config["lr"]) == cell["lr"]
             steps = read_csv(runs / run_id / "metrics.csv")
-            losses.append(float(steps[-1]["loss"]))
+            last_epoch = [s for s in steps if s["epoch"] == steps[-1]["epoch"]]  # sample-weighted
+            losses.append(sum(float(s["loss"]) * int(s["samples"]) for s in last_epoch)
+                          / sum(int(s["samples"]) for s in last_epoch))
             accuracies.append(float(read_csv(runs / run_id / "eval.csv")[-1]["test_accuracy"]))
             per_step = [float(s["samples_per_s"]) for s in steps]
             speeds.append(statistics.median(per_step[max(1, len(per_step) // 10):]))  # after warm-up
