@@ -40,7 +40,7 @@ def run_frames(cell: int, repeat: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A run's metrics: a falling loss that each cell and repeat shift a little, a speed per cell."""
     step = np.arange(1, STEPS + 1)
     frame = pd.DataFrame({c: 0.0 for c in STEP_COLUMNS}, index=range(STEPS)).assign(
-        step=step, samples_seen=64 * step, loss=2.3 * np.exp(-step / 6) + 0.01 * cell + 0.02 * repeat,
+        step=step, samples=64, samples_seen=64 * step, loss=2.3 * np.exp(-step / 6) + 0.01 * cell + 0.02 * repeat,
         samples_per_s=1000.0 * (cell + 1) + 10 * repeat, train_mem_mb=0.5 * (cell + 1), tokens_seen=np.nan)
     evals = pd.DataFrame([{c: 0.0 for c in EVAL_COLUMNS} | {"test_accuracy": 0.9}])
     return frame, evals
@@ -77,6 +77,9 @@ def test_parallel_coordinates_and_loss_bands_as_drawn():
     assert axes["precision"]["ticktext"] == ["fp32", "bf16"]
     # each cell's speed: the mean over its two repeats of its steps' median after warm-up
     assert axes["samples/s"]["values"] == pytest.approx([1000.0 * (c + 1) + 5 for c in range(4)])
+    # each cell's final loss: the mean over its repeats of their last epoch's sample-weighted loss (one epoch here)
+    expected = [statistics.fmean(run_frames(c, r)[0]["loss"].mean() for r in range(2)) for c in range(4)]
+    assert axes["final loss"]["values"] == pytest.approx(expected)
 
     fills = [t for t in bands if t["fill"] == "toself"]
     lines = [t for t in bands if t["fill"] != "toself"]
