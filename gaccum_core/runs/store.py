@@ -160,8 +160,12 @@ class RunStore:
         return status
 
     def read_status(self, run_id: str) -> dict[str, Any]:
-        """status.json as a dict."""
-        return json.loads((self.path(run_id) / "status.json").read_text(encoding="utf-8"))
+        """status.json as a dict; StoreError when it holds another JSON value ([], null, 7: edited by hand)."""
+        status = json.loads((self.path(run_id) / "status.json").read_text(encoding="utf-8"))
+        if not isinstance(status, dict):
+            kind = "null" if status is None else type(status).__name__
+            raise StoreError(f"status.json of run {run_id} holds a JSON {kind}, not an object")
+        return status
 
     def read_config(self, run_id: str) -> RunConfig:
         """config.json as a validated RunConfig."""
