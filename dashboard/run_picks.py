@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import streamlit as st
 
 from gaccum_core.runs.catalog import run_labels
+from gaccum_core.runs.integrity import checked_status
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.snapshot import RunSnapshot, disk_snapshot
 from gaccum_core.runs.store import RunStore, StoreError
@@ -24,7 +25,7 @@ def run_choice_labels(store: RunStore) -> dict[str, str]:
     readable = {}
     for run_id in reversed(store.list_runs()):
         try:
-            readable[run_id] = store.read_config(run_id), store.read_status(run_id).get("name", "")
+            readable[run_id] = store.read_config(run_id), checked_status(store.read_status(run_id)).get("name", "")
         except (OSError, StoreError, ValueError):  # damaged, or deleted meanwhile: the Runs page says why
             continue
     ids = list(readable)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.files import EVALS_FILE, METRICS_FILE
-from gaccum_core.runs.store import RunStore
+from gaccum_core.runs.store import RunStore, StoreError
 from gaccum_core.states import RunState
 from gaccum_core.train.metrics import EVAL_COLUMNS, STEP_COLUMNS
 
@@ -131,6 +131,8 @@ def read_run(store: RunStore, run_id: str) -> RunFiles:
             parts.append(read())
         except FileNotFoundError:
             raise DamagedRun(f"{name} of run {run_id} is missing") from None
+        except StoreError as exc:  # the store's own reading errors name the file and the run
+            raise DamagedRun(str(exc)[:300]) from None
         except (OSError, ValueError) as exc:  # ConfigError, JSON, pandas and decoding errors are ValueErrors
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise DamagedRun(f"{name} of run {run_id} {_verb(exc)}{detail[:240]}") from None
