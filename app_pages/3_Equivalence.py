@@ -9,6 +9,7 @@ from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import DataError
 from gaccum_core.lab.equivalence import ReferenceTooLarge, compare_gradients, train_side_by_side
 from gaccum_core.train.checks import preflight
+from gaccum_core.usercode import refuse_in_server
 from gaccum_core.views.lab import gradient_figure, side_by_side_figures
 from dashboard.choices import choose, model_note, text_settings, wants_text
 from dashboard.controls import LABELS, Controls, file_stamps
@@ -44,7 +45,9 @@ with right:
 @st.cache_data(show_spinner="Checking the model and data…", max_entries=64)
 def _preflight(config_json: str, stamps: tuple) -> None:
     """preflight, remembered for settings that pass (and the versions of the files they read)."""
-    preflight(RunConfig.from_json(config_json), whole_window=True)  # failures are not cached; b·k must fit the data
+    config = RunConfig.from_json(config_json)
+    refuse_in_server(config, "the comparison trains both ways", "check")
+    preflight(config, whole_window=True)  # failures are not cached; b·k must fit the data
 
 
 def refuse(exc: ConfigError) -> None:

@@ -13,6 +13,7 @@ from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import DataError
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.checks import preflight
+from gaccum_core.usercode import refuse_in_server
 from gaccum_core.plan.planner import PlanRequest, config_from_plan, default_budget_mb, default_request, make_plan
 from gaccum_core.plan.sharding import DDP, SHARDING_MODES
 from gaccum_core.views.plan import (memory_figure, plan_csv, plan_table, progress_text, recommendation_words,
@@ -53,7 +54,9 @@ def explain(exc: ConfigError) -> tuple[str, str]:
 @st.cache_data(show_spinner="Checking the model and data…", max_entries=64)
 def _preflight(config_json: str, stamps: tuple) -> None:
     """preflight, remembered for settings that pass (and the versions of the files they read)."""
-    preflight(RunConfig.from_json(config_json))  # failures are not cached
+    config = RunConfig.from_json(config_json)
+    refuse_in_server(config, "the planner measures its candidates", "plan")
+    preflight(config)  # failures are not cached
 
 
 with st.sidebar:

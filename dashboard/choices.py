@@ -25,10 +25,12 @@ FORMS = {"model": "timm:NAME, MODULE:FUNCTION, FILE.py:FUNCTION or hf:path/to/mo
          "dataset": "MODULE:FUNCTION or FILE.py:FUNCTION"}
 OWN_HELP = {
     "model": "timm:NAME (any timm image model, untrained); your factory MODULE:FUNCTION or FILE.py:FUNCTION, "
-             "called with input_shape=(C, H, W) and num_classes=N; or hf:path/to/model_dir, a Hugging Face "
+             "called with input_shape=(C, H, W) and num_classes=N (a file or module in the folder the server's "
+             "GACCUM_USER_CODE names, run only in the run's worker); or hf:path/to/model_dir, a Hugging Face "
              "causal language model saved there with its tokenizer (never downloaded; trains on pydoc or text)",
     "dataset": "your function MODULE:FUNCTION or FILE.py:FUNCTION, called with no arguments, returning "
-               "(train, test) datasets whose items are (float image tensor (C, H, W), int label)",
+               "(train, test) datasets whose items are (float image tensor (C, H, W), int label) (a file or module "
+               "in the folder the server's GACCUM_USER_CODE names, run only in the run's worker)",
 }
 
 

@@ -17,6 +17,7 @@ import torch
 from gaccum_core import config as cfg
 from gaccum_core.data import describe_dataset
 from gaccum_core.hfdir import directory_version, hf_directory
+from gaccum_core.usercode import file_version
 from dashboard import link
 from dashboard.choices import OWN_LABELS, choose, empty_refusal, model_note, text_settings, wants_text
 from dashboard.ui import FieldWidgets
@@ -100,11 +101,11 @@ def file_stamp(path: str) -> tuple[int, int] | None:
 
 def file_stamps(config: cfg.RunConfig) -> tuple:
     """The versions of the files that settings read, for a cache key: the text file, an hf: model's
-    directory, your data set's FILE.py (ConfigError naming model for an hf: directory that is not one)."""
+    directory, your model's and data set's FILE.py (ConfigError naming model for an hf: directory that is not one)."""
     text = file_stamp(config.text_file) if config.dataset == "text" else None
     tokenizer = directory_version(hf_directory(config.model)) if cfg.is_hf(config.model) else None
-    where = config.dataset.rpartition(":")[0] if cfg.is_factory(config.dataset) else ""
-    return text, tokenizer, file_stamp(where) if where.endswith(".py") else None
+    mine = tuple(file_version(getattr(config, f)) for f in ("model", "dataset") if cfg.is_factory(getattr(config, f)))
+    return text, tokenizer, mine
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

@@ -39,7 +39,7 @@ TRAINING_SWITCH_INTERVAL_S = 0.0005
 @st.cache_resource
 def _runner(runs_dir: str, executor: str) -> Runner:
     sys.setswitchinterval(TRAINING_SWITCH_INTERVAL_S)
-    return Runner(runs_dir, executor=executor)
+    return Runner(runs_dir, executor=executor, confined=True)  # your own code: only in workers, only GACCUM_USER_CODE's
 
 
 def get_runner() -> Runner:

@@ -1,26 +1,155 @@
 """Your own code named in a setting: `MODULE:FUNCTION` (a module on the Python path) or `FILE.py:FUNCTION`.
 
-Shared by your model factories (the model field) and your data set functions (the dataset field). It
-runs your code, in the server's process and in the run's worker: the dashboard listens on loopback only.
+Shared by your model factories (the model field) and your data set functions (the dataset field).
+
+Where it may run:
+- The command line imports it as it is named (the person who runs the command owns the machine).
+- The dashboard's server never imports it. Its pages register `confine` (their threads are the server's),
+  and a name is then only read: `check_named` finds the file in the folder that GACCUM_USER_CODE names
+  and reads its syntax tree for the function. With GACCUM_USER_CODE unset, the dashboard takes no code
+  of yours at all. A run started from the dashboard imports it in its worker process, on Start.
+- With GACCUM_USER_CODE set, every process (the server's workers, and a command line started with it)
+  looks names up in that folder only: FILE.py inside it (a relative path is taken from there), MODULE a
+  module found there.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
-from gaccum_core.config import ConfigError, first_line
+from gaccum_core.config import ConfigError, RunConfig, first_line, is_factory
+
+USER_CODE_ENV = "GACCUM_USER_CODE"  # the folder whose files the dashboard may use as your own code
+_FORM = "MODULE:FUNCTION or FILE.py:FUNCTION"
+_confined: list[Callable[[], bool]] = []
 
 
-def _import_file(field: str, value: str, where: str) -> ModuleType:
-    path = Path(where).expanduser().resolve()
-    if not path.is_file():
-        raise ConfigError(field, value, f"MODULE:FUNCTION or FILE.py:FUNCTION: there is no file {path}")
-    # Keyed by the file's version too: the server's process sees an edited file on the next run.
+def confine(where: Callable[[], bool]) -> None:
+    """Never import your code in a thread for which where() holds (the dashboard: its pages' threads)."""
+    if where not in _confined:
+        _confined.append(where)
+
+
+def runs_here() -> bool:
+    """Whether this thread may import your code (False in the dashboard's server)."""
+    return not any(where() for where in _confined)
+
+
+def allowed_folder() -> Path | None:
+    """The folder GACCUM_USER_CODE names (resolved), or None when it is unset or empty."""
+    value = os.environ.get(USER_CODE_ENV, "").strip()
+    return Path(value).expanduser().resolve() if value else None
+
+
+def user_code_fields(config: RunConfig) -> list[tuple[str, str]]:
+    """(field, value) of each setting of this config that names your own code: model and/or dataset."""
+    return [(field, getattr(config, field)) for field in ("model", "dataset") if is_factory(getattr(config, field))]
+
+
+def _folder_or_refuse(field: str, value: str) -> Path:
+    folder = allowed_folder()
+    if folder is None:
+        raise ConfigError(field, value, f"a built-in name here: the dashboard runs no code of yours unless its server "
+                          f"is started with {USER_CODE_ENV}=DIR naming the folder that holds it (the command "
+                          f"line takes {_FORM} as it is)")
+    if not folder.is_dir():
+        raise ConfigError(field, value, f"code in {USER_CODE_ENV}={folder}, which is not a folder")
+    return folder
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _file_in(field: str, value: str, where: str, folder: Path) -> Path:
+    """The file inside folder that `where` (FILE.py, relative to folder or absolute, or MODULE) names."""
+    if where.endswith(".py"):
+        path = (folder / Path(where).expanduser()).resolve()  # an absolute path stays itself
+        if not _inside(path, folder):
+            raise ConfigError(field, value, f"a file inside {USER_CODE_ENV}={folder}: {path} is outside it")
+        if not path.is_file():
+            raise ConfigError(field, value, f"{_FORM}: there is no file {path}")
+        return path
+    base = folder.joinpath(*where.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file() and _inside(path.resolve(), folder):
+            return path.resolve()
+    raise ConfigError(field, value, f"a module found in {USER_CODE_ENV}={folder}: there is no "
+                      f"{base.relative_to(folder)}.py or {base.relative_to(folder)}/__init__.py there")
+
+
+def _defines(path: Path, function: str) -> bool:
+    """Whether the module's top level defines (def), assigns or imports the name (its syntax tree, not run)."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == function:
+            return True
+        targets = (node.targets if isinstance(node, ast.Assign) else [node.target]
+                   if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+        if any(isinstance(t, ast.Name) and t.id == function for t in targets):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any((alias.asname or alias.name.split(".")[0]) == function for alias in node.names):
+                return True
+    return False
+
+
+def check_named(field: str, value: str) -> Path:
+    """The file that holds the FUNCTION of setting field=value, checked without importing anything: inside
+    the GACCUM_USER_CODE folder, readable Python that defines FUNCTION; ConfigError naming the field otherwise."""
+    folder = _folder_or_refuse(field, value)
+    where, _, function = value.rpartition(":")
+    path = _file_in(field, value, where, folder)
+    try:
+        found = _defines(path, function)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ConfigError(field, value, f"a Python file gaccum can read: {first_line(exc)}") from None
+    if not found:
+        raise ConfigError(field, value, f"a function {function} in {where}: {path.name} defines none")
+    return path
+
+
+def file_version(value: str) -> tuple[int, int] | None:
+    """(modification time, size) of the FILE.py a name points to (looked up in GACCUM_USER_CODE's folder when
+    set), for cache keys that follow its edits; None for a module or a file that is not there."""
+    where = value.rpartition(":")[0]
+    if not where.endswith(".py"):
+        return None
+    folder = allowed_folder()
+    try:
+        info = ((folder / Path(where).expanduser()) if folder is not None else Path(where).expanduser()).stat()
+    except (OSError, ValueError):
+        return None
+    return info.st_mtime_ns, info.st_size
+
+
+def check_config(config: RunConfig) -> None:
+    """check_named for each setting of config that names your own code (none: nothing to check)."""
+    for field, value in user_code_fields(config):
+        check_named(field, value)
+
+
+def refuse_in_server(config: RunConfig, work: str, command: str) -> None:
+    """Where your code may not run (the dashboard's pages), ConfigError naming the first setting of config that
+    names it: the page would do `work` with it in the server itself; `command` (a CLI command) does it instead."""
+    mine = user_code_fields(config)
+    if mine and not runs_here():
+        check_config(config)  # a name it cannot find is said first
+        flags = " ".join(f"--{field} {value}" for field, value in mine)
+        raise ConfigError(*mine[0], f"a built-in model and data set on this page: {work} in the dashboard's "
+                          f"server, which never runs your code; run `python -m gaccum_core {command} {flags} …` "
+                          "on the command line, or train it from the Train page")
+
+
+def _import_file(field: str, value: str, path: Path) -> ModuleType:
+    # Keyed by the file's version too: a long-lived process sees an edited file on the next run.
     name = f"gaccum_usercode_{abs(hash((str(path), path.stat().st_mtime_ns)))}"
     if name in sys.modules:
         return sys.modules[name]
@@ -28,19 +157,41 @@ def _import_file(field: str, value: str, where: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     try:
         spec.loader.exec_module(module)  # type: ignore[union-attr]
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in your file is an error too, not the command's exit
         raise ConfigError(field, value, f"a file that imports: {first_line(exc)}") from None
     sys.modules[name] = module
     return module
 
 
-def _import(field: str, value: str, where: str) -> ModuleType:
-    if where.endswith(".py"):
-        return _import_file(field, value, where)
+def _import_module(field: str, value: str, where: str, folder: Path | None) -> ModuleType:
+    if folder is not None and str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))  # the folder's modules first
     try:
-        return importlib.import_module(where)
-    except Exception as exc:  # ModuleNotFoundError, or the module's own error while importing
+        module = importlib.import_module(where)
+    except (Exception, SystemExit) as exc:  # ModuleNotFoundError, or the module's own error while importing
         raise ConfigError(field, value, f"an importable module: {first_line(exc)}") from None
+    where_from = Path(getattr(module, "__file__", None) or "").resolve()
+    if folder is not None and not _inside(where_from, folder):
+        raise ConfigError(field, value, f"a module found in {USER_CODE_ENV}={folder}: {where} is "
+                          f"{where_from if where_from.name else 'built into Python'}; name its file instead")
+    return module
+
+
+def _import(field: str, value: str, where: str) -> ModuleType:
+    if not runs_here():  # the dashboard's server: names are only read there (check_named), never imported
+        raise ConfigError(field, value, "code the dashboard's server never runs: your own code runs only in a "
+                          "run's worker process, started from the Train or Sweeps page")
+    folder = allowed_folder()
+    if folder is not None:
+        path = _file_in(field, value, where, folder)
+        return _import_file(field, value, path) if where.endswith(".py") else \
+            _import_module(field, value, where, folder)
+    if where.endswith(".py"):
+        path = Path(where).expanduser().resolve()
+        if not path.is_file():
+            raise ConfigError(field, value, f"{_FORM}: there is no file {path}")
+        return _import_file(field, value, path)
+    return _import_module(field, value, where, None)
 
 
 def user_function(field: str, value: str) -> Callable:
@@ -58,5 +209,5 @@ def call_user_function(field: str, value: str, purpose: str, **arguments: object
     build = user_function(field, value)
     try:
         return build(**arguments)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys:exit as the function must not end the command with status 0
         raise ConfigError(field, value, f"{purpose}: it raised {first_line(exc)}") from None

@@ -90,7 +90,7 @@ def _model_tokens(model: str, path: str, version: tuple) -> ModelTokens:
     from transformers import AutoTokenizer  # on use: transformers takes seconds to import
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except Exception as exc:  # its own OSError, ValueError, json or sentencepiece errors
         raise ConfigError("model", model, f"a directory whose tokenizer loads: {first_line(exc)}") from None
     if tokenizer.eos_token_id is None:

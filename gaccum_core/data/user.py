@@ -10,13 +10,12 @@ the largest training label + 1. The datasets are kept per process, keyed by the 
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.usercode import call_user_function
+from gaccum_core.usercode import call_user_function, check_named, file_version, runs_here
 
 _SHAPE = "items (float image tensor (C, H, W), int label)"
 
@@ -69,14 +68,8 @@ def _classes(name: str, train: Any) -> int:
     return max(labels) + 1
 
 
-def _version(name: str) -> int:
-    where = name.rpartition(":")[0]
-    path = Path(where).expanduser()
-    return path.stat().st_mtime_ns if where.endswith(".py") and path.is_file() else 0
-
-
 @functools.lru_cache(maxsize=2)
-def _load(name: str, version: int) -> tuple[DatasetImages, DatasetImages]:
+def _load(name: str, version: tuple[int, int] | None) -> tuple[DatasetImages, DatasetImages]:
     result = call_user_function("dataset", name, "a function returning (train, test) datasets")
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise ConfigError("dataset", name, f"a function returning (train, test) datasets: it returned a "
@@ -97,11 +90,16 @@ def _load(name: str, version: int) -> tuple[DatasetImages, DatasetImages]:
 
 def user_sources(config: RunConfig) -> tuple[DatasetImages, DatasetImages]:
     """(train, test) of your dataset function config.dataset; ConfigError naming dataset when unusable."""
-    return _load(config.dataset, _version(config.dataset))
+    return _load(config.dataset, file_version(config.dataset))
 
 
 def describe_user(config: RunConfig) -> str:
-    """One line: 'mydata:load: 200 train / 50 test, 1×8×8, 3 classes, your datasets'."""
+    """One line: 'mydata:load: 200 train / 50 test, 1×8×8, 3 classes, your datasets'. Where your code may
+    not run (the dashboard's server) the file is only read: the line says where the function was found."""
+    if not runs_here():
+        path = check_named("dataset", config.dataset)
+        return (f"{config.dataset}: your datasets, found in {path.name}; loaded by the run's worker process on "
+                "Start (the dashboard's server never runs your code)")
     train, test = user_sources(config)
     dims = "×".join(str(d) for d in train.input_shape)
     return f"{config.dataset}: {len(train)} train / {len(test)} test, {dims}, {train.num_classes} classes, your datasets"

@@ -62,7 +62,7 @@ def model_config(model: str) -> Any:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     try:
-        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except Exception as exc:  # an unknown model_type, a broken JSON
         raise ConfigError("model", model, f"a config.json transformers can read: {first_line(exc)}") from None
     if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
@@ -132,7 +132,7 @@ def build_hf(config: RunConfig, vocab_size: int) -> CausalLM:
     else:
         try:
             model = AutoModelForCausalLM.from_pretrained(found.parent, config=hf_config, local_files_only=True,
-                                                         dtype=torch.float32)
+                                                         trust_remote_code=False, dtype=torch.float32)
         except Exception as exc:  # a truncated or corrupt file: safetensors' or torch's error
             raise ConfigError("model", config.model, f"a directory whose weights load: {found.name} does not "
                               f"({first_line(exc)})") from None

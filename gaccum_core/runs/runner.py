@@ -17,7 +17,7 @@ import time
 from collections import deque
 from types import MappingProxyType
 
-from gaccum_core.config import RunConfig
+from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.runs.claim import Claim, RunBusyError, describe_process, training_pid
 from gaccum_core.runs.integrity import read_run
 from gaccum_core.runs.executors import (EXECUTORS, SpareJob, SpareWorker, distributed, keep_job_logs, supervise,
@@ -30,6 +30,7 @@ from gaccum_core.train.checkpoint import CheckpointError, check_compatible
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.engine import LENGTH_FIELDS
 from gaccum_core.train.metrics import RowKeeper
+from gaccum_core.usercode import check_config, runs_here, user_code_fields
 
 STOP_GRACE_S = 5.0  # a worker that has not stopped this long after the request is killed
 
@@ -43,16 +44,18 @@ class Runner:
     executor "process" trains each run in a worker process and keeps one warm spare worker ready
     (started now, so the first Start does not wait for torch to import; warm_spare=False starts a
     worker per run instead, for a one-run CLI); "thread" trains in this process. A data-parallel run
-    (config.world_size > 1) always runs under torchrun.
+    (config.world_size > 1) always runs under torchrun. confined: the dashboard's runner, which starts
+    only runs whose own code is found in GACCUM_USER_CODE, and only in worker processes (check_user_code).
     """
 
     def __init__(self, runs_dir: str = "runs", executor: str = "thread", stop_grace_s: float = STOP_GRACE_S,
-                 launch: Launch = Launch(), warm_spare: bool = True) -> None:
+                 launch: Launch = Launch(), warm_spare: bool = True, confined: bool = False) -> None:
         if executor not in EXECUTORS:
             raise ValueError(f"executor={executor!r} is not allowed: one of {', '.join(EXECUTORS)}")
         self.store = RunStore(runs_dir)
         self.executor, self.stop_grace_s, self.launch = executor, stop_grace_s, launch
         self.warm_spare = warm_spare and executor == "process"
+        self.confined = confined
         self._lock = threading.Lock()
         self._runs: dict[str, TrackedRun] = {}
         self._claims: dict[str, Claim] = {}  # the runs this runner owns until they end
@@ -65,7 +68,8 @@ class Runner:
     def submit(self, config: RunConfig, name: str | None = None, plan: dict | None = None,
                tags: tuple[str, ...] = ()) -> str:
         """Create the run on disk (with the plan that chose its micro-batch, if any, and its tags) and queue
-        it; returns the run id."""
+        it; returns the run id. ConfigError when it names your own code that may not run (check_user_code)."""
+        self.check_user_code(config)
         run_id = self.store.create(config, name, plan)
         self._claims[run_id] = Claim(self.store.path(run_id))  # a new directory: nobody else knows it yet
         if tags:  # before it is queued: a starting run removes the temporary files of atomic writes
@@ -97,6 +101,10 @@ class Runner:
         """Check that the claimed run can go on, then cut its rows back to its checkpoint: the run to queue."""
         files = read_run(self.store, run_id)  # DamagedRun naming the file a hand or a full disk damaged
         config, status = files.config, files.status
+        try:
+            self.check_user_code(config)
+        except ConfigError as exc:
+            raise CheckpointError(f"run {run_id} cannot go on from here: {exc}") from None
         if status["state"] not in FINAL_STATES and training_pid(status.get("pid")):
             # Unclaimed, yet its worker goes on: its runner died and it stops at its next micro-batch.
             raise RunBusyError(f"run {run_id} is still training in {describe_process(status['pid'])}: "
@@ -289,6 +297,18 @@ class Runner:
                 keep_job_logs(child, self.store, run.run_id)
             else:
                 self._spare.refill()  # the next run finds a warm worker again
+
+    def check_user_code(self, config: RunConfig) -> None:
+        """Where your own code may not run (the dashboard's runner, or a page's thread): each name of it found
+        in the folder GACCUM_USER_CODE names, read and not imported (usercode.check_named), and a worker
+        process to import it in. Anywhere else (the command line) nothing to check here."""
+        if not self.confined and runs_here():
+            return
+        check_config(config)
+        mine = user_code_fields(config)
+        if mine and self.executor == "thread" and not distributed(config):
+            raise ConfigError(*mine[0], "a run in a worker process: GACCUM_EXECUTOR=thread trains in the dashboard's "
+                              "server, which never runs your code")
 
     def prepare(self, config: RunConfig) -> None:
         """Get ready for a run of these settings before it is submitted: for a data-parallel run on this

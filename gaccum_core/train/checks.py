@@ -9,6 +9,7 @@ from gaccum_core.data import load_data
 from gaccum_core.models.hf import check_hf  # imports transformers only when it checks a model
 from gaccum_core.models.vision import build_model
 from gaccum_core.train.device import max_processes, option_unavailable, resolve_device
+from gaccum_core.usercode import check_named, runs_here, user_code_fields
 
 
 def check_micro_batch(config: RunConfig, num_train: int, whole_window: bool = False) -> None:
@@ -41,13 +42,21 @@ def _check_processes(config: RunConfig, device: torch.device) -> None:
 
 def preflight(config: RunConfig, whole_window: bool = False) -> None:
     """Check, before any run directory exists, what only the device, data and model can tell; with
-    whole_window, that one window of b·k samples fits in the training set (check_micro_batch)."""
+    whole_window, that one window of b·k samples fits in the training set (check_micro_batch).
+
+    Where your own code may not run (the dashboard's server), a model or data set of yours is only read
+    (usercode.check_named): what it builds or loads is checked by the run's worker when it starts."""
     device = resolve_device(config.device)
     _check_options(config, device)
     _check_processes(config, device)
+    unread = dict(user_code_fields(config)) if not runs_here() else {}
+    for field, value in unread.items():
+        check_named(field, value)
+    if "dataset" in unread:
+        return
     data = load_data(config)
     if is_hf(config.model):  # its config, positions, vocabulary and weights file, without loading the weights
         check_hf(config, data.num_classes)
     check_micro_batch(config, len(data.train), whole_window)
-    if not config.is_text:  # an image model must take the images at this size; gpt takes any max_seq_len it embeds
+    if not config.is_text and "model" not in unread:  # an image model must take the images at this size
         build_model(config.model, data.input_shape, data.num_classes, config.image_size)

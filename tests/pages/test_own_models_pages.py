@@ -190,7 +190,11 @@ def test_a_bad_hf_directory_is_one_line_under_your_model_and_start_is_disabled(r
     assert not [c.value for c in at.sidebar.caption if "weights" in c.value]
 
 
-def test_your_data_set_typed_in_is_described_trains_and_a_wrong_name_is_refused_under_it(runs_dir, mine):
+def test_your_data_set_typed_in_is_described_trains_and_a_wrong_name_is_refused_under_it(runs_dir, mine,
+                                                                                         monkeypatch):
+    """Allowed by GACCUM_USER_CODE (the folder of mine.py): read in the server, trained in a worker process."""
+    monkeypatch.setenv("GACCUM_USER_CODE", str(mine.parent))
+    monkeypatch.setenv("GACCUM_EXECUTOR", "process")
     at = page("app_pages/1_Train.py")
     assert at.selectbox(key="cfg_dataset").options[-1] == OWN
     apply(at, "cfg_", {"dataset": OWN})
@@ -199,17 +203,21 @@ def test_your_data_set_typed_in_is_described_trains_and_a_wrong_name_is_refused_
     message = under(at, "cfg_own_dataset")
     assert message is not None and "a function nothing in" in message, [e.value for e in at.sidebar.error]
     assert at.button(key="start").disabled
-    apply(at, "cfg_", {"own_dataset": f"{mine}:load", **own(model=f"{mine}:build"), "micro_batch_size": 4,
+    apply(at, "cfg_", {"own_dataset": f"{mine}:load", **own(model="mine.py:build"), "micro_batch_size": 4,
                        "accum_steps": 2, "max_steps": 2, "device": "cpu"})
     box = at.text_input(key="cfg_own_dataset")
     assert box.label == "Your data set" and "my_data.py:load" in box.placeholder
-    assert f"{mine}:load: 24 train / 6 test, 1×4×4, 3 classes, your datasets" in [c.value for c in at.sidebar.caption]
+    assert (f"{mine}:load: your datasets, found in mine.py; loaded by the run's worker process on Start (the "
+            "dashboard's server never runs your code)") in [c.value for c in at.sidebar.caption]
     assert not at.sidebar.error and not at.button(key="start").disabled, [e.value for e in at.sidebar.error]
     at.button(key="start").click().run()
     (run_id,) = at.session_state["session_runs"]
-    assert runner().wait(run_id, timeout=120).state == RunState.FINISHED, runner().snapshot(run_id).message
-    assert len(runner().snapshot(run_id).metrics) == 2
-    assert runner().config(run_id).dataset == f"{mine}:load"
+    try:
+        assert runner().wait(run_id, timeout=120).state == RunState.FINISHED, runner().snapshot(run_id).message
+        assert len(runner().snapshot(run_id).metrics) == 2
+        assert runner().config(run_id).dataset == f"{mine}:load"
+    finally:
+        runner().close()
 
 
 def plan_page() -> AppTest:
@@ -239,14 +247,19 @@ def test_the_plan_page_plans_an_hf_model_and_hands_it_to_the_train_page(runs_dir
     assert at.selectbox(key="cfg_dataset").value == "text" and at.text_input(key="cfg_text_file").value == str(notes)
 
 
-def test_the_plan_page_takes_your_factory_model_and_data_set_and_refuses_a_wrong_one_under_it(runs_dir, mine):
+def test_the_plan_page_refuses_your_factory_model_under_it_and_names_the_command_line(runs_dir, mine, monkeypatch):
+    """The planner measures in the server's own process, where your code never runs: the page says so under the
+    name typed and gives the command that plans it."""
+    monkeypatch.setenv("GACCUM_USER_CODE", str(mine.parent))
     at = plan_page()
     apply(at, "plan_", {**own(model=f"{mine}:missing"), **own(dataset=f"{mine}:load")})
     message = under(at, "plan_own_model")
     assert message is not None and "a function missing in" in message, [e.value for e in at.sidebar.error]
     assert at.button(key="plan_run").disabled
     apply(at, "plan_", {"own_model": f"{mine}:build"})
-    assert not at.sidebar.error and not at.button(key="plan_run").disabled, [e.value for e in at.sidebar.error]
+    message = under(at, "plan_own_model")
+    assert message is not None and f"python -m gaccum_core plan --model {mine}:build --dataset {mine}:load" in message
+    assert at.button(key="plan_run").disabled
 
 
 def test_the_equivalence_page_compares_an_hf_model_with_dropout_off(runs_dir, tmp_path_factory, notes):
@@ -268,13 +281,14 @@ def test_the_equivalence_page_compares_an_hf_model_with_dropout_off(runs_dir, tm
     assert len(at.get("plotly_chart")) == 3
 
 
-def test_the_equivalence_page_compares_your_factory_model_and_refuses_a_bad_hf_directory(runs_dir, mine, tmp_path):
+def test_the_equivalence_page_refuses_your_factory_model_and_a_bad_hf_directory(runs_dir, mine, tmp_path, monkeypatch):
+    monkeypatch.setenv("GACCUM_USER_CODE", str(mine.parent))
     at = page("app_pages/3_Equivalence.py")
     assert at.selectbox(key="eq_model").options[-1] == OWN
     apply(at, "eq_", {**own(model=f"{mine}:build"), "steps": 2})
-    at.button(key="eq_run").click().run()
-    assert not at.exception and not at.error, [e.value for e in at.error]
-    assert "equal up to float rounding" in at.success[0].value
+    message = under(at, "eq_own_model")
+    assert message is not None and f"python -m gaccum_core check --model {mine}:build" in message, message
+    assert "eq_run" not in [b.key for b in at.button]  # the page stops before its Compare button
     apply(at, "eq_", {"own_model": f"hf:{tmp_path}/missing", "dataset": "pydoc"})
     message = under(at, "eq_own_model")
     assert message is not None and "no such directory" in message and "\n" not in message, message
