@@ -3,7 +3,7 @@ resume or stop them."""
 
 import streamlit as st
 
-from gaccum_core.runs.catalog import combined_csv, run_labels, run_table, settings_table
+from gaccum_core.runs.catalog import read_runs, run_labels, run_table, settings_table, tables_csv
 from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.views.axes import X_AXES
 from gaccum_core.views.applicable import not_applicable
@@ -57,8 +57,20 @@ if linked is not None and SELECTED not in st.session_state:
         st.error(str(exc))
 states = table.set_index("run_id")["state"]
 labels = dict(zip(table["run_id"], table["state"] + " · " + table.get("label", table["state"]).fillna("")))
-# Runs deleted in another session since this one picked them are dropped from the selection.
+
+
+def say_removed(run_ids: list[str]) -> None:
+    """Say, once per run, that a selected run was deleted (in another tab, session or process) as this page drew."""
+    told = st.session_state.setdefault("_runs_removed_told", set())
+    if any(r not in told for r in run_ids):
+        st.info(f"No longer shown, removed meanwhile (deleted in another tab, session or process): "
+                f"{', '.join(run_ids)}.")
+    told.update(run_ids)
+
+
+# Runs deleted since this session picked them leave the selection.
 if SELECTED in st.session_state:
+    say_removed([r for r in st.session_state[SELECTED] if r not in labels])
     st.session_state[SELECTED] = [r for r in st.session_state[SELECTED] if r in labels]
 run_filter = draw_filter(table)
 
@@ -89,7 +101,11 @@ runs_now([table], run_filter)
 watch()
 selected = st.multiselect("Runs to compare, export or delete (or click their rows)", list(table["run_id"]),
                           key=SELECTED, format_func=lambda r: f"{r} ({labels[r]})")
-readable = [r for r in selected if states[r] != RunState.DAMAGED]
+# Each selected run's files are read once here: one deleted while the page draws is said removed, the rest drawn.
+runs_data, removed = read_runs(store, [r for r in selected if states[r] != RunState.DAMAGED])
+say_removed(removed)
+selected = [r for r in selected if r not in removed]
+readable = list(runs_data)
 if not selected:
     st.caption("Click rows of the table (or pick runs above) to overlay them, compare their settings, tag, "
                "export or delete them.")
@@ -99,7 +115,7 @@ if readable:
     st.subheader("Tags")
     tags_editor(store, {r: tags for r, tags in zip(table["run_id"], table["tags"]) if r in readable})
 
-    configs = {r: store.read_config(r) for r in readable}
+    configs = {r: runs_data[r].config for r in readable}
     settings, differing = settings_table(configs)
     st.subheader("Settings")
     st.caption(f"Highlighted: the {len(differing)} settings in which the selected runs differ."
@@ -116,7 +132,7 @@ if readable:
     names = dict(zip(table["run_id"], table["name"].fillna("")))
     legends = run_labels(list(configs.values()), [names[r] for r in readable], readable)
     colour = run_colours(store.list_runs())
-    runs = [RunSeries(r, legend, store.read_metrics(r), store.read_evals(r), colour.get(r))
+    runs = [RunSeries(r, legend, runs_data[r].metrics, runs_data[r].evals, colour.get(r))
             for r, legend in zip(readable, legends)]
     figures = build_figures(runs, x_axis, smoothing)
     skipped = not_applicable(runs, tuple(figures))  # said in a line each, as on the Train page
@@ -129,15 +145,17 @@ if readable:
     st.subheader("Export")
     export_all, export_evals = st.columns(2)
     export_all.download_button(f"Download the metrics of the {len(readable)} selected runs as one CSV",
-                               combined_csv(store, readable), file_name="gaccum-runs.csv", mime="text/csv")
+                               tables_csv({r: (runs_data[r].config, runs_data[r].metrics) for r in readable}),
+                               file_name="gaccum-runs.csv", mime="text/csv")
     export_evals.download_button(f"Download the evaluations of the {len(readable)} selected runs as one CSV",
-                                 combined_csv(store, readable, "evals"), file_name="gaccum-evals.csv",
+                                 tables_csv({r: (runs_data[r].config, runs_data[r].evals) for r in readable}),
+                                 file_name="gaccum-evals.csv",
                                  mime="text/csv")
     for run_id in readable:
         metrics_col, evals_col = st.columns(2)
-        metrics_col.download_button(f"{run_id} metrics.csv", store.metrics_csv(run_id),
+        metrics_col.download_button(f"{run_id} metrics.csv", runs_data[run_id].metrics_csv,
                                     file_name=f"{run_id}-metrics.csv", mime="text/csv", key=f"dl_m_{run_id}")
-        evals_col.download_button(f"{run_id} eval.csv", store.evals_csv(run_id),
+        evals_col.download_button(f"{run_id} eval.csv", runs_data[run_id].evals_csv,
                                   file_name=f"{run_id}-eval.csv", mime="text/csv", key=f"dl_e_{run_id}")
 
 

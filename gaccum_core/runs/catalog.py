@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -220,6 +220,8 @@ def run_table(store: RunStore, live: Iterable[str] = (), hide_unstepped: bool = 
     (stopped or failed before their first), which only clutter a summary such as the home page's."""
     live, run_ids = set(live), store.list_runs()
     rows = [_row(store, run_id, live) for run_id in reversed(run_ids)]
+    # A run deleted after the listing (in another tab, session or process) reads as missing: gone, not damaged.
+    rows = [row for row in rows if row["state"] != RunState.DAMAGED or store.path(str(row["run_id"])).is_dir()]
     listed, root = {store.path(r).resolve() for r in run_ids}, store.root.resolve()
     for run_dir in list(_ENDED_ROWS):  # deleted runs are forgotten
         if run_dir.parent == root and run_dir not in listed:
@@ -255,14 +257,42 @@ def filter_runs(table: pd.DataFrame, text: str = "", states: Iterable[str] = (),
     return table[keep]
 
 
-def combined_csv(store: RunStore, run_ids: Iterable[str], table: str = "metrics") -> str:
-    """The metrics (or evals) of several runs in one CSV: each row carries its run's id and every
-    setting, prefixed config_ so that no setting collides with a metric (config_lr beside lr)."""
-    read = {"metrics": store.read_metrics, "evals": store.read_evals}[table]
-    frames = []
+@dataclasses.dataclass(frozen=True)
+class RunData:
+    """What a page draws of a run, read together: its settings, its metrics and evaluations as tables and as
+    written (for downloads)."""
+
+    config: RunConfig
+    metrics: pd.DataFrame
+    evals: pd.DataFrame
+    metrics_csv: bytes
+    evals_csv: bytes
+
+
+def read_runs(store: RunStore, run_ids: Iterable[str]) -> tuple[dict[str, RunData], list[str]]:
+    """Each run's data, and apart the runs deleted meanwhile (a file gone as it was read: in another tab,
+    session or process)."""
+    found, removed = {}, []
     for run_id in run_ids:
-        config = store.read_config(run_id)
-        frame = read(run_id)
+        try:
+            found[run_id] = RunData(store.read_config(run_id), store.read_metrics(run_id), store.read_evals(run_id),
+                                    store.metrics_csv(run_id), store.evals_csv(run_id))
+        except FileNotFoundError:
+            removed.append(run_id)
+    return found, removed
+
+
+def combined_csv(store: RunStore, run_ids: Iterable[str], table: str = "metrics") -> str:
+    """The metrics (or evals) of several runs in one CSV, as tables_csv writes them."""
+    read = {"metrics": store.read_metrics, "evals": store.read_evals}[table]
+    return tables_csv({run_id: (store.read_config(run_id), read(run_id)) for run_id in run_ids})
+
+
+def tables_csv(tables: Mapping[str, tuple[RunConfig, pd.DataFrame]]) -> str:
+    """Several runs' tables (metrics or evals) in one CSV: each row carries its run's id and every setting,
+    prefixed config_ so that no setting collides with a metric (config_lr beside lr)."""
+    frames = []
+    for run_id, (config, frame) in tables.items():
         settings = {"run_id": run_id, **{f"config_{k}": v for k, v in dataclasses.asdict(config).items()}}
         frames.append(frame.assign(**settings)[[*settings, *frame.columns]])
     if not frames:
@@ -270,4 +300,3 @@ def combined_csv(store: RunStore, run_ids: Iterable[str], table: str = "metrics"
     buffer = io.StringIO()
     pd.concat(frames, ignore_index=True).to_csv(buffer, index=False)
     return buffer.getvalue()
-

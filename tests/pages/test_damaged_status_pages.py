@@ -12,52 +12,41 @@ from streamlit.testing.v1 import AppTest
 
 from page_charts import live_figures
 
-from gaccum_core.config import RunConfig
 from gaccum_core.runs.catalog import run_table
 from gaccum_core.runs.integrity import DamagedRun, read_run
-from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.store import RunStore, StoreError
 from gaccum_core.sweeps.files import write_spec
 from gaccum_core.sweeps.spec import SweepSpec, run_name
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG = RunConfig(device="cpu", model="mlp", micro_batch_size=16, accum_steps=2, max_steps=2)
 BAD_STATUS = {"list": "[]", "null": "null", "number": "7", "text": '"x"', "empty": "{}", "cut": '{"run_id": "ab'}
 PAGES = ["app.py", "app_pages/1_Train.py", "app_pages/2_Runs.py", "app_pages/3_Equivalence.py",
          "app_pages/4_Pitfalls.py", "app_pages/5_Plan.py", "app_pages/6_Sweeps.py"]
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
-    """One finished run to copy, as a good run and as damaged ones."""
-    runs = tmp_path_factory.mktemp("runs")
-    runner = Runner(runs, executor="thread")
-    run_id = runner.submit(CONFIG)
-    assert runner.wait(run_id, timeout=120).state == "finished"
-    return runs / run_id
-
-
 @pytest.fixture
-def damaged_runs(finished, runs_dir) -> tuple[str, dict[str, str]]:
+def damaged_runs(finished_run, runs_dir) -> tuple[str, dict[str, str]]:
     """The good run, as a sweep's one run, and beside it a damaged copy per bad status.json (sweep runs by
     their ids, so the Sweeps page reads them too): (good id, {case: damaged id})."""
-    spec = SweepSpec(grid=(("lr", (CONFIG.lr,)),), common=tuple(dataclasses.asdict(CONFIG).items()))
+    config = RunStore(finished_run.parent).read_config(finished_run.name)
+    spec = SweepSpec(grid=(("lr", (config.lr,)),), common=tuple(dataclasses.asdict(config).items()))
     write_spec(runs_dir, spec)
-    good = f"{finished.name}-{spec.sweep_id}"
-    shutil.copytree(finished, runs_dir / good)
+    good = f"{finished_run.name}-{spec.sweep_id}"
+    shutil.copytree(finished_run, runs_dir / good)
     status = json.loads((runs_dir / good / "status.json").read_text())
     (runs_dir / good / "status.json").write_text(json.dumps({**status, "name": run_name(spec.sweep_id, 0, 0)}))
     damaged = {}
     for case, text in BAD_STATUS.items():
-        damaged[case] = f"{finished.name}-{spec.sweep_id}-{case}"
-        shutil.copytree(finished, runs_dir / damaged[case])
+        damaged[case] = f"{finished_run.name}-{spec.sweep_id}-{case}"
+        shutil.copytree(finished_run, runs_dir / damaged[case])
         (runs_dir / damaged[case] / "status.json").write_text(text)
     return good, damaged
 
 
 @pytest.mark.parametrize("case, kind", [("list", "list"), ("null", "null"), ("number", "int"), ("text", "str")])
-def test_reading_a_status_that_is_not_an_object_is_a_store_error_naming_the_file(finished, tmp_path, case, kind):
-    shutil.copytree(finished, tmp_path / "r")
+def test_reading_a_status_that_is_not_an_object_is_a_store_error_naming_the_file(finished_run, tmp_path, case,
+                                                                                 kind):
+    shutil.copytree(finished_run, tmp_path / "r")
     (tmp_path / "r" / "status.json").write_text(BAD_STATUS[case])
     message = f"^status\\.json of run r holds a JSON {kind}, not an object$"
     with pytest.raises(StoreError, match=message):
