@@ -26,8 +26,7 @@ def follow_to_the_end(runner: Runner, run_id: str) -> int:
 
 
 LINE_EVERY_S = 10.0  # away from a terminal: seconds between progress lines
-SECOND_CTRL_C = ("stopped by a second Ctrl-C before it had saved its state: it resumes from its last "
-                 "checkpoint")
+SECOND_CTRL_C = "stopped by a second Ctrl-C before it had saved its state"
 
 
 def follow(runner: Runner, run_id: str, every_s: float = LINE_EVERY_S) -> RunSnapshot:
@@ -44,7 +43,9 @@ def follow(runner: Runner, run_id: str, every_s: float = LINE_EVERY_S) -> RunSna
         try:
             snap = runner.wait(run_id)
         except KeyboardInterrupt:
-            runner.abandon(run_id, SECOND_CTRL_C)
+            has_checkpoint = runner.store.checkpoint_path(run_id).exists()
+            runner.abandon(run_id, SECOND_CTRL_C + (": it resumes from its last checkpoint" if has_checkpoint
+                                                    else ": it has no checkpoint to resume from, start it again"))
             snap = runner.snapshot(run_id)
     shown.draw(snap, last=True)
     shown.close()

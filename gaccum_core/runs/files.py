@@ -38,9 +38,15 @@ class DiskFullError(OSError):
 
 def disk_full(directory: Path, at: str) -> DiskFullError:
     """The error a write into a full disk raises here, whatever the writer raised (torch.save's C++
-    writer reports 'unexpected pos')."""
+    writer reports 'unexpected pos'); it advises resuming only a run that has a checkpoint to resume from."""
+    if (directory / "checkpoint.pt").exists():
+        then = "then resume the run from its checkpoint"
+    elif (directory / "status.json").exists():  # a run directory
+        then = "then start the run again (it has no checkpoint to resume from)"
+    else:
+        then = "then try again"
     return DiskFullError(errno.ENOSPC, f"no space left on the device holding {directory.resolve()} (writing {at}): "
-                                       "free some space there, then resume the run", str(directory))
+                                       f"free some space there, {then}", str(directory))
 
 
 def _is_full(directory: Path, exc: BaseException) -> bool:

@@ -26,10 +26,11 @@ from gaccum_core.runs.snapshot import RunSnapshot, TrackedRun
 from gaccum_core.runs.store import RunStore, now_iso
 from gaccum_core.runs.supervisor import Child, Launch
 from gaccum_core.states import FINAL_STATES, Outcome, RunState
-from gaccum_core.train.checkpoint import CheckpointError, check_compatible
+from gaccum_core.train.checkpoint import CheckpointError, check_compatible, check_whole
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.engine import LENGTH_FIELDS
 from gaccum_core.train.metrics import RowKeeper
+from gaccum_core.train.shards import checked_shard_dir
 from gaccum_core.usercode import check_config, runs_here, user_code_fields
 
 STOP_GRACE_S = 5.0  # a worker that has not stopped this long after the request is killed
@@ -59,6 +60,7 @@ class Runner:
         self._lock = threading.Lock()
         self._runs: dict[str, TrackedRun] = {}
         self._claims: dict[str, Claim] = {}  # the runs this runner owns until they end
+        self._notes: dict[str, str] = {}  # what a resume found, said again in the run's final message
         self._queues: dict[str, deque[TrackedRun]] = {}
         self._workers: dict[str, threading.Thread] = {}
         self._spare = SpareWorker(keep=self.warm_spare)
@@ -122,7 +124,8 @@ class Runner:
         # no other thread sees yet, so wrapped read-only as they are.
         run.rows.steps.extend(MappingProxyType(row) for row in self.store.metric_rows(run_id))
         run.rows.evals.extend(MappingProxyType(row) for row in self.store.eval_rows(run_id))
-        self.store.update_status(run_id, state=RunState.QUEUED, message="")
+        run.message = self._notes[run_id] = _missing_rows(run.rows.steps, step)
+        self.store.update_status(run_id, state=RunState.QUEUED, message=run.message)
         return run
 
     def _resumable_at(self, run_id: str, config: RunConfig) -> tuple[int, int]:
@@ -141,6 +144,11 @@ class Runner:
             raise CheckpointError(f"checkpoint.pt of run {run_id} holds a {type(checkpoint).__name__}, "
                                   "not a gaccum checkpoint")
         check_compatible(checkpoint, config.to_dict(), LENGTH_FIELDS)
+        # Whole, and a sharded run's files those it wrote, before any rank starts (and loads them).
+        sharded = config.sharding == "fsdp"
+        check_whole(checkpoint, sharded, None if sharded else self.store.model_shapes(run_id))
+        if sharded:
+            checked_shard_dir(checkpoint, self.store.path(run_id))
         try:
             counters = checkpoint["counters"]
             return int(counters["step"]), int(counters.get("last_eval_step", counters["step"]))
@@ -323,6 +331,7 @@ class Runner:
 
     def _finish(self, run: TrackedRun, state: RunState, message: str) -> None:
         """Record the final state in memory, then on disk (called with the lock held); never raises."""
+        message = "; ".join(m for m in (message, self._notes.pop(run.run_id, "")) if m)
         run.state, run.message, run.ended = state, message, time.monotonic()
         try:
             self.store.update_status(run.run_id, state=state, message=message, ended=now_iso())
@@ -333,3 +342,15 @@ class Runner:
             if claim is not None:
                 claim.release()  # after the final state is on disk: a resume elsewhere reads it
             run.done_event.set()
+
+
+def _missing_rows(rows: list, step: int) -> str:
+    """What the run's message says of steps up to its checkpoint's that metrics.csv lacks (a last row a kill cut
+    short, which resume drops); '' when every one has its row."""
+    last = rows[-1]["step"] if rows else 0
+    if last >= step:
+        return ""
+    gap = f"the rows go from step {last} to {step + 1}"
+    if last + 1 == step:
+        return f"step {step}'s row in metrics.csv was cut short (a kill while it was written) and is dropped: {gap}"
+    return f"metrics.csv lacks the rows of steps {last + 1} to {step}: {gap}"

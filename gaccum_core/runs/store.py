@@ -315,6 +315,18 @@ class RunStore:
             kept_samples = [s for s in self.samples(run_id) if s["step"] <= last_eval_step]
             write_text_atomically(samples, "".join(json.dumps(s) + "\n" for s in kept_samples))
 
+    def model_shapes(self, run_id: str) -> dict[str, torch.Size] | None:
+        """The shapes of model.pt's tensors (mapped, not read); None when the run has no model.pt that loads."""
+        import torch
+        path = self.path(run_id) / "model.pt"
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True) if path.exists() else None
+        except Exception:  # noqa: BLE001 - a damaged model.pt is no measure of the model; the run rewrites it
+            return None
+        if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+            return None
+        return {key: value.shape for key, value in state.items()}
+
     def load_model(self, run_id: str) -> dict[str, torch.Tensor]:
         """model.pt, loaded with weights_only=True (never arbitrary pickles)."""
         import torch

@@ -26,7 +26,7 @@ from gaccum_core.states import RunState
 from gaccum_core.train.accumulation import (MicroBatch, Window, epoch_order, micro_batch_divisors, plan_epoch,
                                             planned_steps)
 from gaccum_core.train.checkpoint import (Counters, Position, TrainingState, capture, capture_progress,
-                                          check_compatible, restore, restore_progress)
+                                          check_compatible, check_whole, restore, restore_progress)
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.distributed import Parallel, Ranks, Replicated, share, share_from_rank0
 from gaccum_core.train.fsdp import Sharded
@@ -99,15 +99,18 @@ class Engine:
         if not self.sharded:
             return capture(self.model, self.opt, self.opt.params, self.training, self.config.to_dict(), self.device)
         name = share_from_rank0(shard_dir_name(self.training.counters.step))
-        save_shards(self.model, self.optimizer, self.shared_run_dir() / name)
+        # Rank 0, which writes checkpoint.pt, records every shard file's SHA-256 in it.
+        shards = save_shards(self.model, self.optimizer, self.shared_run_dir(), name, digest=self.ranks.is_main)
         state = capture_progress(self.opt, self.opt.params, self.training, self.config.to_dict(), self.device)
-        return {**state, "sharded": name}
+        return {**state, **shards}
 
     def resume_from(self, state: dict) -> None:
         """Continue from a checkpoint: weights, optimizer, schedule, scaler, RNGs, position, in-flight gradients."""
         check_compatible(state, self.config.to_dict(), LENGTH_FIELDS)
-        if "sharded" in state:
-            load_shards(self.model, self.optimizer, self.shared_run_dir() / state["sharded"])
+        shapes = None if self.sharded else {k: v.shape for k, v in self.model.state_dict().items()}
+        check_whole(state, self.sharded, shapes)
+        if self.sharded:  # each rank checks the shard files' SHA-256 before DCP unpickles them
+            load_shards(self.model, self.optimizer, self.shared_run_dir(), state)
             self.training = restore_progress(state, self.opt, self.opt.params, self.device)
         else:
             self.training = restore(state, self.model, self.opt, self.opt.params, self.device)

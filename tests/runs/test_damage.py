@@ -141,6 +141,6 @@ def test_the_runs_page_resume_button_says_why_a_checkpoint_cannot_be_used(finish
     at.multiselect(key="runs_selected").select(run_dir.name).run()
     at.button(key=f"resume_{run_dir.name}").click().run()
     assert not at.exception
-    assert [e.value for e in at.error] == [f"Cannot resume {run_dir.name}: checkpoint.pt of run {run_dir.name} lacks "
-                                           "its step counters: not a whole gaccum checkpoint"]
+    assert [e.value for e in at.error] == [f"Cannot resume {run_dir.name}: checkpoint.pt lacks its step counters "
+                                           "(counters): not a whole gaccum checkpoint"]
     assert _checksums(run_dir) == before

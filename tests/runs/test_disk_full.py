@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.files import CsvAppender
+from gaccum_core.runs.files import CsvAppender, disk_full
 from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
 
@@ -88,3 +88,16 @@ def test_a_run_that_fills_the_disk_fails_on_disk_and_resumes_once_there_is_room(
     assert not stray.exists()
     assert runner.store.read_metrics(run_id)["step"].tolist() == list(range(1, 13))
     assert runner.store.read_evals(run_id)["step"].tolist() == [2, 4, 6, 8, 10, 12]
+
+
+def test_a_full_disk_advises_resuming_only_a_run_that_has_a_checkpoint(tmp_path):
+    """Issue 29 J: "then resume the run" only where checkpoint.pt exists to resume from (no tmpfs needed)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "status.json").write_text("{}")
+    assert str(disk_full(run_dir, "metrics.csv")).endswith(
+        "free some space there, then start the run again (it has no checkpoint to resume from)")
+    (run_dir / "checkpoint.pt").write_bytes(b"")
+    assert str(disk_full(run_dir, "metrics.csv")).endswith(
+        "free some space there, then resume the run from its checkpoint")
+    assert str(disk_full(tmp_path, "summary.csv")).endswith("free some space there, then try again")  # no run's folder

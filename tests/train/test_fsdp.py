@@ -258,6 +258,8 @@ def test_a_stopped_then_killed_sharded_run_resumes_bit_exact(make_runner, monkey
     assert 3 <= stopped_at < 20 and "model" not in checkpoint  # the weights are in the shards
     assert _shard_dirs(runner, run_id) == [checkpoint["sharded"].split("/")[-1]]  # older ones pruned
     assert len(list((runner.store.path(run_id) / checkpoint["sharded"]).glob("*.distcp"))) == WORLD
+    # Rank 0 recorded every rank's file, written before it hashed them (checked again at each resume below).
+    assert sorted(checkpoint["sharded_sha256"]) == [".metadata", *(f"__{rank}_0.distcp" for rank in range(WORLD))]
 
     runner.resume(run_id)
     procs = _running_job(runner, run_id, rows=stopped_at + 5)  # past the next periodic checkpoint

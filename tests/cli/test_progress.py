@@ -1,0 +1,25 @@
+"""The command line's progress while a run goes: what a second Ctrl-C leaves in the run's message."""
+
+from types import SimpleNamespace
+
+from gaccum_core.cli.progress import SECOND_CTRL_C, follow
+from gaccum_core.states import RunState
+
+
+def test_a_second_ctrl_c_advises_resuming_only_a_run_that_has_a_checkpoint(tmp_path, capsys):
+    """Issue 29 J: "it resumes from its last checkpoint" only where checkpoint.pt exists; else start it again."""
+    said = []
+
+    def interrupted(run_id, timeout=None):
+        raise KeyboardInterrupt  # the first Ctrl-C while following, the second while waiting for the stop
+
+    stopped = SimpleNamespace(run_id="r1", state=RunState.STOPPED, steps_done=0, total_steps=10, eta_s=None,
+                              metrics=(), done=True)
+    runner = SimpleNamespace(wait=interrupted, stop=lambda run_id: None, snapshot=lambda run_id: stopped,
+                             abandon=lambda run_id, message: said.append(message),
+                             store=SimpleNamespace(checkpoint_path=lambda run_id: tmp_path / "checkpoint.pt"))
+    follow(runner, "r1")
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    follow(runner, "r1")
+    assert said == [f"{SECOND_CTRL_C}: it has no checkpoint to resume from, start it again",
+                    f"{SECOND_CTRL_C}: it resumes from its last checkpoint"]
