@@ -72,11 +72,27 @@ def pydoc_documents() -> list[str]:
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+# The kernel's own files look regular (of size 0) but are made as they are read, or fail (/proc/self/mem).
+# /dev needs no entry: its devices are refused by kind, and /dev/shm holds real files.
+_KERNEL_ROOTS = ("/proc", "/sys")
+
+
+def _refuse_kernel_file(path: str) -> None:
+    """ConfigError naming text_file for a path that is, or leads to, a file under /proc or /sys."""
+    try:
+        real = os.path.realpath(path)
+    except ValueError:  # a NUL byte, which no path holds
+        raise ConfigError("text_file", path, "a path without NUL bytes") from None
+    root = next((r for r in _KERNEL_ROOTS if real == r or real.startswith(r + "/")), None)
+    if root is not None:
+        raise ConfigError("text_file", path, f"a file of text on disk: {real} is under {root}, the kernel's own "
+                          "files, never training text")
 
 
 def _read_regular_file(path: str, max_mb: int) -> bytes:
     """The bytes of a regular file of at most max_mb MB, checked on the open file before reading: a FIFO
     would block for ever and /dev/zero never end (the Train page reads it in the server's process)."""
+    _refuse_kernel_file(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO's open does not block
     except FileNotFoundError:
@@ -97,7 +113,10 @@ def _read_regular_file(path: str, max_mb: int) -> bytes:
         if info.st_size > limit:
             raise ConfigError("text_file", path, f"a file of at most {max_mb} MB: this one has "
                               f"{info.st_size / 2**20:.1f} MB (raise text_file_max_mb, --text-file-max-mb, to read it)")
-        return file.read(limit)
+        try:
+            return file.read(limit)
+        except OSError as exc:  # a failing disk, a network file system gone
+            raise ConfigError("text_file", path, f"a readable file: it cannot be read ({exc.strerror})") from None
 
 
 def file_documents(path: str, max_mb: int = 256, field: str = "text") -> list[str]:

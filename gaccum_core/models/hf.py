@@ -9,7 +9,6 @@ mean loss, so tokens are weighted exactly whatever the model.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,9 +16,8 @@ from torch import nn
 
 from gaccum_core.config import ConfigError, RunConfig, first_line
 from gaccum_core.hfdir import MASKED, hf_directory
+from gaccum_core.models.hf_weights import check_weights, weights_file
 
-# In the order from_pretrained prefers them: safetensors first (no pickle), a sharded index, then PyTorch's.
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 _POSITION_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
 
 
@@ -81,32 +79,11 @@ def positions(config: Any) -> int | None:
     return None
 
 
-def weights_file(model: str) -> Path | None:
-    """The weights file in DIR that from_pretrained would load, or None (initialised from config.json)."""
-    path = hf_directory(model)
-    return next((path / name for name in WEIGHT_FILES if (path / name).is_file()), None)
-
-
-def check_weights(model: str) -> None:
-    """A weights file that opens: its header and its size agree (read without loading the tensors)."""
-    found = weights_file(model)
-    if found is None or found.suffix != ".safetensors":
-        return  # an index names shards (from_pretrained checks them); a .bin is a pickle, read when loaded
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(found), framework="pt") as weights:
-            weights.keys()
-    except Exception as exc:  # SafetensorError: a truncated file, a header that is not JSON
-        raise ConfigError("model", model, f"a directory whose weights load: {found.name} does not "
-                          f"({first_line(exc)})") from None
-
-
 def check_hf(config: RunConfig, vocab_size: int) -> Any:
     """The model's config, checked against the run: a sequence within its positions, a tokenizer within its
-    vocabulary, weights that open. ConfigError naming max_seq_len or model."""
+    vocabulary, weights that fit the model. ConfigError naming max_seq_len or model."""
     hf_config = model_config(config.model)
-    check_weights(config.model)
+    check_weights(config.model, hf_config)
     most = positions(hf_config)
     if most is not None and config.max_seq_len > most:
         raise ConfigError("max_seq_len", config.max_seq_len, f"an integer from 1 to {most} (the positions "

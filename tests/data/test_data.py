@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import io
+import os
 import struct
 from pathlib import Path
 
@@ -242,3 +245,43 @@ def test_digits_read_without_scikit_learn_equal_load_digits():
     for part, idx in ((train, train_idx), (test, test_idx)):
         assert torch.equal(part.images, torch.from_numpy(raw.images[idx.numpy()]).to(torch.uint8).unsqueeze(1))
         assert torch.equal(part.labels, torch.from_numpy(raw.target[idx.numpy()]).to(torch.int64))
+
+
+@pytest.mark.parametrize("where,words", [
+    ("/proc/self/mem", "is under /proc, the kernel's own files"),  # a traceback (EIO) before
+    ("/proc/self/environ", "is under /proc, the kernel's own files"),  # of size 0, yet it reads
+    ("{tmp}/mem.txt", "is under /proc, the kernel's own files"),  # a link to /proc/self/mem
+    ("/sys/kernel/uevent_seqnum", "is under /sys, the kernel's own files"),
+    ("/dev/zero", "a regular file: this is a character device"),
+    ("{tmp}/pipe.txt", "a regular file: this is a FIFO"),
+    ("{tmp}", "a file: this is a directory"),
+], ids=["proc-mem", "proc-environ", "link-to-proc", "sys", "dev-zero", "fifo", "directory"])
+def test_a_text_file_that_is_no_file_of_text_is_one_line_naming_text_file(tmp_path: Path, capsys, where, words):
+    """On the command line (in this process): exit 2, one line, no run directory."""
+    from gaccum_core.cli import main
+
+    (tmp_path / "mem.txt").symlink_to("/proc/self/mem")
+    os.mkfifo(tmp_path / "pipe.txt")
+    path = where.replace("{tmp}", str(tmp_path))
+    code = main(["run", "--model", "gpt", "--dataset", "text", "--text-file", path, "--device", "cpu",
+                 "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"gaccum: error: --text-file={path!r} is not allowed: ") and words in err[0], err[0]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_text_file_that_fails_as_it_is_read_is_one_line_naming_text_file(tmp_path: Path, monkeypatch) -> None:
+    """A read that fails (a disk's EIO, a network file system gone) after the checks passed."""
+    from gaccum_core.data import text
+
+    class FailingFile(io.FileIO):
+        def read(self, size: int = -1) -> bytes:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("one paragraph\n\nanother one\n", encoding="utf-8")
+    monkeypatch.setattr(text.os, "fdopen", lambda fd, mode: FailingFile(fd, "rb"))
+    with pytest.raises(config.ConfigError) as caught:
+        load_data(RunConfig(model="gpt", dataset="text", text_file=str(notes)))
+    assert caught.value.field == "text_file" and "cannot be read (Input/output error)" in str(caught.value)

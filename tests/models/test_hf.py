@@ -183,3 +183,109 @@ def test_an_hf_model_trains_under_autocast_with_its_loss_in_fp32(llama, corpus, 
                          max_steps=3))
     assert len(rows.steps) == 3 and all(torch.isfinite(torch.tensor(r["loss"])) for r in rows.steps)
     assert (rows.steps[0]["scale"] is not None) == (amp == "fp16")
+
+
+def _retensor(directory, name, **changes):
+    """The directory's model.safetensors rewritten: tensors replaced (a tensor) or removed (None) by name."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = {**load_file(directory / name), **changes}
+    save_file({k: v for k, v in tensors.items() if v is not None}, directory / name, metadata={"format": "pt"})
+
+
+def _as_bin(directory):
+    """The directory's weights moved from model.safetensors to pytorch_model.bin (torch.save's zip)."""
+    from safetensors.torch import load_file
+
+    torch.save(load_file(directory / "model.safetensors"), directory / "pytorch_model.bin")
+    (directory / "model.safetensors").unlink()
+
+
+def _sharded(directory):
+    """The directory's weights in two safetensors shards and the index that names them; the shards' names."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(directory / "model.safetensors")
+    names = sorted(tensors)
+    shards = {f"model-0000{n}-of-00002.safetensors": names[n - 1::2] for n in (1, 2)}
+    for shard, held in shards.items():
+        save_file({k: tensors[k] for k in held}, directory / shard, metadata={"format": "pt"})
+    (directory / "model.safetensors").unlink()
+    index = {"metadata": {}, "weight_map": {k: shard for shard, held in shards.items() for k in held}}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index), encoding="utf-8")
+    return sorted(shards)
+
+
+def _cut(path, keep):
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+UP = "model.layers.0.mlp.up_proj.weight"  # (64, 32) in the tiny Llama
+DAMAGE = {  # what breaks the directory's weights -> the words of the one-line refusal
+    "wrong-shape": (lambda d: _retensor(d, "model.safetensors", **{UP: torch.zeros(128, 32)}),
+                    f"model.safetensors holds {UP} of shape (128, 32), the model's is (64, 32)"),
+    "missing-tensor": (lambda d: _retensor(d, "model.safetensors", **{UP: None}),
+                       f"the model's {UP} is not in model.safetensors"),
+    "other-names": (lambda d: _retensor(d, "model.safetensors", **{"model.blocks.0.mlp.up_proj.weight":
+                                                                   torch.zeros(64, 32), UP: None}),
+                    f"the model's {UP} is not in model.safetensors, whose model.blocks.0.mlp.up_proj.weight has no "
+                    "place in the model"),
+    "bin-truncated": (lambda d: (_as_bin(d), _cut(d / "pytorch_model.bin", 40_000)),
+                      "pytorch_model.bin does not open: it has no zip directory"),
+    "bin-not-a-zip": (lambda d: (_as_bin(d), (d / "pytorch_model.bin").write_bytes(b"not weights\n" * 100)),
+                      "pytorch_model.bin does not open: it has no zip directory"),
+    "bin-wrong-shape": (lambda d: (_retensor(d, "model.safetensors", **{UP: torch.zeros(128, 32)}), _as_bin(d)),
+                        f"pytorch_model.bin holds {UP} of shape (128, 32), the model's is (64, 32)"),
+    "index-not-json": (lambda d: (_sharded(d), (d / "model.safetensors.index.json").write_text("{weight_map")),
+                       "model.safetensors.index.json is not JSON"),
+    "shard-missing": (lambda d: (d / _sharded(d)[1]).unlink(),
+                      "model.safetensors.index.json names the shard model-00002-of-00002.safetensors, which is not "
+                      "in the directory"),
+    "shard-damaged": (lambda d: _cut(d / _sharded(d)[1], 100),
+                      "model-00002-of-00002.safetensors (a shard model.safetensors.index.json names) does not open"),
+    "shard-wrong-shape": (lambda d: _retensor(d, _sharded(d)[1], **{UP: torch.zeros(128, 32)}),
+                          f"model-00002-of-00002.safetensors holds {UP} of shape (128, 32), the model's is (64, 32)"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_weights_that_would_not_load_are_refused_in_one_line_before_any_run_directory(tmp_path, llama, corpus,
+                                                                                      capsys, damage):
+    """Checked from the files' headers before the run directory exists: from_pretrained would raise on each
+    of these in the run (or, for a tensor the files lack, draw it at random without a word)."""
+    directory = copy_model(llama, tmp_path / damage)
+    breaks, words = DAMAGE[damage]
+    breaks(directory)
+    line = _refused(["--model", f"hf:{directory}", "--dataset", "text", "--text-file", str(corpus / "notes.txt"),
+                     "--micro-batch-size", "2"], tmp_path, capsys)
+    assert line.startswith("gaccum: error: --model=") and words in line, line
+
+
+def test_weights_from_pretrained_accepts_pass_the_check(tmp_path, tmp_path_factory, llama, corpus):
+    """What from_pretrained tolerates is not refused: a GPT-2 whose lm_head is tied to its embedding (not in
+    the file), names without the base model's prefix, tensors the model has no place for, other dtypes,
+    PyTorch's format and shards."""
+    no_prefix = copy_model(llama, tmp_path / "no_prefix")
+    _retensor(no_prefix, "model.safetensors", **{k: None for k in _names(llama) if k.startswith("model.")},
+              **{k.removeprefix("model."): t for k, t in _tensors(llama).items() if k.startswith("model.")})
+    extra = copy_model(llama, tmp_path / "extra")
+    embedding = _tensors(llama)["model.embed_tokens.weight"].half()
+    _retensor(extra, "model.safetensors", **{"model.layers.0.self_attn.rotary_emb.inv_freq": torch.ones(8),
+                                             "model.embed_tokens.weight": embedding})
+    as_bin, sharded = copy_model(llama, tmp_path / "bin"), copy_model(llama, tmp_path / "sharded")
+    _as_bin(as_bin)
+    _sharded(sharded)
+    gpt2 = saved_model(tmp_path_factory, "gpt2")
+    assert "lm_head.weight" not in _names(gpt2)
+    for directory in (no_prefix, extra, as_bin, sharded, gpt2):
+        preflight(lm(directory, corpus / "notes.txt"))
+
+
+def _tensors(directory):
+    from safetensors.torch import load_file
+
+    return load_file(directory / "model.safetensors")
+
+
+def _names(directory):
+    return set(_tensors(directory))
