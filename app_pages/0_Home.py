@@ -6,6 +6,7 @@ page) has found it, and the runs come from the runs directory until the runner i
 import streamlit as st
 
 from dashboard import warm
+from dashboard.markdown import plain
 from dashboard.nav import PAGES
 from dashboard.prefetch import prefetch_train_page
 from gaccum_core.runs.catalog import run_table
@@ -60,7 +61,7 @@ def status() -> None:
         st.rerun()  # the warm-up ended or the last run did: redraw with (or without) the refresh
     st.info(warm.device_text() or "Device: checking… (the server is loading torch)")
     for snapshot in active:
-        st.success(f"In progress: {snapshot.name or snapshot.run_id} ({snapshot.state}, step "
+        st.success(f"In progress: {plain(snapshot.name or snapshot.run_id)} ({snapshot.state}, step "
                    f"{snapshot.steps_done} of {snapshot.total_steps or '?'})")
     _latest_runs(now.store if now is not None else RunStore(warm.runs_dir()), [s.run_id for s in active])
 

@@ -19,8 +19,9 @@ from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError
 from dashboard.run_picks import drop_missing, run_choice_labels, runs_on_disk, tracked_or_disk
+from dashboard.markdown import plain
 from dashboard.ui import (CHART_TITLES, REFRESH_S, adopt_settings, await_first_step, chart_labels, config_from,
-                          get_runner, live_charts, plain, progress, session_runs, short_name, widget)
+                          get_runner, live_charts, progress, session_runs, short_name, widget)
 
 st.set_page_config(page_title="gaccum · Train", layout="wide")
 st.title("Train")
@@ -36,7 +37,7 @@ if running and adopt_settings(running[0].config):
 controls = Controls()
 values = controls.draw()
 if st.session_state.get("adopted_from"):
-    notes.caption(f"The controls show the settings of run {st.session_state['adopted_from']}, "
+    notes.caption(f"The controls show the settings of run {plain(st.session_state['adopted_from'])}, "
                   "which was running when this page opened; change them for the next run.")
 
 
@@ -80,7 +81,7 @@ else:  # what the costly options cost here, measured once per server process, be
 
 mine = session_runs(runner)
 for gone in st.session_state.pop("deleted_elsewhere", []):  # its charts, progress and Resume go with it
-    notes.info(f"Run {gone} was deleted (on the Runs page or in another tab): it is no longer shown here.")
+    notes.info(f"Run {plain(gone)} was deleted (on the Runs page or in another tab): it is no longer shown here.")
 start, stop, name_col = st.columns([1, 1, 6])
 run_name = name_col.text_input("Run name (optional)", key="run_name", max_chars=40,
                                placeholder="e.g. baseline, fp16 try 2", label_visibility="collapsed")

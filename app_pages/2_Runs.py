@@ -16,7 +16,8 @@ from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError, validate_run_id
 from dashboard.runs_table import (SELECTED, RunFilter, draw_filter, draw_table, going, progress_with_stop,
                                   sync_selection, tags_editor)
-from dashboard.ui import REFRESH_S, chart_cache, get_runner, plain, widget
+from dashboard.markdown import plain
+from dashboard.ui import REFRESH_S, chart_cache, get_runner, widget
 
 st.set_page_config(page_title="gaccum · Runs", layout="wide")
 st.title("Runs")
@@ -24,7 +25,7 @@ RESUMABLE = (RunState.STOPPED, RunState.INTERRUPTED, RunState.FAILED)
 runner = get_runner()
 store = runner.store
 if "deleted" in st.session_state:
-    st.success(f"Deleted {', '.join(st.session_state.pop('deleted'))}.")
+    st.success(plain(f"Deleted {', '.join(st.session_state.pop('deleted'))}."))
 
 
 def live_ids() -> list[str]:
@@ -52,9 +53,9 @@ if linked is not None and SELECTED not in st.session_state:
         ids = [validate_run_id(run_id) for run_id in linked.split(",")]
         st.session_state[SELECTED] = [run_id for run_id in ids if run_id in set(table["run_id"])]
         for missing in (run_id for run_id in ids if run_id not in set(table["run_id"])):
-            st.warning(f"No run {missing!r} in {store.root.resolve()}.")
+            st.warning(plain(f"No run {missing!r} in {store.root.resolve()}."))
     except StoreError as exc:
-        st.error(str(exc))
+        st.error(plain(str(exc)))
 states = table.set_index("run_id")["state"]
 labels = dict(zip(table["run_id"], table["state"] + " · " + table.get("label", table["state"]).fillna("")))
 
@@ -64,7 +65,7 @@ def say_removed(run_ids: list[str]) -> None:
     told = st.session_state.setdefault("_runs_removed_told", set())
     if any(r not in told for r in run_ids):
         st.info(f"No longer shown, removed meanwhile (deleted in another tab, session or process): "
-                f"{', '.join(run_ids)}.")
+                f"{plain(', '.join(run_ids))}.")
     told.update(run_ids)
 
 
@@ -153,9 +154,9 @@ if readable:
                                  mime="text/csv")
     for run_id in readable:
         metrics_col, evals_col = st.columns(2)
-        metrics_col.download_button(f"{run_id} metrics.csv", runs_data[run_id].metrics_csv,
+        metrics_col.download_button(plain(f"{run_id} metrics.csv"), runs_data[run_id].metrics_csv,
                                     file_name=f"{run_id}-metrics.csv", mime="text/csv", key=f"dl_m_{run_id}")
-        evals_col.download_button(f"{run_id} eval.csv", runs_data[run_id].evals_csv,
+        evals_col.download_button(plain(f"{run_id} eval.csv"), runs_data[run_id].evals_csv,
                                   file_name=f"{run_id}-eval.csv", mime="text/csv", key=f"dl_e_{run_id}")
 
 
@@ -164,7 +165,7 @@ def resume(run_id: str) -> None:
     try:
         runner.resume(run_id)
     except (CheckpointError, DamagedRun, RunBusyError, StoreError, OSError) as exc:
-        st.session_state["resume_error"] = f"Cannot resume {run_id}: {exc}"
+        st.session_state["resume_error"] = f"Cannot resume {plain(run_id)}: {exc}"
     else:
         st.session_state["resumed"] = run_id
 
@@ -175,11 +176,11 @@ if resumable:
     st.caption("A resumed run goes on from its checkpoint.pt in its own directory, exactly as if it had never "
                "stopped (its gradients of a half-done window included); rows after the checkpoint are dropped.")
     for run_id in resumable:
-        st.button(f"Resume {run_id} ({states[run_id]})", key=f"resume_{run_id}", on_click=resume, args=(run_id,))
+        st.button(f"Resume {plain(run_id)} ({states[run_id]})", key=f"resume_{run_id}", on_click=resume, args=(run_id,))
 if "resume_error" in st.session_state:
     st.error(st.session_state.pop("resume_error"))
 if "resumed" in st.session_state:
-    st.success(f"Resumed {st.session_state.pop('resumed')}: its progress is shown above the table; the "
+    st.success(f"Resumed {plain(st.session_state.pop('resumed'))}: its progress is shown above the table; the "
                "[Train page](Train) draws its charts live.")
 
 
@@ -205,8 +206,10 @@ unstopped = [r for r in selected if r in live]
 deletable = [r for r in selected if r not in live]
 with st.expander(f"Delete the {len(selected)} selected run{'s' if len(selected) > 1 else ''}"):
     if unstopped:
-        st.warning(f"Still going, so not deleted: {', '.join(unstopped)}. Stop them first (Stop, above the table).")
-    if deletable and st.checkbox(f"Yes, delete {', '.join(deletable)} and all their files", key="confirm_delete"):
+        st.warning(f"Still going, so not deleted: {plain(', '.join(unstopped))}. Stop them first (Stop, above the "
+                   "table).")
+    confirm = f"Yes, delete {plain(', '.join(deletable))} and all their files"
+    if deletable and st.checkbox(confirm, key="confirm_delete"):
         st.button(f"Delete {len(deletable)} run{'s' if len(deletable) > 1 else ''}", type="primary",
                   key="delete_run", on_click=delete, args=(deletable,))
     if "delete_error" in st.session_state:

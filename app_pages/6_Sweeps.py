@@ -5,7 +5,8 @@ import streamlit as st
 
 from dashboard import sweep_controls
 from dashboard.sweep_jobs import sweep_jobs
-from dashboard.ui import REFRESH_S, format_eta, get_runner, plain, progress, widget
+from dashboard.markdown import plain
+from dashboard.ui import REFRESH_S, format_eta, get_runner, progress, widget
 from gaccum_core.config import ConfigError
 from gaccum_core.sweeps.files import list_sweeps, read_spec
 from gaccum_core.sweeps.labels import describe_sweep
@@ -31,7 +32,7 @@ going = jobs.going()
 if problem:
     st.error(f"Cannot start: {problem}")
 elif spec is not None:
-    st.caption(f"{describe_sweep(spec)}, {sweep_controls.gpus_text()} · sweep {spec.sweep_id} (runs a previous "
+    st.caption(f"{plain(describe_sweep(spec))}, {sweep_controls.gpus_text()} · sweep {spec.sweep_id} (runs a previous "
                "start finished are skipped)")
 if st.button("Start sweep", type="primary", key="sweep_start", disabled=spec is None or bool(problem) or bool(going)):
     try:
@@ -91,7 +92,7 @@ shown = widget(st.selectbox, "Sweep shown", "sweep_pick", sweeps[0], options=swe
 try:
     summary = summarize(runner.store, read_spec(runner.store.root, shown))
 except (OSError, ConfigError) as exc:
-    st.error(f"Sweep {shown} cannot be read: {exc}")
+    st.error(plain(f"Sweep {shown} cannot be read: {exc}"))
     st.stop()
 table = summary.table
 st.subheader("Cells")

@@ -18,6 +18,7 @@ from gaccum_core.runs.catalog import all_tags, filter_runs, unstepped
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.store import RunStore, StoreError, parse_tags
 from gaccum_core.states import RunState
+from dashboard.markdown import plain
 from dashboard.ui import progress
 
 SELECTED, TABLE = "runs_selected", "runs_table"  # the multiselect's key and the table's
@@ -144,7 +145,7 @@ def _save_tags(store: RunStore, run_id: str) -> None:
     try:
         store.write_tags(run_id, parse_tags(st.session_state[f"tags_{run_id}"]))
     except (StoreError, OSError) as exc:
-        st.session_state[f"tags_error_{run_id}"] = f"Tags of {run_id} not saved: {exc}"
+        st.session_state[f"tags_error_{run_id}"] = plain(f"Tags of {run_id} not saved: {exc}")
 
 
 def tags_editor(store: RunStore, tags: Mapping[str, Sequence[str]]) -> None:
@@ -153,7 +154,7 @@ def tags_editor(store: RunStore, tags: Mapping[str, Sequence[str]]) -> None:
         key = f"tags_{run_id}"
         if key not in st.session_state:
             st.session_state[key] = ", ".join(own)
-        st.text_input(f"Tags of {run_id}", key=key, on_change=_save_tags, args=(store, run_id),
+        st.text_input(plain(f"Tags of {run_id}"), key=key, on_change=_save_tags, args=(store, run_id),
                       placeholder="e.g. baseline, fp16", help="comma-separated; letters, digits and _ . : + = -")
         error = st.session_state.pop(f"tags_error_{run_id}", None)
         if error:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import sys
 import time
 from typing import Any, Callable, Mapping
@@ -15,6 +14,7 @@ from typing import Any, Callable, Mapping
 import streamlit as st
 
 from dashboard import warm
+from dashboard.markdown import plain
 from gaccum_core.runs.catalog import created_text, run_label, run_labels
 from gaccum_core.views.chart_cache import ChartCache, ChartInput, ChartSet
 from gaccum_core.views.colours import run_colours
@@ -182,14 +182,6 @@ def await_first_step(runner: Runner, run_id: str, timeout_s: float = 1.5) -> Non
         if snapshot.steps_done or snapshot.done or behind_another:
             return
         time.sleep(0.02)
-
-
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
-
-
-def plain(text: str) -> str:
-    """Text (a run's name, as typed) that Streamlit's Markdown shows as written: no bold, no link."""
-    return _MARKDOWN.sub(r"\\\1", text)
 
 
 def short_name(snapshot: RunSnapshot) -> str:
