@@ -206,7 +206,12 @@ def test_a_name_in_markdown_or_html_is_shown_as_typed_not_as_bold_text_and_links
 def test_progress_names_its_run_and_says_compiling_before_the_first_step(runs_dir, gate, monkeypatch):
     import torch
 
+    import gaccum_core.train.device as device
+
     monkeypatch.setattr(torch, "compile", lambda model, **kwargs: model)  # the page's words, not a real compile
+    # The toolchain probe's cached answer, not a child process compiling (about 6 CPU-seconds): the real
+    # probe runs in tests/runs/test_runner.py's compile test, its refusals in tests/pages/test_bad_input.py.
+    monkeypatch.setattr(device, "compile_works_here", lambda device: (True, "works"))
     gate.hold(step=1)  # before the first forward pass, where torch.compile does its work
     run_id = runner().submit(RunConfig(device="cpu", model="mlp", max_steps=1, compile="default"))
     gate.wait_until_held()
