@@ -241,20 +241,23 @@ def test_the_data_parallel_note_names_each_reductions_divisor(fields, divisor):
     assert divisor in " ".join(line.lstrip("# ") for line in code.splitlines()[:4])
 
 
-def _train_rendered_fsdp_loop(rank: int, config_json: str, init_file: str, out: str) -> None:
-    """One of two gloo processes: the rendered FSDP loop on the seeded model; rank 0 saves the whole weights."""
+def _train_rendered_fsdp_loops(rank: int, configs_json: dict[str, str], init_file: str, out: str) -> None:
+    """One of two gloo processes: each config's rendered FSDP loop on its seeded model, one after another;
+    rank 0 saves each config's whole weights."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     try:
-        config = RunConfig.from_json(config_json)
-        data = load_data(config)
-        model = build_seeded_model(config, data.input_shape, data.num_classes)
-        namespace = {}
-        exec(compile(render_loop(config), "<loop>", "exec"), namespace)
-        trained = namespace["train"](model, blocks(model), data.train.batch, len(data.train), torch.device("cpu"))
-        whole = {name: p.full_tensor().detach().clone() for name, p in trained.named_parameters()}
+        weights = {}
+        for case, config_json in configs_json.items():
+            config = RunConfig.from_json(config_json)
+            data = load_data(config)
+            model = build_seeded_model(config, data.input_shape, data.num_classes)
+            namespace = {}
+            exec(compile(render_loop(config), "<loop>", "exec"), namespace)
+            trained = namespace["train"](model, blocks(model), data.train.batch, len(data.train), torch.device("cpu"))
+            weights[case] = {name: p.full_tensor().detach().clone() for name, p in trained.named_parameters()}
         if rank == 0:
-            torch.save(whole, out)
+            torch.save(weights, out)
     finally:
         dist.destroy_process_group()
 
@@ -275,16 +278,28 @@ def _one_process(config: RunConfig) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in engine.model.named_parameters()}
 
 
+def _fsdp_loop_config(case: str) -> RunConfig:
+    return RunConfig(model="mlp", dataset="fake", image_size=8, fake_classes=10, micro_batch_size=4, accum_steps=4,
+                     nproc=2, epochs=1, device="cpu", lr=0.05, sharding="fsdp", **FSDP_LOOPS[case])
+
+
+@pytest.fixture(scope="module")
+def fsdp_loop_weights(tmp_path_factory) -> dict[str, dict[str, torch.Tensor]]:
+    """Every FSDP_LOOPS case trained by one pair of gloo processes (spawning a pair costs seconds of imports)."""
+    folder = tmp_path_factory.mktemp("fsdp_loops")
+    configs_json = {case: _fsdp_loop_config(case).to_json() for case in FSDP_LOOPS}
+    mp.spawn(_train_rendered_fsdp_loops, args=(configs_json, str(folder / "init"), str(folder / "weights.pt")),
+             nprocs=2)
+    return torch.load(folder / "weights.pt")
+
+
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("case", list(FSDP_LOOPS))
-def test_the_rendered_fsdp_loop_run_by_two_processes_trains_like_one_process(case, tmp_path):
+def test_the_rendered_fsdp_loop_run_by_two_processes_trains_like_one_process(case, fsdp_loop_weights):
     """Two gloo processes running the loop shown for sharding fsdp end with the parameters of one process
     trained on micro-batches of N*b, and of one batch per window (the oracle)."""
-    config = RunConfig(model="mlp", dataset="fake", image_size=8, fake_classes=10, micro_batch_size=4,
-                       accum_steps=4, nproc=2, epochs=1, device="cpu", lr=0.05, sharding="fsdp", **FSDP_LOOPS[case])
-    out = tmp_path / "weights.pt"
-    mp.spawn(_train_rendered_fsdp_loop, args=(config.to_json(), str(tmp_path / "init"), str(out)), nprocs=2)
-    trained = torch.load(out)
+    config = _fsdp_loop_config(case)
+    trained = fsdp_loop_weights[case]
     single = config.replace(nproc=1, sharding="ddp", fsdp_sync="every", fsdp_reshard_after_backward="on",
                             micro_batch_size=8)
     data = load_data(config)
