@@ -1,12 +1,12 @@
 """What every command shares: the parser whose errors are one line, typed flag values, a flag per
-RunConfig field, and the config (or the one error line) those flags make."""
+RunConfig field, the config (or the one error line) those flags make, and the refusal of flags it ignores."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from gaccum_core import config
 from gaccum_core.config import DEFAULT_RUN, ConfigError, RunConfig
@@ -17,6 +17,8 @@ _CHOICES = {"reduction": "REDUCTIONS", "amp": "AMP_MODES", "clear_cache": "CLEAR
             "compile": "COMPILE_MODES", "optimizer": "OPTIMIZERS", "lr_schedule": "LR_SCHEDULES",
             "sharding": "SHARDINGS", "fsdp_sync": "FSDP_SYNCS", "fsdp_reshard_after_backward": "ON_OFF"}
 # model and dataset: a name, or your own (timm:NAME, hf:DIR, MODULE:FUNCTION), checked by the config
+# The fields only FSDP reads: set away from their defaults with DDP, they would change nothing.
+FSDP_ONLY = ("fsdp_sync", "fsdp_reshard_after_backward")
 
 # argparse takes only -N and -N.N for negative numbers; anything else after a flag (--lr -inf,
 # --lr -1e-3) would be read as an unknown flag, hiding the bad value behind "expected one argument".
@@ -89,3 +91,17 @@ def flag_error(exc: ConfigError) -> str:
     """A refused value as the one error line, named by its flag: "gaccum: error: --lr=0.0 is not allowed: ..."."""
     flag = "--" + exc.field.replace("_", "-")
     return f"gaccum: error: {flag}={exc.value!r} is not allowed: {exc.allowed}"
+
+
+def refuse_unused_fsdp_flags(configs: Iterable[RunConfig]) -> None:
+    """ConfigError naming --fsdp-sync (or --fsdp-reshard-after-backward) set when none of the configs (a run,
+    or a sweep's cells) shards with FSDP: the flag would be silently ignored."""
+    configs = list(configs)
+    if any(run.sharding == "fsdp" for run in configs):
+        return
+    for name in FSDP_ONLY:
+        default = getattr(DEFAULT_RUN, name)
+        for run in configs:
+            if getattr(run, name) != default:
+                raise ConfigError(name, getattr(run, name), f"{default} (the default) without --sharding fsdp: "
+                                                            "only FSDP reads it")

@@ -147,6 +147,9 @@ def planned_config(args: argparse.Namespace) -> tuple[RunConfig, Plan | None]:
     """The run's config; with --micro-batch-size auto, the planner's b and k for --effective-batch (per
     process: E is divided by the processes), with the plan that chose them."""
     if args.micro_batch_size != "auto":
+        if args.memory_budget_mb is not None:
+            raise ConfigError("memory_budget_mb", args.memory_budget_mb, "left out unless --micro-batch-size auto "
+                              "(the budget is what the planner chooses b for)")
         config = config_from_args(args)
         if args.effective_batch is not None and args.effective_batch != config.effective_batch_size:
             raise ConfigError("effective_batch", args.effective_batch,

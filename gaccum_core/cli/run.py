@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
 
-from gaccum_core.cli.args import Commands, add_config_flags, flag_error, typed
+from gaccum_core.cli.args import Commands, add_config_flags, flag_error, refuse_unused_fsdp_flags, typed
 from gaccum_core.cli.plan import add_target_flags, planned_config
 from gaccum_core.cli.progress import follow_to_the_end
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.runs.executors import EXECUTORS
 from gaccum_core.runs.runner import Runner
-from gaccum_core.runs.supervisor import Launch, torchrun_command
+from gaccum_core.runs.supervisor import Launch, join_job
 from gaccum_core.train.checks import preflight
 
 
@@ -40,6 +39,7 @@ def run_command(args: argparse.Namespace) -> int:
     """Validate, train with a progress bar, print the run directory; 0 when finished."""
     try:
         config, plan = planned_config(args)
+        refuse_unused_fsdp_flags([config])
         preflight(config)
     except ConfigError as exc:
         print(flag_error(exc), file=sys.stderr)
@@ -53,7 +53,9 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"gaccum: error: {exc}", file=sys.stderr)
         return 2
     if launch.node_rank > 0:
-        return _join_job(config, launch)
+        print(f"gaccum: joining the job at {launch.rdzv_endpoint} as node {launch.node_rank} of {config.nnodes}; "
+              "stop it from node 0", file=sys.stderr)
+        return join_job(config, launch)
     runner = Runner(args.runs_dir, executor=args.executor, launch=launch, warm_spare=False)  # one run: no spare
     try:
         run_id = runner.submit(config, args.name, plan=None if plan is None else plan.to_dict())
@@ -67,15 +69,12 @@ def _launch_from_args(args: argparse.Namespace, config: RunConfig) -> Launch:
     """torchrun's rendezvous for this machine; ValueError naming the flag that does not fit."""
     if not 0 <= args.node_rank < config.nnodes:
         raise ValueError(f"--node-rank={args.node_rank} is not allowed: 0 to {config.nnodes - 1} (--nnodes={config.nnodes})")
-    if config.nnodes > 1 and not re.match(r"^[^:\s]+:\d+$", args.rdzv_endpoint):
-        raise ValueError(f"--rdzv-endpoint={args.rdzv_endpoint!r} is not allowed: HOST:PORT of node rank 0's "
-                         f"machine, required with --nnodes={config.nnodes}")
-    return Launch(args.node_rank, args.rdzv_endpoint)
-
-
-def _join_job(config: RunConfig, launch: Launch) -> int:
-    """On a machine of node rank > 0: start this machine's ranks; rank 0's machine writes the run."""
-    command = torchrun_command(config, launch, None, ["--config", config.to_json()])
-    print(f"gaccum: joining the job at {launch.rdzv_endpoint} as node {launch.node_rank} of {config.nnodes}; "
-          "stop it from node 0", file=sys.stderr)
-    return subprocess.call(command)
+    endpoint = args.rdzv_endpoint
+    if config.nnodes == 1 and endpoint:
+        raise ValueError(f"--rdzv-endpoint={endpoint!r} is not allowed: left out with --nnodes=1 (one machine "
+                         "meets on a free port of its own)")
+    found = re.match(r"^[^:\s]+:(\d+)$", endpoint)
+    if config.nnodes > 1 and not (found and 1 <= int(found[1]) <= 65535):
+        raise ValueError(f"--rdzv-endpoint={endpoint!r} is not allowed: HOST:PORT of node rank 0's machine (a port "
+                         f"from 1 to 65535), required with --nnodes={config.nnodes}")
+    return Launch(args.node_rank, endpoint)

@@ -10,10 +10,11 @@ import math
 import sys
 from typing import Any
 
-from gaccum_core.cli.args import Commands, flag_error, typed
+from gaccum_core.cli.args import Commands, flag_error, refuse_unused_fsdp_flags, typed
 from gaccum_core.cli.sweep_progress import follow_sweep
 from gaccum_core.config import DEFAULT_RUN, ConfigError, RunConfig
 from gaccum_core.field_help import FIELD_HELP
+from gaccum_core.runs.claim import RunBusyError
 from gaccum_core.runs.executors import EXECUTORS
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.store import RunStore
@@ -22,7 +23,7 @@ from gaccum_core.sweeps.commands import run_command
 from gaccum_core.sweeps.files import sweep_dir, write_spec, write_summary
 from gaccum_core.sweeps.job import SweepJob, gpu_count
 from gaccum_core.sweeps.members import find_members
-from gaccum_core.sweeps.spec import SweepSpec, sweep_runs
+from gaccum_core.sweeps.spec import Cell, SweepSpec, sweep_runs
 from gaccum_core.sweeps.summary import Summary, summarize
 from gaccum_core.views.sweep_table import display_table
 
@@ -36,7 +37,7 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
         description="Cross comma-separated values of any run flag (--micro-batch-size 8,16,32 --amp off,bf16), "
                     "run each combination --repeats times as ordinary runs (skipping those a previous run of the "
                     "same command finished), and summarise each cell: final loss, test accuracy, samples/s, "
-                    "peak memory, skipped steps and time as mean ± 95%% interval, and whether the cells that "
+                    "peak memory, skipped steps and time as mean ± 95% interval, and whether the cells that "
                     "differ only in b and k coincide.")
     for f in dataclasses.fields(RunConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -109,7 +110,10 @@ def sweep_command(args: argparse.Namespace) -> int:
     """Check the whole grid, then print its commands, summarise it, or run it; the exit status."""
     try:
         spec = spec_from_args(args)
-        check_sweep(spec)
+        found = check_sweep(spec)
+        refuse_unused_fsdp_flags([cell.config for cell in found])
+        if not (args.print_commands or args.summary_only):
+            _refuse_several_machines(found)
     except ValueError as exc:  # a ConfigError names its flag; data and model errors explain themselves
         print(flag_error(exc) if isinstance(exc, ConfigError) else f"gaccum: error: {exc}", file=sys.stderr)
         return 2
@@ -126,12 +130,25 @@ def sweep_command(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"gaccum: error: --runs-dir: {exc}", file=sys.stderr)
         return 2
+    except RunBusyError as exc:  # the same sweep goes in another server or command line
+        print(f"gaccum: error: {exc}", file=sys.stderr)
+        return 2
     progress = follow_sweep(job)
     if job.summary is None:
         print(f"gaccum: sweep {spec.sweep_id} {progress.state}: {progress.message}", file=sys.stderr)
         return 1
     status = {"finished": 0 if job.summary.complete else 1, "stopped": 130}.get(progress.state, 1)
     return _report(job.summary, args, status)
+
+
+def _refuse_several_machines(cells: list[Cell]) -> None:
+    """ConfigError naming --nnodes when a cell spans machines: a sweep trains its runs here, one after another,
+    and a multi-node run needs every machine to start it at once."""
+    for cell in cells:
+        if cell.config.nnodes > 1:
+            raise ConfigError("nnodes", cell.config.nnodes, "1 when the sweep trains its runs here; for several "
+                              "machines, --print-commands prints each run's `run` command to start on every node "
+                              "with --node-rank and --rdzv-endpoint")
 
 
 def _print_commands(spec: SweepSpec, runs_dir: str) -> int:

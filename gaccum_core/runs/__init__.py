@@ -3,8 +3,9 @@
 files (atomic writes, CSV rows appended whole and followed, a full disk named) → store (the runs
 directory) → claim (which process owns a run) and integrity (damaged files named) → catalog (the
 runs on disk as a table); execute (one run in this process) → worker (a run in a child process) and
-supervisor (watching that child) → executors (thread or process, the warm spare) → runner (queues
-per device, snapshots to poll). Imports the shared vocabulary and train.
+supervisor (watching that child; rank_failures: which rank failed a torchrun job) → executors (thread or
+process, the warm spare) → runner (queues per device, snapshots to poll). Imports the shared vocabulary
+and train.
 """
 
 from gaccum_core.exports import lazy_exports

@@ -1,8 +1,9 @@
-"""Which process owns a run: an exclusive lock on the run directory's `.claim` file.
+"""Which process owns a run (or a sweep): an exclusive lock on the run directory's `.claim` file.
 
 The runner that queues a run (a server, a CLI) takes the claim before it writes anything and holds it
 until the run ends; the kernel drops it when that process dies, however it dies. A second runner, in
-another server or command line, is refused the claim and names the first. A worker process trains
+another server or command line, is refused the claim and names the first; a sweep job claims
+the sweep's folder the same way, so the same sweep never goes twice at once. A worker process trains
 under its runner's claim and writes its own pid to status.json: a worker still finishing after its
 runner died (it stops at its next micro-batch) counts as training too.
 """
@@ -34,9 +35,10 @@ def describe_process(pid: int) -> str:
 
 
 class Claim:
-    """An exclusive claim on a run directory, held until release() or this process's end."""
+    """An exclusive claim on a run directory (or a sweep's), held until release() or this process's end;
+    `what` names it in a second claimant's refusal (default: "run <directory name>")."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, what: str = "") -> None:
         self.run_dir = run_dir
         fd = os.open(run_dir / CLAIM_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -44,8 +46,8 @@ class Claim:
         except BlockingIOError:
             holder = _holder_text(fd)
             os.close(fd)
-            raise RunBusyError(f"run {run_dir.name} is owned by {holder}: another server or command line "
-                             "trains it; stop it there first") from None
+            raise RunBusyError(f"{what or 'run ' + run_dir.name} is owned by {holder}: another server or command "
+                               "line is running it; stop it there first") from None
         except BaseException:
             os.close(fd)
             raise

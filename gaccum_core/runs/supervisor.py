@@ -2,13 +2,16 @@
 
 The supervisor follows metrics.csv and eval.csv as the worker appends them, asks it to stop through
 the run's stop file, kills it (with every process it started) when it has not ended a few seconds
-later, and turns its end into a final state: the one the worker wrote, the failing rank's message
-from torchrun's error file, or, when it died without a word, its exit code or signal and the last
+later, and turns its end into a final state: the one the worker wrote, the rank whose end failed a
+torchrun job (rank_failures), or, when it died without a word, its exit code or signal and the last
 lines of its stderr. A warm spare worker (torch already imported) keeps Start → first point short.
+A torchrun it starts for a run is killed when the thread that started it ends, however the server or
+CLI dies: torchrun waiting for the other machines at a rendezvous has no rank yet to notice.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -24,7 +27,8 @@ from typing import IO, Callable
 import psutil
 
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.files import write_text_atomically
+from gaccum_core.runs.files import DiskFullError, disk_full, write_text_atomically
+from gaccum_core.runs.rank_failures import exit_words, job_failure, report_line
 from gaccum_core.runs.store import RunStore
 from gaccum_core.states import FINAL_STATES, Outcome, RunState
 from gaccum_core.train.metrics import Row
@@ -52,7 +56,10 @@ def torchrun_command(config: RunConfig, launch: Launch, log_dir: Path | None, wo
     """`python -m torch.distributed.run ... -m gaccum_core worker ...`: torchrun starting this machine's ranks.
 
     One machine: --standalone (a free port of its own). Several: static rendezvous at node 0's endpoint, so
-    global ranks follow --node-rank and node 0 holds global rank 0."""
+    global ranks follow --node-rank and node 0 holds global rank 0; ValueError without one."""
+    if config.nnodes > 1 and not launch.rdzv_endpoint:
+        raise ValueError(f"nnodes={config.nnodes} needs node rank 0's HOST:PORT (`run --rdzv-endpoint`) on every "
+                         "machine; this command has none")
     if config.nnodes == 1:
         rendezvous = ["--standalone"]
     else:
@@ -67,13 +74,52 @@ _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])  # `-m gaccum_core` from
 OWNER_ENV = "GACCUM_OWNER_PID"  # the server or CLI whose death stops every worker and rank it started
 
 
-def _popen(command: list[str], stdin: int | None = None) -> subprocess.Popen:
+_PR_SET_PDEATHSIG = 1  # Linux prctl: the signal a process gets when the thread that started it ends
+
+
+def _dies_with_this_thread() -> Callable[[], None] | None:
+    """A preexec_fn that has the child SIGKILLed when this thread (or this process, however it dies) ends; None
+    where the kernel has no prctl. Resolved here, in the parent: the forked child calls it and nothing else.
+    SIGKILL, not SIGTERM: torchrun would pass a SIGTERM on to its ranks mid-step, whereas ranks whose torchrun
+    is gone stop at their next micro-batch and write the run's final state."""
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def tie() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # it died before the tie was made
+            os._exit(1)
+    return tie
+
+
+def _env() -> dict[str, str]:
     path = os.pathsep.join(p for p in (_SOURCE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, OWNER_ENV: str(os.getpid())}
+
+
+def _popen(command: list[str], stdin: int | None = None, tied: bool = False) -> subprocess.Popen:
     # Its own session: a Ctrl-C meant for the server or the CLI does not hit the worker mid-step;
-    # the supervisor stops it through the stop file instead.
+    # the supervisor stops it through the stop file instead. tied: only from a thread that outlives it.
     return subprocess.Popen(command, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True, text=True, errors="replace",
-                            env={**os.environ, "PYTHONPATH": path, OWNER_ENV: str(os.getpid())})
+                            start_new_session=True, text=True, errors="replace", env=_env(),
+                            preexec_fn=_dies_with_this_thread() if tied else None)
+
+
+def join_job(config: RunConfig, launch: Launch) -> int:
+    """On a machine of node rank > 0: this machine's ranks of the job whose node 0 writes the run, until they
+    end; torchrun's exit status. It shares the CLI's terminal (a Ctrl-C reaches it too) and ends with the CLI."""
+    command = torchrun_command(config, launch, None, ["--config", config.to_json()])
+    proc = subprocess.Popen(command, env=_env(), preexec_fn=_dies_with_this_thread())
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:  # torchrun had the terminal's Ctrl-C too and stops its ranks; a second stops waiting
+        try:
+            proc.wait()
+        except KeyboardInterrupt:
+            kill_tree(proc)
+        return 130
 
 
 def spawn_spare() -> subprocess.Popen:
@@ -105,37 +151,11 @@ def kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _drain(stream: IO[str], tail: deque[str]) -> None:
+def _drain(stream: IO[str], tail: deque[str], report: list[str]) -> None:
     for line in stream:
         tail.append(line.rstrip("\n"))
-
-
-def _exit_words(code: int) -> str:
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name} ({-code})"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
-
-
-def rank_failure(log_dir: Path) -> str:
-    """The first failing rank's message from torchrun's error files, or '' when none wrote one."""
-    failures = []
-    for path in log_dir.glob("**/error.json"):
-        try:
-            error = json.loads(path.read_text(encoding="utf-8"))["message"]
-            failures.append((int(error["extraInfo"]["timestamp"]), path.parent.name, error["message"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    if not failures:
-        return ""
-    _, local_rank, message = min(failures)
-    # torchrun's message is the exception ("Type: text"), then the Python stack after "At:". The folder
-    # is the local rank; this machine is node 0, whose local ranks are the global ranks 0..nproc-1
-    # (static rendezvous). Ranks on other machines write their error files there.
-    first = next((line.strip() for line in str(message).splitlines() if line.strip()), "no message")
-    return f"rank {local_rank} failed: {first[:300]}"
+        if report_line(line):
+            report.append(line.rstrip("\n"))
 
 
 class Child:
@@ -145,7 +165,8 @@ class Child:
         self.proc, self.store, self.run_id = proc, store, run_id
         self.log_dir = log_dir if log_dir is not None else store.torchrun_log_dir(run_id)  # ranks' error files
         self.tail: deque[str] = deque(maxlen=STDERR_LINES)
-        self._drainer = threading.Thread(target=_drain, args=(proc.stderr, self.tail), daemon=True,
+        self.report: list[str] = []  # torchrun's report of its failed ranks, from the whole of its stderr
+        self._drainer = threading.Thread(target=_drain, args=(proc.stderr, self.tail, self.report), daemon=True,
                                          name=f"gaccum-stderr-{proc.pid}")
         self._drainer.start()
 
@@ -165,10 +186,10 @@ class Child:
 
     @classmethod
     def torchrun(cls, store: RunStore, run_id: str, config: RunConfig, launch: Launch = Launch()) -> "Child":
-        """Start a data-parallel job whose global rank 0 writes this run."""
+        """Start a data-parallel job whose global rank 0 writes this run (from the thread that supervises it)."""
         run_dir = str(store.path(run_id).resolve())
         command = torchrun_command(config, launch, store.torchrun_log_dir(run_id), ["--run-dir", run_dir])
-        return cls(_popen(command), store, run_id)
+        return cls(_popen(command, tied=True), store, run_id)
 
     def supervise(self, stop: threading.Event, on_rows: Callable[[list[Row], list[Row]], None],
                   on_status: Callable[[dict], None], grace_s: float, poll_s: float = 0.05) -> Outcome:
@@ -238,18 +259,21 @@ class Child:
         code = self.proc.returncode
         if killed is not None:
             return RunState.STOPPED, killed
-        failed_rank = rank_failure(self.log_dir)
-        if code != 0 and failed_rank:
+        failed_rank = job_failure(self.log_dir, self.report) if code != 0 else ""
+        if failed_rank:
             return RunState.FAILED, failed_rank
         status = self._status()
         if status.get("state") in FINAL_STATES:
             return RunState(status["state"]), status.get("message", "")
-        stderr = "\n".join(self.tail)
-        if stderr:
-            self.store.write_traceback(self.run_id, stderr)
+        died = f"the worker process died ({exit_words(code)}) without writing a final state"
+        try:
+            if self.tail:
+                self.store.write_traceback(self.run_id, "\n".join(self.tail))
+        except DiskFullError:  # what failed the run too, most likely: said of the run, not of traceback.txt
+            full = disk_full(self.store.path(self.run_id), "the run's files")
+            died = f"{full}; {died}"
         last = " | ".join(line.strip() for line in list(self.tail)[-3:] if line.strip())
-        return RunState.FAILED, (f"the worker process died ({_exit_words(code)}) without writing a final state"
-                                 + (f"; its stderr ends: {last[-400:]}" if last else ""))
+        return RunState.FAILED, died + (f"; its stderr ends: {last[-400:]}" if last else "")
 
 
 def terminate_on_exit(proc: subprocess.Popen) -> None:

@@ -28,7 +28,7 @@ from gaccum_core.states import RunState
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.distributed import Ranks, init_process_group, share_from_rank0, worker_device
 
-ORPHANED = "stopped: the process that started the run exited"
+ORPHANED = "the process that started the run exited"  # after "stopped: " wherever it is shown
 
 
 OWNER_CHECK_S = 0.5  # how often a worker looks whether the process that started its run still lives

@@ -1,6 +1,8 @@
 """A sweep going: its runs handed to the runner lane by lane (one at a time per lane: one lane on the CPU,
-one per GPU), runs already done skipped, a killed run resumed from its checkpoint, the summary written at
-the end. The CLI and the Sweeps page poll progress(); nothing here draws."""
+one per GPU), runs already done skipped, a killed run resumed from its checkpoint (or, killed before its
+first one, trained again in place of its directory), the summary written at the end. The job claims the
+sweep's folder while it goes, as a runner claims a run: the same sweep started again elsewhere is refused.
+The CLI and the Sweeps page poll progress(); nothing here draws."""
 
 from __future__ import annotations
 
@@ -9,12 +11,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-from gaccum_core.runs.claim import RunBusyError
+from gaccum_core.runs.claim import Claim, RunBusyError
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.snapshot import RunSnapshot
 from gaccum_core.states import FINAL_STATES, RunState
 from gaccum_core.sweeps.devices import Lane, lanes
-from gaccum_core.sweeps.files import write_spec, write_summary
+from gaccum_core.sweeps.files import sweep_dir, write_spec, write_summary
 from gaccum_core.sweeps.members import DONE_STATES, RESUMABLE_STATES, Member, find_members
 from gaccum_core.sweeps.spec import SweepRun, SweepSpec, sweep_runs, sweep_tag
 from gaccum_core.sweeps.summary import Summary, summarize
@@ -65,9 +67,22 @@ class SweepJob:
         self._parallel = 1
         self._state, self._message = "running", ""
         self._thread: threading.Thread | None = None
+        self._claim: Claim | None = None
 
     def start(self) -> SweepJob:
-        """Write spec.json, find the runs already done, and start the rest in the background."""
+        """Claim the sweep, write spec.json, find the runs already done, and start the rest in the background.
+        RunBusyError naming the process when another server or command line runs this sweep now."""
+        where = sweep_dir(self.runner.store.root, self.sweep_id)
+        where.mkdir(parents=True, exist_ok=True)
+        self._claim = Claim(where, f"sweep {self.sweep_id}")
+        try:
+            self._start()
+        except BaseException:
+            self._claim.release()
+            raise
+        return self
+
+    def _start(self) -> None:
         write_spec(self.runner.store.root, self.spec)
         members = find_members(self.runner.store, self.sweep_id, self.runs)
         todo = [i for i, run in enumerate(self.runs) if not _done(members.get((run.cell, run.repeat)))]
@@ -78,7 +93,6 @@ class SweepJob:
         self._thread = threading.Thread(target=self._main, args=(phases, members), name=f"sweep-{self.sweep_id}",
                                         daemon=True)
         self._thread.start()
-        return self
 
     def _main(self, phases: list[list[Lane]], members: dict[tuple[int, int], Member]) -> None:
         try:
@@ -96,6 +110,7 @@ class SweepJob:
             state, message = "stopped" if self._stop.is_set() else "finished", None
         except Exception as exc:  # the disk, a run directory removed under it: the sweep still ends, said why
             state, message = "failed", f"{type(exc).__name__}: {exc}"
+        self._claim.release()  # before it is over: a start that sees it over may claim the sweep again
         with self._lock:
             self._state = state
             self._message = self._message if message is None else message  # a run's failure stays said
@@ -143,9 +158,19 @@ class SweepJob:
             except RunBusyError:
                 return None
             except (CheckpointError, OSError, ValueError):
-                pass  # no checkpoint yet (stopped early) or a damaged file: train it again
+                self._drop_unsaved(member.run_id)  # no checkpoint yet, or a damaged file: train it again
         config = run.config if device is None else run.config.replace(device=device)
         return self.runner.submit(config, run.name, tags=(sweep_tag(self.sweep_id),))
+
+    def _drop_unsaved(self, run_id: str) -> None:
+        """Delete an attempt killed (or stopped) before its first checkpoint: nothing in it can go on, and the
+        run trained again would leave it beside as `interrupted`. One whose checkpoint is damaged is kept."""
+        if self.runner.store.checkpoint_path(run_id).exists():
+            return
+        try:
+            self.runner.delete(run_id)  # refused while any process still owns or trains it
+        except (RunBusyError, OSError):
+            pass
 
     def stop(self) -> None:
         """Stop the sweep: no further run starts, the ones training stop within a micro-batch."""

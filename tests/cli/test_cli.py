@@ -45,6 +45,11 @@ def test_run_prints_its_directory_last_and_exits_zero(tmp_path, capsys):
     (["--nproc", "64"], "--nproc=64 is not allowed: 1 to "),
     (["--nnodes", "2"], "--rdzv-endpoint='' is not allowed: HOST:PORT"),
     (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"], "--node-rank=2 is not allowed: 0 to 1"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:99999"], "--rdzv-endpoint='h:99999' is not allowed: HOST:PORT of node "
+                                                      "rank 0's machine (a port from 1 to 65535)"),
+    (["--rdzv-endpoint", "h:29500"], "--rdzv-endpoint='h:29500' is not allowed: left out with --nnodes=1"),
+    (["--fsdp-sync", "last"], "--fsdp-sync='last' is not allowed: every (the default) without --sharding fsdp"),
+    (["--memory-budget-mb", "100"], "--memory-budget-mb=100.0 is not allowed: left out unless --micro-batch-size auto"),
     (["--executor", "fork"], "invalid choice: 'fork'"),
 ])
 def test_bad_flag_values_are_one_line_errors_with_no_run_directory(tmp_path, capsys, flags, expected):
@@ -62,6 +67,58 @@ def test_bad_flag_values_are_one_line_errors_with_no_run_directory(tmp_path, cap
     assert len(lines) == 1 and expected in lines[0], err
     assert "Traceback" not in err
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_no_help_prints_a_doubled_percent_sign():
+    """Issue 29 J: argparse %-formats help strings (95%% prints 95%) but not descriptions."""
+    from gaccum_core.cli.main import COMMANDS, build_parser
+
+    helps = [build_parser().format_help(), *(command_help(command.__name__.rsplit(".", 1)[1]) for command in COMMANDS)]
+    assert not [text for text in helps if "%%" in text]
+    assert "95% interval" in command_help("sweep")
+
+
+@pytest.mark.multiprocess
+def test_a_multi_node_cli_killed_at_the_rendezvous_leaves_no_torchrun(tmp_path):
+    """Issue 29 F: node 0's CLI is SIGKILLed while its torchrun holds the rendezvous port, waiting for node 1
+    (no rank started yet to notice): torchrun ends with it, and the port is free again."""
+    import signal
+    import socket
+    import time
+
+    import psutil
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def listening() -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    cli = subprocess.Popen([sys.executable, "-m", "gaccum_core", "run", "--model", "mlp", "--device", "cpu",
+                            "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                            "--runs-dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    torchrun: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not (torchrun and listening()):
+            assert time.monotonic() < deadline and cli.poll() is None, "torchrun never waited at the rendezvous"
+            torchrun = [child for child in psutil.Process(cli.pid).children()
+                        if "torch.distributed.run" in " ".join(child.cmdline())]
+            time.sleep(0.1)
+        cli.send_signal(signal.SIGKILL)
+        gone, alive = psutil.wait_procs(torchrun, timeout=15)
+        assert all(p.status() == psutil.STATUS_ZOMBIE for p in alive), "torchrun outlived its CLI"  # zombie: dead
+        assert not listening()
+    finally:
+        for process in torchrun:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        cli.kill()
+        cli.wait()
 
 
 def test_doctor_reports_versions_device_and_precisions(capsys):

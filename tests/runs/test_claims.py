@@ -149,3 +149,9 @@ def test_a_second_ctrl_c_leaves_the_run_stopped_on_disk(tmp_path):
     run_dir = Path(out.strip().splitlines()[-1])
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "stopped" and "second Ctrl-C" in status["message"], status
+
+
+def test_an_orphaned_run_says_stopped_once():
+    """Issue 29 J: the CLI, the pages and the Runs table show a run's state before its message ("stopped: …"):
+    the message of a run whose starter exited does not say "stopped" again."""
+    assert not ORPHANED.startswith(RunState.STOPPED)

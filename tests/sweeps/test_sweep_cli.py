@@ -11,13 +11,20 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from gaccum_core.cli import main
+from gaccum_core.cli.main import build_parser
+from gaccum_core.cli.sweep import spec_from_args
+from gaccum_core.runs.store import RunStore
 from gaccum_core.states import RunState
+from gaccum_core.sweeps.job import SweepJob
+from gaccum_core.sweeps.spec import sweep_runs, sweep_tag
 
 ROOT = Path(__file__).resolve().parents[2]
 E = 32
@@ -180,6 +187,9 @@ def test_a_killed_sweep_resumes_where_it_was(tmp_path):
     (["--nproc", "1,64"], "--nproc=64 is not allowed: 1 to "),  # more processes than this machine has cores
     (["--device", "cpu,cuda:3"], "--device='cuda:3' is not allowed"),  # a device this machine lacks
     (["--no-dropout", "maybe"], "--no-dropout='maybe' is not allowed: true or false"),
+    (["--nnodes", "1,2"], "--nnodes=2 is not allowed: 1 when the sweep trains its runs here; for several machines, "
+                          "--print-commands"),
+    (["--fsdp-sync", "last"], "--fsdp-sync='last' is not allowed: every (the default) without --sharding fsdp"),
 ])
 def test_a_bad_grid_is_one_line_naming_the_flag_exit_2_and_nothing_created(tmp_path, capsys, flags, expected):
     runs = tmp_path / "runs"
@@ -215,3 +225,70 @@ def test_the_runs_catalog_does_not_take_the_sweeps_folder_for_a_run(swept):
     assert set(table["state"]) == {RunState.FINISHED}  # no damaged row for the folder
     with pytest.raises(StoreError, match="folder of sweeps"):
         validate_run_id("sweeps")
+
+
+def test_a_multi_node_sweep_prints_its_commands_for_a_cluster(tmp_path, capsys):
+    """Issue 29 F: refused to run here (above), a sweep over machines still gives each run's command."""
+    assert main(["sweep", "--model", "mlp", "--max-steps", "1", "--nnodes", "2", "--runs-dir", str(tmp_path / "runs"),
+                 "--print-commands"]) == 0
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert "--nnodes 2" in line and not (tmp_path / "runs").exists()
+
+
+class HeldRuns:
+    """A runner double whose runs go on until release(): a sweep that is going, without training."""
+
+    def __init__(self, root):
+        self.store, self.submitted, self.released = RunStore(root), [], threading.Event()
+
+    def submit(self, config, name=None, plan=None, tags=()):
+        self.submitted.append(name)
+        return f"held-{len(self.submitted)}"
+
+    def wait(self, run_id, timeout=None):
+        self.released.wait(120)
+        return SimpleNamespace(state=RunState.FINISHED)
+
+    def stop(self, run_id):
+        self.released.set()
+
+
+def test_the_same_sweep_started_twice_is_refused_naming_the_first(tmp_path, capsys):
+    """Issue 29 E: a sweep claims its folder as a run does; the same sweep started again while it goes (from
+    another command line or server: here this process, whose claims conflict the same way) starts nothing."""
+    runs = tmp_path / "runs"
+    flags = ["--model", "mlp", "--device", "cpu", "--max-steps", "2", "--micro-batch-size", "8,16", "--runs-dir",
+             str(runs)]
+    spec = spec_from_args(build_parser().parse_args(["sweep", *flags]))
+    first = SweepJob(HeldRuns(runs), spec).start()
+    try:
+        code = main(["sweep", *flags])
+    finally:
+        first.stop()
+        assert first.wait(120)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"gaccum: error: sweep {spec.sweep_id} is owned by process {os.getpid()} "), err
+    assert runs_on_disk(runs) == []
+    again = SweepJob(HeldRuns(runs), spec).start()  # once over, the sweep's claim is free
+    again.stop()
+    assert again.wait(120)
+
+
+def test_a_run_killed_before_its_first_checkpoint_is_trained_again_in_one_directory(tmp_path):
+    """Issue 29 E: what a sweep killed at its run's first steps leaves (status running, no checkpoint, its
+    process gone) is replaced on rerun, not left beside the new attempt as `interrupted`."""
+    runs = tmp_path / "runs"
+    flags = ["--model", "mlp", "--device", "cpu", "--max-steps", "2", "--runs-dir", str(runs)]
+    spec = spec_from_args(build_parser().parse_args(["sweep", *flags]))
+    (run,) = sweep_runs(spec)
+    store = RunStore(runs)
+    killed = store.create(run.config, run.name)
+    store.write_tags(killed, [sweep_tag(spec.sweep_id)])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    store.update_status(killed, state=RunState.RUNNING, pid=dead.pid)
+    assert main(["sweep", *flags]) == 0
+    (again,) = runs_on_disk(runs)
+    status = json.loads((again / "status.json").read_text())
+    assert (status["state"], status["name"]) == (RunState.FINISHED, run.name)
