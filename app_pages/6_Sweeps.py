@@ -8,6 +8,7 @@ from dashboard.sweep_jobs import sweep_jobs
 from dashboard.markdown import plain
 from dashboard.ui import REFRESH_S, format_eta, get_runner, progress, widget
 from gaccum_core.config import ConfigError
+from gaccum_core.runs.claim import RunBusyError
 from gaccum_core.sweeps.files import list_sweeps, read_spec
 from gaccum_core.sweeps.labels import describe_sweep
 from gaccum_core.sweeps.summary import summarize
@@ -39,6 +40,8 @@ if st.button("Start sweep", type="primary", key="sweep_start", disabled=spec is 
         st.session_state["_keep_sweep_pick"] = jobs.start(spec).sweep_id  # the sweep shown below: this one
     except OSError as exc:  # the runs directory cannot take the sweep's spec
         st.error(f"Cannot start: {exc} (the runs directory is set by GACCUM_RUNS_DIR)")
+    except RunBusyError as exc:  # the same sweep going in another server or command line
+        st.error(f"Cannot start: {plain(str(exc))}")
     else:
         st.rerun()
 

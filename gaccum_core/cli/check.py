@@ -48,6 +48,7 @@ def check_command(args: argparse.Namespace) -> int:
         return 2
     try:
         config = config_from_args(args)
+        _refuse_processes(config)
     except ConfigError as exc:
         print(flag_error(exc), file=sys.stderr)
         return 2
@@ -62,6 +63,14 @@ def check_command(args: argparse.Namespace) -> int:
         return 2
     print(render_check(config, report))
     return 0 if report.equal else 1
+
+
+def _refuse_processes(config: RunConfig) -> None:
+    """ConfigError naming --nproc or --nnodes above 1: the check compares in one process, so they would be ignored."""
+    for field in ("nproc", "nnodes"):
+        if getattr(config, field) != 1:
+            raise ConfigError(field, getattr(config, field), "1: check compares the two gradients in one process "
+                              "(run trains on several; the one-process verdict holds for each rank's window)")
 
 
 def _input_error(exc: ValueError, config: RunConfig) -> str:

@@ -107,6 +107,9 @@ class Runner:
             self.check_user_code(config)
         except ConfigError as exc:
             raise CheckpointError(f"run {run_id} cannot go on from here: {exc}") from None
+        if config.nnodes > 1 and not self.launch.rdzv_endpoint:
+            raise CheckpointError(f"run {run_id} trained on {config.nnodes} machines: resuming it needs every node's "
+                                  "ranks at a rendezvous, which resume cannot start; start it again with run")
         if status["state"] not in FINAL_STATES and training_pid(status.get("pid")):
             # Unclaimed, yet its worker goes on: its runner died and it stops at its next micro-batch.
             raise RunBusyError(f"run {run_id} is still training in {describe_process(status['pid'])}: "

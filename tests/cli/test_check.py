@@ -160,6 +160,8 @@ def test_a_big_batch_that_does_not_fit_says_what_does(factory, capsys):
     (["--model", "hf:{tmp}/no-such-model", "--dataset", "text", "--text-file", "{notes}"],
      "gaccum: error: --model='hf:{tmp}/no-such-model' is not allowed: "),
     (["--micro-batch-size", "auto"], "gaccum: error: --micro-batch-size='auto' is not allowed: an integer"),
+    (["--nproc", "2"], "gaccum: error: --nproc=2 is not allowed: 1: check compares the two gradients in one process"),
+    (["--nnodes", "2"], "gaccum: error: --nnodes=2 is not allowed: 1: check compares"),
 ])
 def test_bad_input_is_one_line_exit_two_and_writes_nothing(tmp_path, monkeypatch, notes, capsys, flags, expected):
     monkeypatch.chdir(tmp_path)

@@ -321,3 +321,19 @@ def test_check_refuses_a_window_larger_than_the_training_set_in_one_line(capsys)
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1, lines
     assert lines[0].startswith("gaccum: error: --accum-steps=64 is not allowed: at most 5 with b = 256") and "1437" in lines[0]
+
+
+def test_resuming_a_multi_node_run_is_refused_in_one_line_before_anything_starts(tmp_path, capsys):
+    """resume has no rendezvous endpoint: a run of 2 machines is refused naming why (it failed in torchrun before)."""
+    from gaccum_core.runs.store import RunStore
+    from gaccum_core.states import RunState
+
+    store = RunStore(str(tmp_path))
+    run_id = store.create(RunConfig(nproc=2, nnodes=2, max_steps=4))
+    store.update_status(run_id, state=RunState.STOPPED, message="stopped by the user")
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / run_id).iterdir() if p.name != ".claim")
+    assert main(["resume", run_id, "--runs-dir", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "trained on 2 machines" in line and "start it again with run" in line, line
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / run_id).iterdir() if p.name != ".claim") == before
+    assert store.read_status(run_id)["state"] == RunState.STOPPED

@@ -99,3 +99,22 @@ def test_a_runs_directory_that_cannot_take_the_sweep_is_said_so(tmp_path, monkey
     at.button(key="sweep_start").click().run()
     assert not at.exception
     assert any(e.value.startswith("Cannot start:") and "GACCUM_RUNS_DIR" in e.value for e in at.error)
+
+
+def test_the_same_sweep_going_in_another_process_is_said_so_under_start(runs_dir, monkeypatch):
+    """A second start of a sweep that a command line (or another server) is running is refused in one line
+    naming that process, not a traceback (issue 29 E)."""
+    from gaccum_core.runs.claim import RunBusyError
+    from gaccum_core.sweeps.job import SweepJob
+
+    def owned(self):
+        raise RunBusyError(f"sweep {self.sweep_id} is owned by process 4242 (python -m gaccum_core sweep): another "
+                           "server or command line is running it; stop it there first")
+
+    monkeypatch.setattr(SweepJob, "start", owned)
+    at = sweeps_page()
+    at.selectbox(key="sweep_model").select("mlp").run()
+    at.button(key="sweep_start").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    (message,) = [e.value for e in at.error if e.value.startswith("Cannot start:")]
+    assert "owned by process 4242" in message and "\n" not in message
