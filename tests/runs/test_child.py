@@ -205,11 +205,16 @@ def test_a_spare_worker_that_died_while_waiting_is_replaced_at_start(spawn):
     assert runner.worker_pid(snapshot.run_id) != spare_pid
 
 
-def test_a_warm_torchrun_job_trains_the_run_as_its_own_torchrun_would(spawn):
+def test_a_warm_torchrun_job_trains_the_run_as_its_own_torchrun_would(spawn, monkeypatch):
     """Runner.prepare starts a data-parallel run's torchrun job before Start (the Train page does when
     N > 1 is set); the run it is given ends with the weights of a run under a torchrun of its own."""
     import torch
 
+    from gaccum_core.runs import executors
+
+    # No warm spare worker beside the warm job: this runner is given a data-parallel run only, and a spare
+    # would import torch for nothing (seconds of CPU). Were the run handed to a spare, it would fail here.
+    monkeypatch.setattr(executors, "spawn_spare", lambda: None)
     config = CONFIG.replace(nproc=2, micro_batch_size=4)
     warm = spawn(warm_spare=True)
     warm.prepare(config)
