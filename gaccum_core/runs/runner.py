@@ -79,9 +79,11 @@ class Runner:
         self._enqueue(self._track(run_id, config, name or ""))
         return run_id
 
-    def resume(self, run_id: str, epochs: int | None = None, max_steps: int | None = None) -> str:
+    def resume(self, run_id: str, epochs: int | None = None, max_steps: int | None = None, again: bool = False) -> str:
         """Queue a stopped, interrupted or failed run to go on from its checkpoint, in its directory; a
-        finished one with a longer epochs or max_steps. CheckpointError says why a run cannot resume."""
+        finished one with a longer epochs or max_steps. CheckpointError says why a run cannot resume.
+        again: a run that has no checkpoint.pt yet (killed or stopped before its first) trains again from its
+        first step in its own directory, its rows dropped (a sweep's rerun of such a run)."""
         with self._lock:
             known = self._runs.get(run_id)
             if known is not None and known.state not in FINAL_STATES:
@@ -91,7 +93,7 @@ class Runner:
             raise FileNotFoundError(2, "No such file or directory", str(run_dir))
         claim = Claim(run_dir)  # before anything is read or written: a second resume is refused here
         try:
-            run = self._prepare_resume(run_id, epochs, max_steps)
+            run = self._prepare_resume(run_id, epochs, max_steps, again)
         except BaseException:
             claim.release()
             raise
@@ -99,7 +101,7 @@ class Runner:
         self._enqueue(run)
         return run_id
 
-    def _prepare_resume(self, run_id: str, epochs: int | None, max_steps: int | None) -> TrackedRun:
+    def _prepare_resume(self, run_id: str, epochs: int | None, max_steps: int | None, again: bool) -> TrackedRun:
         """Check that the claimed run can go on, then cut its rows back to its checkpoint: the run to queue."""
         files = read_run(self.store, run_id)  # DamagedRun naming the file a hand or a full disk damaged
         config, status = files.config, files.status
@@ -115,7 +117,8 @@ class Runner:
             raise RunBusyError(f"run {run_id} is still training in {describe_process(status['pid'])}: "
                                "wait for it to stop, or stop it there")
         longer = config.extended(epochs, max_steps)  # before anything is written: a shorter run is refused
-        step, last_eval_step = self._resumable_at(run_id, longer)
+        unsaved = again and not self.store.checkpoint_path(run_id).exists()
+        step, last_eval_step = (0, -1) if unsaved else self._resumable_at(run_id, longer)
         if status.get("state") == RunState.FINISHED and longer == config:
             raise CheckpointError(f"run {run_id} finished all its steps: give a larger epochs or max_steps to extend it")
         if longer != config:

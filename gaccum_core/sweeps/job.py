@@ -150,27 +150,18 @@ class SweepJob:
         return state
 
     def _start_run(self, run: SweepRun, member: Member | None, device: str | None) -> str | None:
-        """Resume the run's earlier attempt when it can go on from a checkpoint, else submit it anew
-        (tagged with the sweep); None when another process trains that attempt now."""
+        """Resume the run's earlier attempt in its directory: from its checkpoint, or from its first step when
+        it was killed or stopped before its first checkpoint (never left beside a new attempt as
+        `interrupted`); else submit it anew (tagged with the sweep). None when another process trains it now."""
         if member is not None and member.state in RESUMABLE_STATES:
             try:
-                return self.runner.resume(member.run_id)
+                return self.runner.resume(member.run_id, again=True)
             except RunBusyError:
                 return None
             except (CheckpointError, OSError, ValueError):
-                self._drop_unsaved(member.run_id)  # no checkpoint yet, or a damaged file: train it again
+                pass  # a damaged attempt is kept as it is, for its owner to look at; the run trains anew
         config = run.config if device is None else run.config.replace(device=device)
         return self.runner.submit(config, run.name, tags=(sweep_tag(self.sweep_id),))
-
-    def _drop_unsaved(self, run_id: str) -> None:
-        """Delete an attempt killed (or stopped) before its first checkpoint: nothing in it can go on, and the
-        run trained again would leave it beside as `interrupted`. One whose checkpoint is damaged is kept."""
-        if self.runner.store.checkpoint_path(run_id).exists():
-            return
-        try:
-            self.runner.delete(run_id)  # refused while any process still owns or trains it
-        except (RunBusyError, OSError):
-            pass
 
     def stop(self) -> None:
         """Stop the sweep: no further run starts, the ones training stop within a micro-batch."""

@@ -275,9 +275,9 @@ def test_the_same_sweep_started_twice_is_refused_naming_the_first(tmp_path, caps
     assert again.wait(120)
 
 
-def test_a_run_killed_before_its_first_checkpoint_is_trained_again_in_one_directory(tmp_path):
+def test_a_run_killed_before_its_first_checkpoint_is_trained_again_in_its_own_directory(tmp_path):
     """Issue 29 E: what a sweep killed at its run's first steps leaves (status running, no checkpoint, its
-    process gone) is replaced on rerun, not left beside the new attempt as `interrupted`."""
+    process gone) trains again in its own directory on rerun, not left beside a new attempt as `interrupted`."""
     runs = tmp_path / "runs"
     flags = ["--model", "mlp", "--device", "cpu", "--max-steps", "2", "--runs-dir", str(runs)]
     spec = spec_from_args(build_parser().parse_args(["sweep", *flags]))
@@ -290,5 +290,25 @@ def test_a_run_killed_before_its_first_checkpoint_is_trained_again_in_one_direct
     store.update_status(killed, state=RunState.RUNNING, pid=dead.pid)
     assert main(["sweep", *flags]) == 0
     (again,) = runs_on_disk(runs)
+    assert again.name == killed  # the same directory, trained from its first step
     status = json.loads((again / "status.json").read_text())
     assert (status["state"], status["name"]) == (RunState.FINISHED, run.name)
+
+
+def test_a_rerun_trains_an_unsaved_attempt_from_its_first_step_with_each_row_once(tmp_path):
+    """An attempt with rows but no checkpoint.pt (killed between its rows and its first checkpoint) is trained
+    again in its own directory from step 1: its old rows are dropped, each step's row is there once."""
+    runs = tmp_path / "runs"
+    flags = ["--model", "mlp", "--device", "cpu", "--max-steps", "2", "--checkpoint-every", "0", "--runs-dir", str(runs)]
+    assert main(["sweep", *flags]) == 0
+    (attempt,) = runs_on_disk(runs)
+    first = (attempt / "metrics.csv").read_text()
+    (attempt / "checkpoint.pt").unlink()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    RunStore(runs).update_status(attempt.name, state=RunState.RUNNING, pid=dead.pid)
+    assert main(["sweep", *flags]) == 0
+    (again,) = runs_on_disk(runs)
+    assert again == attempt and json.loads((again / "status.json").read_text())["state"] == RunState.FINISHED
+    steps = [line.split(",")[0] for line in (again / "metrics.csv").read_text().splitlines()[1:]]
+    assert steps == ["1", "2"] and first.splitlines()[0] == (again / "metrics.csv").read_text().splitlines()[0]
