@@ -22,7 +22,7 @@ from gaccum_core.config import RunConfig
 from gaccum_core.field_help import FIELD_HELP
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.snapshot import RunSnapshot
-from gaccum_core.states import FAILURE_STATES, RunState
+from gaccum_core.states import FAILURE_STATES, RunState, state_line
 
 REFRESH_S = float(os.environ.get("GACCUM_REFRESH_S", "1.0"))
 CHART_TITLES = {"loss": "loss", "accuracy": "accuracy", "perplexity": "perplexity", "scale": "loss scale",
@@ -215,7 +215,7 @@ def progress(snapshot: RunSnapshot) -> None:
         text += f" · {format_eta(snapshot.eta_s)}"
     st.progress(min(snapshot.steps_done / total, 1.0), text=text)
     if snapshot.state in FAILURE_STATES:
-        st.error(f"{snapshot.state}: {snapshot.message}")
+        st.error(state_line(snapshot.state, snapshot.message))
     elif snapshot.state == RunState.FINISHED and snapshot.message:
         st.warning(f"finished, but {snapshot.message}")
 

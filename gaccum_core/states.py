@@ -28,3 +28,10 @@ FINAL_STATES = frozenset({RunState.FINISHED, RunState.STOPPED, RunState.FAILED, 
 FAILURE_STATES = frozenset({RunState.FAILED, RunState.DIVERGED})
 
 Outcome = tuple[RunState, str]  # how a run ended: its final state and the message the user sees
+
+
+def state_line(state: str, message: str) -> str:
+    """A run's end in one line: 'stopped by the user' (its message already names the state), else 'failed: why'."""
+    if not message:
+        return str(state)
+    return message if message.split(":")[0].split()[0] == str(state) else f"{state}: {message}"

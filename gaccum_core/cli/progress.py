@@ -12,7 +12,7 @@ from gaccum_core.plan.planner import Plan, PlanRequest, make_plan
 from gaccum_core.plan.search import Candidate
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.snapshot import RunSnapshot
-from gaccum_core.states import RunState
+from gaccum_core.states import RunState, state_line
 from gaccum_core.views.plan import candidate_words, progress_text
 
 
@@ -20,7 +20,7 @@ def follow_to_the_end(runner: Runner, run_id: str) -> int:
     """Progress bar until the run ends, its message, its directory last; exit status 0, 130 (stopped) or 1."""
     snapshot = follow(runner, run_id)
     if snapshot.message:
-        print(f"{snapshot.state}: {snapshot.message}", file=sys.stderr)
+        print(state_line(snapshot.state, snapshot.message), file=sys.stderr)
     print(runner.store.path(run_id).resolve())
     return {RunState.FINISHED: 0, RunState.STOPPED: 130}.get(snapshot.state, 1)
 
