@@ -32,12 +32,17 @@ def test_two_processes_from_the_train_page_train_one_run_of_effective_batch_n_b_
     at.number_input(key="cfg_nproc").set_value(2).run()
     assert [m.value for m in at.metric if m.label == "Effective batch N·b·k"] == ["32"]
     assert at.checkbox(key="cfg_sync_every_micro_batch").value is False
+    # One epoch of 80 fake samples, not the page's 30 epochs of digits: windows of N·b·k = 32, 32, then 16.
+    at.selectbox(key="cfg_dataset").select("fake").run()
+    at.number_input(key="cfg_fake_samples").set_value(80)
+    at.number_input(key="cfg_epochs").set_value(1).run()
     at.button(key="start").click().run()
     (run_id,) = at.session_state["session_runs"]
     snapshot = _runner().wait(run_id, timeout=300)
     assert snapshot.state == RunState.FINISHED, snapshot.message
     assert {row["world_size"] for row in snapshot.metrics} == {2}
     assert all(row["samples"] <= 32 for row in snapshot.metrics) and snapshot.metrics[0]["samples"] == 32
+    assert [row["samples"] for row in snapshot.metrics] == [32, 32, 16]  # the partial last window too
     assert snapshot.config.nproc == 2 and snapshot.config.effective_batch_size == 32
 
 
