@@ -14,6 +14,7 @@ from gaccum_core.train.device import resolve_device
 from gaccum_core.train.checks import preflight
 from gaccum_core.lab.loopcode import render_loop
 from gaccum_core.train.checkpoint import CheckpointError
+from gaccum_core.runs.files import run_error_words
 from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
@@ -109,7 +110,7 @@ if latest is not None and latest.state in (RunState.STOPPED, RunState.FAILED) an
         try:
             runner.resume(latest.run_id)
         except (CheckpointError, DamagedRun, RunBusyError, StoreError, OSError) as exc:
-            st.error(f"Cannot resume: {exc}")
+            st.error(f"Cannot resume: {run_error_words(runner.store.path(latest.run_id), exc)}")
         else:
             st.rerun()
 

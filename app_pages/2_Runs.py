@@ -10,6 +10,7 @@ from gaccum_core.views.applicable import not_applicable
 from gaccum_core.views.charts import build_figures
 from gaccum_core.views.colours import run_colours
 from gaccum_core.views.series import RunSeries
+from gaccum_core.runs.files import run_error_words
 from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
@@ -165,7 +166,8 @@ def resume(run_id: str) -> None:
     try:
         runner.resume(run_id)
     except (CheckpointError, DamagedRun, RunBusyError, StoreError, OSError) as exc:
-        st.session_state["resume_error"] = f"Cannot resume {plain(run_id)}: {exc}"
+        words = run_error_words(runner.store.path(run_id), exc)
+        st.session_state["resume_error"] = f"Cannot resume {plain(run_id)}: {words}"
     else:
         st.session_state["resumed"] = run_id
 

@@ -10,6 +10,7 @@ from gaccum_core.cli.args import Commands, flag_error, typed
 from gaccum_core.cli.progress import follow_to_the_end
 from gaccum_core.config import ConfigError
 from gaccum_core.runs.executors import EXECUTORS
+from gaccum_core.runs.files import run_error_words
 from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.store import StoreError
@@ -49,15 +50,8 @@ def resume_command(args: argparse.Namespace) -> int:
         print(f"gaccum: error: resume {args.run}: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"gaccum: error: resume {args.run}: {_unreadable(runner, run_id, exc)}", file=sys.stderr)
+        print(f"gaccum: error: resume {args.run}: {run_error_words(runner.store.path(run_id), exc)}", file=sys.stderr)
         return 2
     return follow_to_the_end(runner, run_id)
 
 
-def _unreadable(runner: Runner, run_id: str, exc: OSError) -> str:
-    """What an OSError during resume means: no such run, or which of its files is missing or unreadable."""
-    run_dir = runner.store.path(run_id)
-    if not run_dir.is_dir():
-        return f"no such run (no directory {run_dir})"
-    name = Path(exc.filename).name if exc.filename else "a file"
-    return f"{name} of run {run_id} cannot be read ({exc.strerror or type(exc).__name__}); its other files are untouched"

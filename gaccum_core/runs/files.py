@@ -36,6 +36,24 @@ class DiskFullError(OSError):
         return str(self.strerror)
 
 
+def run_error_words(run_dir: Path, exc: Exception) -> str:
+    """Why an action on a run (resume) was refused, in words naming the file: for an OSError, no such run, a
+    read-only file system or a write refused (its files cannot be written, not 'cannot be read'), or a file
+    that cannot be read; any other refusal's own message."""
+    if not isinstance(exc, OSError):
+        return str(exc)
+    run_id = run_dir.name
+    if not run_dir.is_dir():
+        return f"no such run (no directory {run_dir})"
+    name = Path(exc.filename).name if exc.filename else "a file"
+    if exc.errno == errno.EROFS:
+        return (f"run {run_id} is on a read-only file system ({run_dir.parent}): {name} cannot be written; "
+                "nothing was changed")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"{name} of run {run_id} cannot be opened ({exc.strerror}): check its permissions; nothing was changed"
+    return f"{name} of run {run_id} cannot be read ({exc.strerror or type(exc).__name__}); its other files are untouched"
+
+
 def disk_full(directory: Path, at: str) -> DiskFullError:
     """The error a write into a full disk raises here, whatever the writer raised (torch.save's C++
     writer reports 'unexpected pos'); it advises resuming only a run that has a checkpoint to resume from."""

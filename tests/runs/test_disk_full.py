@@ -3,6 +3,7 @@ absent, the run ends `failed` on disk too with "no space left on the device hold
 files kills and errors leave are removed when the run resumes, and it then finishes with every step once."""
 
 import errno
+import json
 import subprocess
 from pathlib import Path
 
@@ -101,3 +102,22 @@ def test_a_full_disk_advises_resuming_only_a_run_that_has_a_checkpoint(tmp_path)
     assert str(disk_full(run_dir, "metrics.csv")).endswith(
         "free some space there, then resume the run from its checkpoint")
     assert str(disk_full(tmp_path, "summary.csv")).endswith("free some space there, then try again")  # no run's folder
+
+
+def test_a_read_only_file_system_is_called_so_not_unreadable(small_disk, capsys):
+    """Issue 29 J: resuming a run on a file system remounted read-only said '.claim … cannot be read'."""
+    from gaccum_core.cli import main
+
+    runs = small_disk / "runs"
+    assert main(["run", "--model", "mlp", "--max-steps", "2", "--checkpoint-every", "1", "--device", "cpu",
+                 "--runs-dir", str(runs)]) == 0
+    (run_dir,) = runs.iterdir()
+    capsys.readouterr()
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    try:
+        assert main(["resume", run_dir.name, "--runs-dir", str(runs), "--max-steps", "4"]) == 2
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "is on a read-only file system" in line and "cannot be read" not in line, line
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
