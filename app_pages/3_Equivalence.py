@@ -9,7 +9,7 @@ from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import DataError
 from gaccum_core.lab.equivalence import ReferenceTooLarge, compare_gradients, train_side_by_side
 from gaccum_core.train.checks import preflight
-from gaccum_core.usercode import refuse_in_server
+from gaccum_core.runs.aside import call_for
 from gaccum_core.views.lab import gradient_figure, side_by_side_figures
 from dashboard.choices import choose, model_note, text_settings, wants_text
 from dashboard.controls import LABELS, Controls, file_stamps
@@ -45,9 +45,7 @@ with right:
 @st.cache_data(show_spinner="Checking the model and data…", max_entries=64)
 def _preflight(config_json: str, stamps: tuple) -> None:
     """preflight, remembered for settings that pass (and the versions of the files they read)."""
-    config = RunConfig.from_json(config_json)
-    refuse_in_server(config, "the comparison trains both ways", "check")
-    preflight(config, whole_window=True)  # failures are not cached; b·k must fit the data
+    preflight(RunConfig.from_json(config_json), whole_window=True)  # failures are not cached; b·k must fit the data
 
 
 def refuse(exc: ConfigError) -> None:
@@ -91,10 +89,11 @@ def progress_bar(what: str, unit: str):
 if st.button("Compare", type="primary", key="eq_run"):
     try:
         bar, moved = progress_bar("Computing both gradients", "samples")
-        st.session_state["eq_report"] = compare_gradients(config, moved)
+        # Your own model or data set: compared in a worker process of its own, never in the server.
+        st.session_state["eq_report"] = call_for(config, compare_gradients, config, progress=moved)
         bar.empty()
         bar, moved = progress_bar(f"Training both for {steps} steps", "step")
-        st.session_state["eq_side"] = train_side_by_side(config, steps, moved)
+        st.session_state["eq_side"] = call_for(config, train_side_by_side, config, steps, progress=moved)
         bar.empty()
     except ReferenceTooLarge as exc:
         st.session_state.pop("eq_report", None)

@@ -13,7 +13,7 @@ from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import DataError
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.checks import preflight
-from gaccum_core.usercode import refuse_in_server
+from gaccum_core.runs.aside import call_for
 from gaccum_core.plan.planner import PlanRequest, config_from_plan, default_budget_mb, default_request, make_plan
 from gaccum_core.plan.sharding import DDP, SHARDING_MODES
 from gaccum_core.views.plan import (memory_figure, plan_csv, plan_table, progress_text, recommendation_words,
@@ -54,9 +54,7 @@ def explain(exc: ConfigError) -> tuple[str, str]:
 @st.cache_data(show_spinner="Checking the model and data…", max_entries=64)
 def _preflight(config_json: str, stamps: tuple) -> None:
     """preflight, remembered for settings that pass (and the versions of the files they read)."""
-    config = RunConfig.from_json(config_json)
-    refuse_in_server(config, "the planner measures its candidates", "plan")
-    preflight(config)  # failures are not cached
+    preflight(RunConfig.from_json(config_json))  # failures are not cached
 
 
 with st.sidebar:
@@ -132,7 +130,8 @@ if request is not None:  # what Plan will measure, as the server has it: said be
 if st.button("Plan", type="primary", key="plan_run", disabled=problem is not None):
     bar = st.progress(0.0, text="measuring the first candidate (it loads the data and builds the model)…")
     try:
-        plan = make_plan(request, lambda done, about, candidate, seconds: bar.progress(
+        # Your own model or data set: measured in a worker process of its own, never in the server.
+        plan = call_for(request.base, make_plan, request, progress=lambda done, about, candidate, seconds: bar.progress(
             min(done / about, 1.0), text=progress_text(done, about, candidate, seconds)))
         st.session_state["plan_result"] = plan
         timed = sum(c.timed_steps is not None for c in plan.candidates)

@@ -72,6 +72,10 @@ class ConfigError(ValueError):
         self.field, self.value, self.allowed = field, value, allowed
         super().__init__(f"{field}={value!r} is not allowed: {allowed}")
 
+    def __reduce__(self) -> tuple:
+        """Pickled as its three parts (a worker process's refusal crosses to the page that asked)."""
+        return type(self), (self.field, self.value, self.allowed)
+
 
 def first_line(exc: BaseException, limit: int = 200) -> str:
     """'TypeName: the first line of its message' (at most limit characters): a foreign error inside a one-line message."""

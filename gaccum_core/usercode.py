@@ -7,7 +7,8 @@ Where it may run:
 - The dashboard's server never imports it. Its pages register `confine` (their threads are the server's),
   and a name is then only read: `check_named` finds the file in the folder that GACCUM_USER_CODE names
   and reads its syntax tree for the function. With GACCUM_USER_CODE unset, the dashboard takes no code
-  of yours at all. A run started from the dashboard imports it in its worker process, on Start.
+  of yours at all. A run started from the dashboard imports it in its worker process, on Start; the Plan
+  and Equivalence pages compute on it in a worker process of their own (runs/aside.py).
 - With GACCUM_USER_CODE set, every process (the server's workers, and a command line started with it)
   looks names up in that folder only: FILE.py inside it (a relative path is taken from there), MODULE a
   module found there.
@@ -134,18 +135,6 @@ def check_config(config: RunConfig) -> None:
     """check_named for each setting of config that names your own code (none: nothing to check)."""
     for field, value in user_code_fields(config):
         check_named(field, value)
-
-
-def refuse_in_server(config: RunConfig, work: str, command: str) -> None:
-    """Where your code may not run (the dashboard's pages), ConfigError naming the first setting of config that
-    names it: the page would do `work` with it in the server itself; `command` (a CLI command) does it instead."""
-    mine = user_code_fields(config)
-    if mine and not runs_here():
-        check_config(config)  # a name it cannot find is said first
-        flags = " ".join(f"--{field} {value}" for field, value in mine)
-        raise ConfigError(*mine[0], f"a built-in model and data set on this page: {work} in the dashboard's "
-                          f"server, which never runs your code; run `python -m gaccum_core {command} {flags} …` "
-                          "on the command line, or train it from the Train page")
 
 
 def _import_file(field: str, value: str, path: Path) -> ModuleType:

@@ -55,12 +55,17 @@ class ReferenceTooLarge(RuntimeError):
 
     def __init__(self, effective_batch: int, largest_fitting: int, micro_batch_size: int | None = None) -> None:
         self.effective_batch, self.largest_fitting = effective_batch, largest_fitting
+        self.micro_batch_size = micro_batch_size
         if largest_fitting:
             setting = f" (accum_steps={largest_fitting // micro_batch_size})" if micro_batch_size else ""
             advice = f"the largest that fits is {largest_fitting}{setting}: compare at that size"
         else:
             advice = "not even one micro-batch fits: lower micro_batch_size"
         super().__init__(f"the big-batch reference of {effective_batch} samples does not fit in memory; {advice}")
+
+    def __reduce__(self) -> tuple:
+        """Pickled as its parts (it crosses from a worker process to the page)."""
+        return type(self), (self.effective_batch, self.largest_fitting, self.micro_batch_size)
 
 
 def _frame(rows: list, columns: list[str]) -> pd.DataFrame:

@@ -77,7 +77,7 @@ OWNER_ENV = "GACCUM_OWNER_PID"  # the server or CLI whose death stops every work
 _PR_SET_PDEATHSIG = 1  # Linux prctl: the signal a process gets when the thread that started it ends
 
 
-def _dies_with_this_thread() -> Callable[[], None] | None:
+def dies_with_this_thread() -> Callable[[], None] | None:
     """A preexec_fn that has the child SIGKILLed when this thread (or this process, however it dies) ends; None
     where the kernel has no prctl. Resolved here, in the parent: the forked child calls it and nothing else.
     SIGKILL, not SIGTERM: torchrun would pass a SIGTERM on to its ranks mid-step, whereas ranks whose torchrun
@@ -94,7 +94,8 @@ def _dies_with_this_thread() -> Callable[[], None] | None:
     return tie
 
 
-def _env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
+    """This environment for a child process of gaccum's: gaccum_core on its path, this process as its owner."""
     path = os.pathsep.join(p for p in (_SOURCE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, OWNER_ENV: str(os.getpid())}
 
@@ -103,15 +104,15 @@ def _popen(command: list[str], stdin: int | None = None, tied: bool = False) -> 
     # Its own session: a Ctrl-C meant for the server or the CLI does not hit the worker mid-step;
     # the supervisor stops it through the stop file instead. tied: only from a thread that outlives it.
     return subprocess.Popen(command, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True, text=True, errors="replace", env=_env(),
-                            preexec_fn=_dies_with_this_thread() if tied else None)
+                            start_new_session=True, text=True, errors="replace", env=child_env(),
+                            preexec_fn=dies_with_this_thread() if tied else None)
 
 
 def join_job(config: RunConfig, launch: Launch) -> int:
     """On a machine of node rank > 0: this machine's ranks of the job whose node 0 writes the run, until they
     end; torchrun's exit status. It shares the CLI's terminal (a Ctrl-C reaches it too) and ends with the CLI."""
     command = torchrun_command(config, launch, None, ["--config", config.to_json()])
-    proc = subprocess.Popen(command, env=_env(), preexec_fn=_dies_with_this_thread())
+    proc = subprocess.Popen(command, env=child_env(), preexec_fn=dies_with_this_thread())
     try:
         return proc.wait()
     except KeyboardInterrupt:  # torchrun had the terminal's Ctrl-C too and stops its ranks; a second stops waiting

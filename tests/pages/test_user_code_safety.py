@@ -43,6 +43,16 @@ def load():
     return items[:24], items[24:]
 '''
 
+RAISING = '''
+import os
+from pathlib import Path
+
+
+def build(input_shape, num_classes):
+    Path(__file__).with_suffix(".called").write_text(str(os.getpid()))
+    raise ValueError("no such layer")
+'''
+
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -196,17 +206,35 @@ def test_the_thread_executor_refuses_your_code_at_start(runs_dir, code, monkeypa
     assert not list(runs_dir.iterdir()) and markers(code) == []
 
 
-@pytest.mark.parametrize("path,prefix,command", [("app_pages/5_Plan.py", "plan_", "plan"),
-                                                 ("app_pages/3_Equivalence.py", "eq_", "check")])
-def test_the_plan_and_equivalence_pages_send_your_code_to_the_command_line(runs_dir, code, monkeypatch, path,
-                                                                           prefix, command):
+def test_the_equivalence_page_compares_your_code_in_a_worker_process_of_its_own(runs_dir, code, monkeypatch):
     monkeypatch.setenv(usercode.USER_CODE_ENV, str(code))
-    at = page(path)
-    at.selectbox(key=f"{prefix}model").select(OWN).run()
-    at.text_input(key=f"{prefix}own_model").input("mine.py:build").run()
+    at = page("app_pages/3_Equivalence.py")
+    at.selectbox(key="eq_model").select(OWN).run()
+    at.text_input(key="eq_own_model").input("mine.py:build").run()
+    at.number_input(key="eq_steps").set_value(2).run()
+    assert not errors(at) and markers(code) == [], errors(at)
+    at.button(key="eq_run").click().run()
+    assert not at.exception and not errors(at), errors(at)
+    assert "equal up to float rounding" in at.success[0].value
+    worker = int((code / "mine.imported").read_text())
+    assert worker != os.getpid() and int((code / "mine.called").read_text()) == worker
+    assert len(at.get("plotly_chart")) == 3
+
+
+def test_the_plan_page_measures_your_code_in_a_worker_process_and_says_what_it_raised(runs_dir, code, monkeypatch):
+    monkeypatch.setenv(usercode.USER_CODE_ENV, str(code))
+    (code / "raising.py").write_text(RAISING, encoding="utf-8")
+    at = page("app.py")
+    at.switch_page("app_pages/5_Plan.py").run()
+    for key, value in (("plan_model", OWN), ("plan_own_model", "raising.py:build")):
+        (at.selectbox if key == "plan_model" else at.text_input)(key=key).set_value(value).run()
+    assert not errors(at) and not at.button(key="plan_run").disabled, errors(at)
+    at.button(key="plan_run").click().run()
     assert not at.exception, [e.value for e in at.exception]
-    assert any(f"python -m gaccum_core {command} --model mine.py:build" in e for e in errors(at)), errors(at)
-    assert markers(code) == []
+    assert "(failed)" in at.warning[0].value, [w.value for w in at.warning]  # every candidate failed: nothing fits
+    cells = [str(cell) for frame in at.dataframe for cell in frame.value.to_numpy().ravel()]
+    assert any("it raised ValueError: no such layer" in cell for cell in cells), cells
+    assert int((code / "raising.called").read_text()) != os.getpid()  # measured in a worker process
 
 
 def test_a_resume_from_the_dashboard_of_a_cli_run_outside_the_folder_is_refused(runs_dir, code, monkeypatch):
