@@ -190,6 +190,7 @@ def test_a_bad_hf_directory_is_one_line_under_your_model_and_start_is_disabled(r
     assert not [c.value for c in at.sidebar.caption if "weights" in c.value]
 
 
+@pytest.mark.multiprocess  # a worker process of its own
 def test_your_data_set_typed_in_is_described_trains_and_a_wrong_name_is_refused_under_it(runs_dir, mine,
                                                                                          monkeypatch):
     """Allowed by GACCUM_USER_CODE (the folder of mine.py): read in the server, trained in a worker process."""
@@ -278,6 +279,7 @@ def test_the_equivalence_page_compares_an_hf_model_with_dropout_off(runs_dir, tm
     assert len(at.get("plotly_chart")) == 3
 
 
+@pytest.mark.multiprocess  # a worker process of its own
 def test_the_equivalence_page_compares_your_factory_model_and_refuses_a_bad_hf_directory(runs_dir, mine, tmp_path,
                                                                                          monkeypatch):
     monkeypatch.setenv("GACCUM_USER_CODE", str(mine.parent))

@@ -177,6 +177,7 @@ def test_a_name_typed_is_refused_in_one_line_and_nothing_runs(runs_dir, code, mo
     assert at.button(key="start").disabled and markers(code) == []
 
 
+@pytest.mark.multiprocess  # a worker process of its own
 def test_start_imports_the_code_in_the_runs_worker_process_only(runs_dir, code, monkeypatch):
     monkeypatch.setenv(usercode.USER_CODE_ENV, str(code))
     monkeypatch.setenv("GACCUM_EXECUTOR", "process")
@@ -206,6 +207,7 @@ def test_the_thread_executor_refuses_your_code_at_start(runs_dir, code, monkeypa
     assert not list(runs_dir.iterdir()) and markers(code) == []
 
 
+@pytest.mark.multiprocess  # a worker process of its own
 def test_the_equivalence_page_compares_your_code_in_a_worker_process_of_its_own(runs_dir, code, monkeypatch):
     monkeypatch.setenv(usercode.USER_CODE_ENV, str(code))
     at = page("app_pages/3_Equivalence.py")
@@ -221,6 +223,7 @@ def test_the_equivalence_page_compares_your_code_in_a_worker_process_of_its_own(
     assert len(at.get("plotly_chart")) == 3
 
 
+@pytest.mark.multiprocess  # a worker process of its own
 def test_the_plan_page_measures_your_code_in_a_worker_process_and_says_what_it_raised(runs_dir, code, monkeypatch):
     monkeypatch.setenv(usercode.USER_CODE_ENV, str(code))
     (code / "raising.py").write_text(RAISING, encoding="utf-8")
