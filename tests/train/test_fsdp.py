@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -31,7 +28,6 @@ from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_n
                   last_windows, max_diff, one_process_references, reference, stop_and_assert_stopped, wait_for_rows)
 
 pytestmark = pytest.mark.multiprocess
-ROOT = Path(__file__).resolve().parents[2]
 
 B, K = 4, 4
 # 118 samples, global windows of 2*4*4 = 32: three full windows, then one of 22 (global micro-batches 8, 8, 6).
@@ -311,11 +307,18 @@ def test_a_failing_rank_fails_a_sharded_run_and_leaves_no_process(make_runner, m
 def test_an_inf_in_one_ranks_shard_skips_the_step_on_every_rank(tmp_path):
     """The GradScaler on sharded gradients reduces its inf check over the ranks: an inf only in rank 1's shard
     skips optimizer.step() on rank 0 too, and both lower the scale alike (else the ranks' shards would part)."""
-    script = Path(__file__).with_name("inf_shard_rank.py")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={WORLD}",
-                           str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=WAIT_S)
-    assert done.returncode == 0, done.stderr[-3000:]
+    import torch.multiprocessing as mp
+
+    import inf_shard_rank
+
+    # Two spawned processes, not torchrun: no launcher importing torch a third time.
+    ranks = mp.spawn(inf_shard_rank.main, args=(WORLD, str(tmp_path)), nprocs=WORLD, join=False)
+    deadline = time.monotonic() + WAIT_S
+    while not ranks.join(timeout=1.0):  # raises what a rank raised
+        if time.monotonic() > deadline:
+            for process in ranks.processes:
+                process.kill()
+            pytest.fail(f"the {WORLD} ranks did not finish within {WAIT_S:g} s")
     results = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(WORLD)]
     for rank, result in enumerate(results):
         assert result["skipped"] and result["unchanged"], (rank, result)
