@@ -224,4 +224,4 @@ def test_against_tokens_seen_an_overlaid_image_run_is_left_out_and_the_page_says
     assert not any(c.value.startswith("Not drawn") for c in at.caption)
     assert {trace["legendgroup"] for trace in live_figures(at)["loss"]["data"]} == {image, text}
     (heading,) = [m.value for m in at.markdown if "Generated text" in m.value]  # the language run's only
-    assert heading.startswith("**Generated text** · gpt\\-tiny b=8 k=1") and heading.endswith(" · words")
+    assert heading.startswith("**Generated text** · gpt-tiny b=8 k=1") and heading.endswith(" · words")
