@@ -2,6 +2,7 @@
 
 import gc
 import os
+import sys
 import threading
 from typing import Iterator
 
@@ -14,6 +15,18 @@ from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 # trains on one torch thread, as the test processes do: three test files share two cores, and a second
 # thread per process only contends for them.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+_MAIN = sys.modules["__main__"]
+
+
+@pytest.fixture(autouse=True)
+def main_module_put_back():
+    """An AppTest leaves the page it ran as __main__ (seen with streamlit 1.67), and multiprocessing's spawn
+    re-runs __main__ in its children: a later test of this xdist worker that spawns processes (torch's
+    mp.spawn) would start the page in each (exit 1 in CI). Every test ends with pytest's own put back."""
+    yield
+    sys.modules["__main__"] = _MAIN
 
 
 @pytest.fixture(autouse=True)
