@@ -11,6 +11,7 @@ from streamlit.testing.v1.element_tree import Block
 
 from gaccum_core.states import RunState
 from hfmodels import saved_model
+from workers import close_now
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN = "your own…"
@@ -218,7 +219,7 @@ def test_your_data_set_typed_in_is_described_trains_and_a_wrong_name_is_refused_
         assert len(runner().snapshot(run_id).metrics) == 2
         assert runner().config(run_id).dataset == f"{mine}:load"
     finally:
-        runner().close()
+        close_now(runner())  # and the spare warmed after the run
 
 
 def plan_page() -> AppTest:

@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 from gaccum_core import usercode
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.states import RunState
+from workers import close_now
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN = "your own…"
@@ -194,7 +195,7 @@ def test_start_imports_the_code_in_the_runs_worker_process_only(runs_dir, code, 
         worker = int((code / "mine.imported").read_text())
         assert worker != os.getpid() and int((code / "mine.called").read_text()) == worker
     finally:
-        runner.close()
+        close_now(runner)  # and the spare warmed after the run
 
 
 def test_the_thread_executor_refuses_your_code_at_start(runs_dir, code, monkeypatch):

@@ -4,7 +4,6 @@ or failing to release its memory. No run is ever left running by a dead worker."
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
@@ -15,6 +14,7 @@ import pytest
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
+from workers import close_now
 
 pytestmark = pytest.mark.multiprocess
 
@@ -40,12 +40,7 @@ def spawn(tmp_path, monkeypatch):
 
     yield make
     for runner in runners:
-        # A spare warmed after the test's last run is still importing torch, and no run will come: killed
-        # now, not after close()'s 2 s wait for it to read the end of its input.
-        if runner.spare_pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(runner.spare_pid, signal.SIGKILL)
-        runner.close()
+        close_now(runner)
 
 
 def _ended(runner: Runner, run_id: str):

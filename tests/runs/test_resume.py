@@ -9,7 +9,6 @@ A data-parallel job stopped and resumed: tests/train/test_distributed.py.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import signal
@@ -23,6 +22,7 @@ from gaccum_core.config import RunConfig
 from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
+from workers import close_now
 
 BASE = dict(model="mlp", dataset="digits", micro_batch_size=8, accum_steps=4, max_steps=40, device="cpu",
             eval_every=10)
@@ -207,10 +207,7 @@ def test_a_run_stopped_in_a_worker_process_resumes_there_to_the_same_end(referen
         assert snapshot.state == RunState.FINISHED, snapshot.message
         assert [row["step"] for row in snapshot.metrics] == list(range(1, 41))
     finally:
-        if runner.spare_pid is not None:  # warmed after the resumed run, still importing: no run will come
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(runner.spare_pid, signal.SIGKILL)
-        runner.close()  # else it waits 2 s for that spare to read the end of its input
+        close_now(runner)  # and the spare warmed after the resumed run
     _STORES[run_id] = runner.store
     _assert_same_run(store, done["sgd_fp32"], run_id)
 
