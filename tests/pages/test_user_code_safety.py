@@ -92,7 +92,7 @@ def errors(at: AppTest) -> list[str]:
 
 
 def test_a_name_is_refused_in_the_server_unless_gaccum_user_code_names_a_folder(code, monkeypatch):
-    import dashboard  # noqa: F401  the pages' confinement, as the server has it
+    import dashboard  # noqa: F401 - imported for its effect: the pages' confinement, as the server has it
 
     monkeypatch.delenv(usercode.USER_CODE_ENV, raising=False)
     with pytest.raises(ConfigError, match="GACCUM_USER_CODE=DIR"):
