@@ -4,14 +4,13 @@ combination, measured, and the fastest setting that fits with a margin."""
 import dataclasses
 
 import streamlit as st
-import torch
 
 from dashboard.choices import choose, empty_refusal, model_note, text_settings, wants_text
 from dashboard.controls import CLEAR_LABELS, LABELS as TRAIN_LABELS, file_stamps
 from gaccum_core import config as cfg
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import DataError
-from gaccum_core.train.device import resolve_device
+from gaccum_core.train.device import device_choices, resolve_device
 from gaccum_core.train.checks import preflight
 from gaccum_core.runs.aside import call_for
 from gaccum_core.plan.planner import PlanRequest, config_from_plan, default_budget_mb, default_request, make_plan
@@ -72,8 +71,7 @@ with st.sidebar:
         controls.add("image_size", st.number_input, step=8)
     controls.add("optimizer", st.selectbox, options=cfg.OPTIMIZERS,
                  help="sgd, adam or adamw: its state (momentum, Adam's moments) counts in the memory")
-    gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    device = resolve_device(controls.add("device", st.selectbox, options=["auto", "cpu", *gpus]))
+    device = resolve_device(controls.add("device", st.selectbox, options=device_choices()))
     st.header("Target")
     controls.add("effective_batch", st.number_input, DEFAULT.effective_batch, step=1,
                  help="samples per optimizer step; each candidate b divides it, k = E / b")

@@ -21,7 +21,7 @@ from gaccum_core.usercode import file_version
 from dashboard import link
 from dashboard.choices import OWN_LABELS, choose, empty_refusal, model_note, text_settings, wants_text
 from dashboard.ui import FieldWidgets
-from gaccum_core.train.device import max_processes, resolve_device
+from gaccum_core.train.device import device_choices, max_processes, resolve_device
 
 _CLI_OR_UI = re.compile(r"pass --[a-z-]+ \(CLI\) or tick '([a-z_]+)' \(UI\)")
 _SET_FIELD = re.compile(r"\bset ([a-z_]+) to\b")
@@ -114,11 +114,6 @@ def _description(config_json: str, stamps: tuple) -> str:
     return describe_dataset(cfg.RunConfig.from_json(config_json))
 
 
-def _devices() -> list[str]:
-    gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
-    return ["auto", "cpu", *gpus]
-
-
 # What to do, after a ConfigError's own words, for settings that only make sense together:
 # (field, words of the error's allowed text, hint).
 _HINTS = (
@@ -172,7 +167,7 @@ class Controls(FieldWidgets):
 
     def draw(self) -> dict[str, Any]:
         """Every control, each refused value explained under its own; returns the values by field name."""
-        refused_link = link.restore(self.prefix, DEFAULTS, _devices())
+        refused_link = link.restore(self.prefix, DEFAULTS, device_choices())
         with st.sidebar:
             self._model_and_data()
             self._batch()
@@ -265,7 +260,7 @@ class Controls(FieldWidgets):
         self.add("clear_cache", st.selectbox, options=cfg.CLEAR_CACHE_MODES,
                  format_func=CLEAR_LABELS.get)
         self.add("compile", st.selectbox, options=cfg.COMPILE_MODES)
-        self.add("device", st.selectbox, options=_devices())
+        self.add("device", st.selectbox, options=device_choices())
 
     def _optimizer(self) -> None:
         st.header("Optimizer")

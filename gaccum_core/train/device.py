@@ -22,6 +22,12 @@ _COMPILE_PROBE = (
 )
 
 
+def device_choices() -> list[str]:
+    """The device settings this machine offers: auto, cpu and each GPU (cuda:0, cuda:1, …)."""
+    gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return ["auto", "cpu", *gpus]
+
+
 def resolve_device(name: str) -> torch.device:
     """Turn a config device (auto | cpu | cuda | cuda:N) into a concrete torch.device."""
     if name == "auto":
