@@ -1,9 +1,9 @@
 """Pitfalls: the classic accumulation bugs, each run against the correct loop on the same samples."""
 
-import pandas as pd
 import streamlit as st
 
-from gaccum_core.views.lab import fsdp_measures, pitfall_figure
+from gaccum_core.views.lab import (fsdp_csv, fsdp_measures, pitfall_csv, pitfall_figure, pitfall_table,
+                                   pitfall_table_formats)
 from gaccum_core.lab.pitfalls import (FSDP_PITFALLS, FSDP_STEPS, PITFALLS, FsdpJobError, pitfall, run_fsdp_pitfalls,
                                       run_pitfall, setup_words)
 
@@ -23,14 +23,9 @@ if st.button("Run all nine", type="primary", key="pitfalls_run"):
     bar.progress(1.0, text="done")
 
 if results:
-    summary = pd.DataFrame([{"pitfall": PITFALLS[r.key].title, "distance (pitfall)": r.final_distance_pitfall,
-                             "distance (correct)": r.final_distance_correct, "grad-norm ratio": r.grad_norm_ratio}
-                            for r in results.values()])
-    st.dataframe(summary, hide_index=True, width="stretch",
-                 column_config={c: st.column_config.NumberColumn(format="%.2e")
-                                for c in ("distance (pitfall)", "distance (correct)")})
-    frames = [r.frame.assign(pitfall=r.key) for r in results.values()]
-    st.download_button("Download all pitfall results (CSV)", pd.concat(frames).to_csv(index=False),
+    st.dataframe(pitfall_table(results.values()), hide_index=True, width="stretch",
+                 column_config={c: st.column_config.NumberColumn(format=f) for c, f in pitfall_table_formats().items()})
+    st.download_button("Download all pitfall results (CSV)", pitfall_csv(results.values()),
                        file_name="gaccum-pitfalls.csv", mime="text/csv", key="pitfalls_download")
 
 
@@ -69,6 +64,5 @@ measures = fsdp_measures(fsdp) if fsdp is not None else {}
 for number, key in enumerate(FSDP_PITFALLS, start=len(PITFALLS) + 1):
     show_case(number, key, fsdp and fsdp.results[key], FSDP_STEPS, measures.get(key, []))
 if fsdp is not None:
-    frames = [r.frame.assign(pitfall=key) for key, r in fsdp.results.items()]
-    st.download_button("Download the FSDP results (CSV)", pd.concat(frames).to_csv(index=False),
+    st.download_button("Download the FSDP results (CSV)", fsdp_csv(fsdp),
                        file_name="gaccum-pitfalls-fsdp.csv", mime="text/csv", key="pitfalls_fsdp_download")

@@ -115,16 +115,7 @@ if problem:
     st.error(f"Cannot plan: {problem[1]}")
 
 if request is not None:  # what Plan will measure, as the server has it: said before anything is measured
-    combos = request.options
-    probed = [o for o in combos if o.sharding == DDP] or combos  # a sharded mode is counted from the same probes
-    timed = sum(o.sharding == DDP for o in combos)
-    ranks = f" over {request.world_size} ranks, E / N = {request.per_rank_batch} each" if request.world_size > 1 else ""
-    st.caption(f"Plan crosses {len(combos)} option combination{'s' * (len(combos) != 1)}{ranks}: "
-               f"{', '.join(o.label() for o in combos)}: about "
-               f"{len(probed) * typical_probes(request.per_rank_batch)} memory probes, then "
-               f"{timed * TIMED_PER_OPTIONS} sizes timed in turns, about {request.time_cap_s:g} s each."
-               + (" The fsdp modes are counted per rank from the same probes, not timed." if timed < len(combos)
-                  else ""))
+    st.caption(request.work_words())
 if st.button("Plan", type="primary", key="plan_run", disabled=problem is not None):
     bar = st.progress(0.0, text="measuring the first candidate (it loads the data and builds the model)…")
     try:
@@ -132,19 +123,14 @@ if st.button("Plan", type="primary", key="plan_run", disabled=problem is not Non
         plan = call_for(request.base, make_plan, request, progress=lambda done, about, candidate, seconds: bar.progress(
             min(done / about, 1.0), text=progress_text(done, about, candidate, seconds)))
         st.session_state["plan_result"] = plan
-        timed = sum(c.timed_steps is not None for c in plan.candidates)
-        bar.progress(1.0, text=f"done: {len(plan.candidates)} candidates measured, {timed} of them timed, "
-                               f"in {plan.seconds:.1f} s")
+        bar.progress(1.0, text=plan.done_words())
     except (ValueError, RuntimeError, OSError) as exc:
         st.error(f"Cannot plan: {exc}")
 
 plan = st.session_state.get("plan_result")
 if plan is not None:
     asked = plan.request
-    ranks = f" over {asked.world_size} ranks" if asked.world_size > 1 else ""
-    per_rank = " per rank" if asked.world_size > 1 else ""
-    st.subheader(f"{asked.base.model} on {asked.base.dataset}, E={asked.effective_batch}{ranks}, "
-                 f"budget {mb(asked.budget_mb)}{per_rank}, {asked.base.optimizer}, on {plan.device}")
+    st.subheader(plan.title())
     choice = plan.recommended
     if choice is None:
         st.warning(plan.reason)

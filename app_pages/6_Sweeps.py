@@ -110,19 +110,18 @@ st.caption("± is the 95% interval over a cell's repeats (Student's t). final lo
            "the largest relative loss difference to the first cell (ref.) of its b/k group, at the same seed.")
 st.download_button("Download summary.csv", table.to_csv(index=False), file_name=f"sweep-{shown}-summary.csv",
                    mime="text/csv", key="sweep_csv")
-if table["runs"].sum() == 0:
+if not summary.any_runs:
     st.stop()
 st.plotly_chart(parallel_figure(table, list(summary.spec.fields)), key="sweep_parallel")
 left, right = st.columns(2)
 left.plotly_chart(speed_memory_figure(table), key="sweep_speed")
-text = summary.curves["tokens_seen"].notna().any()
-right.plotly_chart(loss_band_figure(summary.curves, "tokens_seen" if text else "samples_seen"), key="sweep_bands")
+right.plotly_chart(loss_band_figure(summary.curves, summary.x_axis), key="sweep_bands")
 st.subheader("A cell's runs")
 cell = st.selectbox("Cell", list(table["cell"]), format_func=dict(zip(table["cell"], table["label"])).get,
                     key="sweep_cell")
-runs = summary.curves[summary.curves["cell"] == cell].groupby(["repeat", "run_id"])["loss"].last().reset_index()
+runs = summary.cell_runs(cell)
 st.markdown(f"[Open the cell's {len(runs)} runs on the Runs page](Runs?run={','.join(runs['run_id'])}), "
             "compared there: settings, charts, CSV.")
 runs.insert(0, "open", "Runs?run=" + runs["run_id"])
-st.dataframe(runs.rename(columns={"loss": "final loss"}), hide_index=True, width="stretch",
+st.dataframe(runs, hide_index=True, width="stretch",
              column_config={"open": st.column_config.LinkColumn("open", display_text="open on Runs")})

@@ -18,16 +18,16 @@ from typing import Any, Callable, Iterator
 import torch
 
 from gaccum_core.config import AMP_MODES, CLEAR_CACHE_MODES, COMPILE_MODES, ConfigError, RunConfig
-from gaccum_core.data import load_data
+from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.plan.modes import choose
 from gaccum_core.plan.probe import measure, time_speeds
 from gaccum_core.plan.progress import Tally
 from gaccum_core.plan.search import (MARGIN, TIMED_PER_OPTIONS, UNAVAILABLE, Candidate, Options, best_fit,
-                                     combinations, hint_points, search, timing_sizes, typical_probes, within)
+                                     combinations, hint_points, mb, search, timing_sizes, typical_probes, within)
 from gaccum_core.plan.sharding import DDP, SHARDING_MODES, Layout, layout, run_fields, sharded_candidate
 from gaccum_core.plan.speed import PRECISION, Timing
-from gaccum_core.train.device import option_unavailable, resolve_device
+from gaccum_core.train.device import memory_info, option_unavailable, resolve_device
 
 MAX_EFFECTIVE_BATCH = 1 << 20
 MAX_WORLD_SIZE = 4096
@@ -112,6 +112,29 @@ class PlanRequest:
         """When each timed candidate's timing stops."""
         return Timing(self.precision, self.time_cap_s, self.timed_steps)
 
+    @property
+    def probe_count(self) -> int:
+        """About how many memory probes the plan makes: the typical count per unsharded combination (a sharded
+        mode is counted from the same probes; only sharded modes asked: per combination)."""
+        unsharded = [o for o in self.options if o.sharding == DDP] or self.options
+        return len(unsharded) * typical_probes(self.per_rank_batch)
+
+    @property
+    def timed_count(self) -> int:
+        """How many sizes the plan times: TIMED_PER_OPTIONS per unsharded combination (one process cannot
+        time a sharded mode's collectives)."""
+        return sum(o.sharding == DDP for o in self.options) * TIMED_PER_OPTIONS
+
+    def work_words(self) -> str:
+        """What the plan will measure, in one sentence, said before anything is measured."""
+        combos = self.options
+        ranks = f" over {self.world_size} ranks, E / N = {self.per_rank_batch} each" if self.world_size > 1 else ""
+        sharded = any(o.sharding != DDP for o in combos)
+        return (f"Plan crosses {len(combos)} option combination{'s' * (len(combos) != 1)}{ranks}: "
+                f"{', '.join(o.label() for o in combos)}: about {self.probe_count} memory probes, then "
+                f"{self.timed_count} sizes timed in turns, about {self.time_cap_s:g} s each."
+                + (" The fsdp modes are counted per rank from the same probes, not timed." if sharded else ""))
+
 
 def default_request(budget_mb: float = 32.0) -> PlanRequest:
     """The plan the Plan page opens with and bench/bench_plan.py measures: the Train page's cnn on 32×32
@@ -139,6 +162,18 @@ class Plan:
         if any(mode != DDP for mode in self.request.sharding):
             words += "; " + SHARDED_SOURCE.format(n=self.request.world_size)
         return words
+
+    def title(self) -> str:
+        """'cnn on fake, E=256, budget 32 MB, sgd, on cpu': what was planned, over how many ranks, where."""
+        asked = self.request
+        ranks, per_rank = (f" over {asked.world_size} ranks", " per rank") if asked.world_size > 1 else ("", "")
+        return (f"{asked.base.model} on {asked.base.dataset}, E={asked.effective_batch}{ranks}, "
+                f"budget {mb(asked.budget_mb)}{per_rank}, {asked.base.optimizer}, on {self.device}")
+
+    def done_words(self) -> str:
+        """'done: 12 candidates measured, 4 of them timed, in 3.2 s'."""
+        timed = sum(c.timed_steps is not None for c in self.candidates)
+        return f"done: {len(self.candidates)} candidates measured, {timed} of them timed, in {self.seconds:.1f} s"
 
     def rows(self) -> list[dict[str, Any]]:
         """One flat row per candidate, in the order measured."""
@@ -172,7 +207,7 @@ def default_budget_mb(device: torch.device, margin: float = MARGIN) -> float | N
     """On CUDA the device's free memory less the margin; None on the CPU, where the user must choose."""
     if device.type != "cuda":
         return None
-    free, _total = torch.cuda.mem_get_info(device)
+    free, _total = memory_info(device)
     return free * (1 - margin) / (1024 * 1024)
 
 

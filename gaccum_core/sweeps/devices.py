@@ -1,11 +1,12 @@
 """Where a sweep's runs train: on a machine with several GPUs, one run per GPU at a time. Pure: the GPU
-count is given, never asked of torch here."""
+count is given (lanes_words asks train.device for it when it is not)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from gaccum_core.config import RunConfig
+from gaccum_core.train.device import gpu_count
 
 _ANY_GPU = ("auto", "cuda")  # devices a sweep may place: a run set to cuda:N or cpu stays where it is set
 
@@ -34,3 +35,12 @@ def lanes(configs: list[RunConfig], gpu_count: int) -> list[list[Lane]]:
         phases.append([Lane(None, rest)])
     return [phase for phase in phases if phase]
 
+
+
+def lanes_words(gpus: int | None = None) -> str:
+    """How a sweep's runs train on a machine with `gpus` CUDA devices (this one's when None): 'one run per GPU
+    at a time on the 2 GPUs', 'one run at a time on the GPU' or 'one run at a time on the CPU'."""
+    gpus = gpu_count() if gpus is None else gpus
+    if gpus > 1:
+        return f"one run per GPU at a time on the {gpus} GPUs"
+    return "one run at a time on " + ("the GPU" if gpus else "the CPU")

@@ -46,6 +46,22 @@ class Summary:
         """Whether every run of the sweep is done."""
         return int(self.table["runs"].sum()) == self.spec.cell_count * self.spec.repeats
 
+    @property
+    def any_runs(self) -> bool:
+        """Whether any run of the sweep is done: its figures have something to draw."""
+        return int(self.table["runs"].sum()) > 0
+
+    @property
+    def x_axis(self) -> str:
+        """The loss curves' x axis: tokens_seen when the runs trained on text, else samples_seen."""
+        return "tokens_seen" if self.curves["tokens_seen"].notna().any() else "samples_seen"
+
+    def cell_runs(self, cell: int) -> pd.DataFrame:
+        """The cell's done runs by repeat: repeat, run_id and final loss (the loss of its last step logged)."""
+        curves = self.curves[self.curves["cell"] == cell]
+        runs = curves.groupby(["repeat", "run_id"])["loss"].last().reset_index()
+        return runs.rename(columns={"loss": "final loss"})
+
 
 def read_results(store: RunStore, members: dict[tuple[int, int], Member]) -> list[RunResult]:
     """The done members' metric tables, read from their files (a run deleted meanwhile is left out)."""

@@ -10,7 +10,7 @@ import sys
 import psutil
 import torch
 
-from gaccum_core.config import ConfigError
+from gaccum_core.config import ConfigError, first_line
 from gaccum_core.train.precision import DTYPES
 
 COMPILE_TIMEOUT_S = 300
@@ -22,10 +22,14 @@ _COMPILE_PROBE = (
 )
 
 
+def gpu_count() -> int:
+    """The CUDA devices of this machine: 0 without CUDA (torch.cuda asked no more where it is not available)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def device_choices() -> list[str]:
     """The device settings this machine offers: auto, cpu and each GPU (cuda:0, cuda:1, …)."""
-    gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
-    return ["auto", "cpu", *gpus]
+    return ["auto", "cpu", *(f"cuda:{i}" for i in range(gpu_count()))]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -37,7 +41,7 @@ def resolve_device(name: str) -> torch.device:
     if not torch.cuda.is_available():
         raise ConfigError("device", name, "cpu or auto: this machine has no CUDA device")
     index = int(name.split(":")[1]) if ":" in name else torch.cuda.current_device()
-    count = torch.cuda.device_count()
+    count = gpu_count()
     if index >= count:
         raise ConfigError("device", name, f"cuda:0 to cuda:{count - 1}")
     return torch.device("cuda", index)
@@ -58,9 +62,19 @@ def memory_info(device: torch.device) -> tuple[int, int]:
     return vm.available, vm.total
 
 
+def describe_device() -> str:
+    """The device runs train on by default, in one line: 'CPU — runs train on the CPU', or 'Device: <GPU>
+    (cuda:0) · X GiB free of Y GiB'."""
+    device = resolve_device("auto")
+    if device.type != "cuda":
+        return "CPU — runs train on the CPU"
+    free, total = memory_info(device)
+    return f"Device: {device_name(device)} · {free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB"
+
+
 def autocast_works(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
     """Whether a small matmul runs under autocast(dtype) here, and why not when it fails."""
-    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():  # False without CUDA
         return False, "this GPU has no bfloat16 support"
     try:
         a = torch.ones(8, 8, device=device)
@@ -68,7 +82,7 @@ def autocast_works(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]
             out = a @ a
         return out.dtype == dtype, f"autocast produced {out.dtype}"
     except (RuntimeError, AssertionError) as exc:
-        return False, str(exc).splitlines()[0]
+        return False, first_line(exc)
 
 
 def compile_works(device: torch.device, timeout_s: float = COMPILE_TIMEOUT_S) -> tuple[bool, str]:
@@ -107,5 +121,16 @@ def option_unavailable(device: torch.device, amp: str = "off", compile: str = "o
 def max_processes(device: torch.device) -> int:
     """Data-parallel processes this machine can run: one per GPU, or one per CPU core (for trying it out)."""
     if device.type == "cuda":
-        return torch.cuda.device_count()
+        return gpu_count()
     return os.cpu_count() or 1
+
+
+def processes_note(device_setting: str) -> str:
+    """What N may be for this device setting, in one line: 'N: 1 to 2, one process per CPU core (for trying
+    it out), DDP or FSDP through torchrun' (the CPU's when the setting names no device that exists)."""
+    try:
+        device = resolve_device(device_setting)
+    except ConfigError:
+        device = torch.device("cpu")
+    unit = "GPU" if gpu_count() else "CPU core (for trying it out)"
+    return f"N: 1 to {max_processes(device)}, one process per {unit}, DDP or FSDP through torchrun"

@@ -1,12 +1,17 @@
-"""Plotly figures for the accumulation lab: gradient differences, side-by-side training, pitfalls."""
+"""Plotly figures for the accumulation lab: gradient differences, side-by-side training, pitfalls; the
+pitfall gallery's results table and CSV exports."""
 
 from __future__ import annotations
+
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from gaccum_core.lab.pitfalls.catalog import pitfall
 from gaccum_core.lab.pitfalls.fsdp_job import FsdpGallery
+from gaccum_core.lab.pitfalls.result import PitfallResult
 
 _LAYOUT = dict(template="plotly_white", height=320, margin=dict(l=50, r=10, t=40, b=40))
 # Distances of exactly 0 cannot sit on a log axis: drawn at this floor instead.
@@ -80,3 +85,26 @@ def fsdp_measures(gallery: FsdpGallery) -> dict[str, list[tuple[str, str]]]:
              f"{fixes['fsdp_reshard_off_at_step']:.1e}"),
         ],
     }
+
+
+def pitfall_table(results: Iterable[PitfallResult]) -> pd.DataFrame:
+    """One row per pitfall run: its title, its and the correct loop's final weight distance to one big
+    batch, and the median gradient-norm ratio (pitfall / reference)."""
+    return pd.DataFrame([{"pitfall": pitfall(r.key).title, "distance (pitfall)": r.final_distance_pitfall,
+                          "distance (correct)": r.final_distance_correct, "grad-norm ratio": r.grad_norm_ratio}
+                         for r in results])
+
+
+def pitfall_table_formats() -> dict[str, str]:
+    """printf format of pitfall_table's distances: tiny and huge side by side, so in e-notation."""
+    return {"distance (pitfall)": "%.2e", "distance (correct)": "%.2e"}
+
+
+def pitfall_csv(results: Iterable[PitfallResult]) -> str:
+    """Every optimizer step of each run, its pitfall's key in a `pitfall` column, as CSV text."""
+    return pd.concat([r.frame.assign(pitfall=r.key) for r in results]).to_csv(index=False)
+
+
+def fsdp_csv(gallery: FsdpGallery) -> str:
+    """The FSDP traps' steps as CSV text, as pitfall_csv writes the nine."""
+    return pitfall_csv(gallery.results.values())
