@@ -5,7 +5,7 @@ page) has found it, and the runs come from the runs directory until the runner i
 
 import streamlit as st
 
-from dashboard import warm
+from dashboard import server
 from dashboard.markdown import plain
 from dashboard.nav import PAGES
 from dashboard.prefetch import prefetch_train_page
@@ -47,25 +47,25 @@ def _latest_runs(store: RunStore, active_ids: list[str]) -> None:
                                 "test_accuracy": st.column_config.NumberColumn(format="%.3f")})
 
 
-runner = warm.runner_if_ready()
-watching = not warm.ready() or bool(_active(runner))
+runner = server.runner_if_ready()
+watching = not server.ready() or bool(_active(runner))
 
 
 @st.fragment(run_every=REFRESH_S if watching else None)
 def status() -> None:
     """The device, the runs in progress (with their progress) and the latest runs; live while the
     warm-up goes on or a run trains, then drawn once (a finished warm-up or run reruns the page)."""
-    now = warm.runner_if_ready()
+    now = server.runner_if_ready()
     active = _active(now)
-    if (not warm.ready() or bool(active)) != watching or (now is None) != (runner is None):
+    if (not server.ready() or bool(active)) != watching or (now is None) != (runner is None):
         st.rerun()  # the warm-up ended or the last run did: redraw with (or without) the refresh
-    st.info(warm.device_text() or "Device: checking… (the server is loading torch)")
+    st.info(server.device_text() or "Device: checking… (the server is loading torch)")
     for snapshot in active:
         st.success(f"In progress: {plain(snapshot.name or snapshot.run_id)} ({snapshot.state}, step "
                    f"{snapshot.steps_done} of {snapshot.total_steps or '?'})")
-    _latest_runs(now.store if now is not None else RunStore(warm.runs_dir()), [s.run_id for s in active])
+    _latest_runs(now.store if now is not None else RunStore(server.runs_dir()), [s.run_id for s in active])
 
 
 status()
 prefetch_train_page()  # the browser loads the Train page's widget code while this page is read
-warm.start()  # after the page's drawing: torch and the runner load while the page is read
+server.start()  # after the page's drawing: torch and the runner load while the page is read

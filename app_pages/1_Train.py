@@ -4,14 +4,17 @@
 import streamlit as st
 
 from dashboard import live_chart
-from dashboard.controls import Controls, file_stamps
+from dashboard.checks import refusal
+from dashboard.controls import LABELS, Controls, config_from
+from dashboard.live import REFRESH_S, await_first_step, chart_labels, live_charts, progress, short_name
+from dashboard.messages import explain
+from dashboard.server import get_runner
+from dashboard.state import adopt_settings, drop_missing, session_runs, widget
 from gaccum_core.views.axes import TOKEN_AXES, X_AXES, tokens_axis_note
-from gaccum_core.views.charts import ALL_CHARTS, CHARTS, LOG_BY_DEFAULT
-from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data import DataError
+from gaccum_core.views.charts import ALL_CHARTS, CHART_TITLES, CHARTS, LOG_BY_DEFAULT
+from gaccum_core.config import ConfigError
 from gaccum_core.plan.costs import warnings_for
 from gaccum_core.train.device import resolve_device
-from gaccum_core.train.checks import preflight
 from gaccum_core.lab.loopcode import render_loop
 from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.runs.files import run_error_words
@@ -19,10 +22,8 @@ from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError
-from dashboard.run_picks import drop_missing, run_choice_labels, runs_on_disk, tracked_or_disk
+from dashboard.run_picks import run_choice_labels, runs_on_disk, tracked_or_disk
 from dashboard.markdown import plain
-from dashboard.ui import (CHART_TITLES, REFRESH_S, adopt_settings, await_first_step, chart_labels, config_from,
-                          get_runner, live_charts, progress, session_runs, short_name, widget)
 
 st.set_page_config(page_title="gaccum · Train", layout="wide")
 st.title("Train")
@@ -42,34 +43,13 @@ if st.session_state.get("adopted_from"):
                   "which was running when this page opened; change them for the next run.")
 
 
-@st.cache_data(show_spinner="Checking the settings…", max_entries=64)
-def _preflight(config_json: str, stamps: tuple) -> None:
-    """preflight, remembered for settings that pass; a failure is not cached, so data placed in the
-    data directory after the error shows is seen on the next rerun. A text file, an hf: model's
-    directory or your data set's file is checked again whenever it changes (its stamp is in the key)."""
-    preflight(RunConfig.from_json(config_json))
-
-
-def check(config: RunConfig) -> tuple[str, str] | None:
-    """(field, message) for settings that cannot run here, or None: model, data, device, batch."""
-    try:
-        _preflight(config.to_json(), file_stamps(config))
-    except ConfigError as exc:  # a text file that cannot be used names text_file
-        return exc.field, controls.explain(exc)
-    except DataError as exc:  # data set missing or unreadable: shown under the data directory
-        return ("text_file" if config.is_text else "data_dir"), controls.in_page_words(str(exc))
-    except ValueError as exc:  # the model cannot take the images
-        return "image_size", controls.in_page_words(str(exc))
-    return None
-
-
 config, problem = None, controls.problem  # an hf: directory refused under its name comes first
 try:
     config = config_from(values)
     with notes:  # the check's "Checking the settings…" spinner too
-        problem = problem or check(config)
+        problem = problem or refusal(config, LABELS)
 except ConfigError as exc:
-    problem = problem or (exc.field, controls.explain(exc))
+    problem = problem or (exc.field, explain(exc, LABELS))
 if problem:
     controls.error(*problem)
     notes.error(f"Cannot start: {problem[1]}")
@@ -80,7 +60,7 @@ else:  # what the costly options cost here, measured once per server process, be
     if config.world_size > 1 and not runner.active_ids():
         runner.prepare(config)  # torchrun's ranks start up while the user reads, not after Start
 
-mine = session_runs(runner)
+mine = session_runs(runner.knows)
 for gone in st.session_state.pop("deleted_elsewhere", []):  # its charts, progress and Resume go with it
     notes.info(f"Run {plain(gone)} was deleted (on the Runs page or in another tab): it is no longer shown here.")
 start, stop, name_col = st.columns([1, 1, 6])

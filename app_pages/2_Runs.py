@@ -15,10 +15,13 @@ from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError, validate_run_id
-from dashboard.runs_table import (SELECTED, RunFilter, draw_filter, draw_table, going, progress_with_stop,
-                                  sync_selection, tags_editor)
+from gaccum_core.views.run_table import damaged, going, pick_words, running_elsewhere, states as run_states
+from dashboard.runs_table import (SELECTED, RunFilter, draw_filter, draw_table, progress_with_stop, sync_selection,
+                                  tags_editor)
 from dashboard.markdown import plain
-from dashboard.ui import REFRESH_S, chart_cache, get_runner, widget
+from dashboard.live import REFRESH_S
+from dashboard.server import chart_cache, get_runner
+from dashboard.state import widget
 
 st.set_page_config(page_title="gaccum · Runs", layout="wide")
 st.title("Runs")
@@ -41,13 +44,10 @@ if table.empty:
     st.stop()
 
 # Why a run cannot be read, and where a run is trained, said above the fold (the message column is far right).
-for _, row in table[table["state"] == RunState.DAMAGED].iterrows():
-    st.warning(plain(f"Damaged: {row['message']}. Delete the run, or repair the file by hand."))
-if "message" in table.columns:
-    elsewhere = table[(table["state"] == RunState.RUNNING) & ~table["run_id"].isin(live)]
-    for _, row in elsewhere.iterrows():
-        st.info(plain(f"{row['run_id']} is {row['message']}: stop it there (it cannot be resumed or deleted "
-                      "from here meanwhile)."))
+for message in damaged(table):
+    st.warning(plain(f"Damaged: {message}. Delete the run, or repair the file by hand."))
+for run_id, where in running_elsewhere(table, live):
+    st.info(plain(f"{run_id} is {where}: stop it there (it cannot be resumed or deleted from here meanwhile)."))
 linked = st.query_params.get("run")
 if linked is not None and SELECTED not in st.session_state:
     try:  # ?run=<id> links to a run, ?run=<id>,<id> to several (a sweep's cell); each id checked before any path
@@ -57,8 +57,8 @@ if linked is not None and SELECTED not in st.session_state:
             st.warning(plain(f"No run {missing!r} in {store.root.resolve()}."))
     except StoreError as exc:
         st.error(plain(str(exc)))
-states = table.set_index("run_id")["state"]
-labels = dict(zip(table["run_id"], table["state"] + " · " + table.get("label", table["state"]).fillna("")))
+states = run_states(table)
+labels = pick_words(table)
 
 
 def say_removed(run_ids: list[str]) -> None:

@@ -6,14 +6,15 @@ import streamlit as st
 
 from gaccum_core import config as cfg
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data import DataError
 from gaccum_core.lab.equivalence import ReferenceTooLarge, compare_gradients, train_side_by_side
-from gaccum_core.train.checks import preflight
 from gaccum_core.runs.aside import call_for
+from gaccum_core.train.metrics import time_left_words
 from gaccum_core.views.lab import gradient_figure, side_by_side_figures
+from dashboard.checks import refusal
 from dashboard.choices import choose, model_note, text_settings, wants_text
-from dashboard.controls import LABELS, Controls, file_stamps
-from dashboard.ui import FieldWidgets, format_eta, widget
+from dashboard.controls import LABELS
+from dashboard.messages import explain
+from dashboard.state import FieldWidgets, widget
 
 MAX_STEPS = 500
 
@@ -42,17 +43,10 @@ with right:
     steps_slot = st.empty()
 
 
-@st.cache_data(show_spinner="Checking the model and data…", max_entries=64)
-def _preflight(config_json: str, stamps: tuple) -> None:
-    """preflight, remembered for settings that pass (and the versions of the files they read)."""
-    preflight(RunConfig.from_json(config_json), whole_window=True)  # failures are not cached; b·k must fit the data
-
-
-def refuse(exc: ConfigError) -> None:
+def refuse(field: str, message: str) -> None:
     """The refusal under its control when the page has one, and above the results."""
-    message = Controls.explain(exc)
-    if exc.field in fields.slots:
-        fields.error(exc.field, message)
+    if field in fields.slots:
+        fields.error(field, message)
     st.error(message)
 
 
@@ -61,12 +55,11 @@ if refused:  # shown under the model's name
     st.stop()
 try:
     config = RunConfig(**fields.values, micro_batch_size=b, accum_steps=k, reduction=reduction, amp=amp, lr=0.05)
-    _preflight(config.to_json(), file_stamps(config))
+    problem = refusal(config, LABELS, whole_window=True)  # b·k must fit the data
 except ConfigError as exc:
-    refuse(exc)
-    st.stop()
-except (DataError, ValueError) as exc:  # the data set is missing, or the model cannot take its images
-    st.error(str(exc))
+    problem = exc.field, explain(exc, LABELS)
+if problem:
+    refuse(*problem)
     st.stop()
 if not (isinstance(steps, int) and 1 <= steps <= MAX_STEPS):
     message = f"Optimizer steps to train both = {steps!r} is not allowed: an integer from 1 to {MAX_STEPS}"
@@ -81,7 +74,7 @@ def progress_bar(what: str, unit: str):
 
     def moved(done: int, total: int) -> None:
         elapsed = time.monotonic() - started
-        left = format_eta(elapsed / done * (total - done)) if done else ""
+        left = time_left_words(elapsed / done * (total - done)) if done else ""
         bar.progress(min(done / total, 1.0), text=f"{what}: {unit} {done} of {total}" + (f" · {left}" if left else ""))
 
     return bar, moved
@@ -102,7 +95,7 @@ if st.button("Compare", type="primary", key="eq_run"):
                 f"set k to {max(exc.largest_fitting // b, 1)}.")
     except ConfigError as exc:  # your model or data set refused when loaded
         st.session_state.pop("eq_report", None)
-        refuse(exc)
+        refuse(exc.field, explain(exc, LABELS))
     except (ValueError, RuntimeError) as exc:
         st.error(f"{type(exc).__name__}: {exc}")
 

@@ -1,24 +1,21 @@
 """Plan: for an effective batch and a memory budget, the largest micro-batch that fits per option
 combination, measured, and the fastest setting that fits with a margin."""
 
-import dataclasses
-
 import streamlit as st
 
-from dashboard.choices import choose, empty_refusal, model_note, text_settings, wants_text
-from dashboard.controls import CLEAR_LABELS, LABELS as TRAIN_LABELS, file_stamps
+from dashboard.checks import refusal
+from dashboard.choices import choose, model_note, text_settings, wants_text
+from dashboard.controls import CLEAR_LABELS, LABELS as TRAIN_LABELS
+from dashboard.messages import explain
+from dashboard.state import FieldWidgets, adopt_settings
 from gaccum_core import config as cfg
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data import DataError
 from gaccum_core.train.device import device_choices, resolve_device
-from gaccum_core.train.checks import preflight
 from gaccum_core.runs.aside import call_for
 from gaccum_core.plan.planner import PlanRequest, config_from_plan, default_budget_mb, default_request, make_plan
-from gaccum_core.plan.sharding import DDP, SHARDING_MODES
+from gaccum_core.plan.sharding import SHARDING_MODES
 from gaccum_core.views.plan import (memory_figure, plan_csv, plan_table, progress_text, recommendation_words,
                                     speed_figure, table_formats)
-from gaccum_core.plan.search import TIMED_PER_OPTIONS, mb, typical_probes
-from dashboard.ui import FieldWidgets
 
 LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)",
           "nproc": "Processes N (ranks)", "sharding": "Sharding"}
@@ -37,23 +34,6 @@ st.write("For an effective batch E and a memory budget: the largest micro-batch 
          "free, those as fast as the fastest within that precision tie, and the largest b among them is "
          "recommended.")
 controls = FieldWidgets("plan_", LABELS, DEFAULT.base)  # each input with the slot for its message, under it
-
-
-def explain(exc: ConfigError) -> tuple[str, str]:
-    """(field, message in the page's words) for a refused value."""
-    label = LABELS.get(exc.field, exc.field)
-    empty = empty_refusal(exc)
-    if empty:
-        return exc.field, empty
-    if exc.value in (None, ""):
-        return exc.field, f"{label} is empty: choose {exc.allowed}"
-    return exc.field, f"{label} = {exc.value!r} is not allowed: {exc.allowed}"
-
-
-@st.cache_data(show_spinner="Checking the model and data…", max_entries=64)
-def _preflight(config_json: str, stamps: tuple) -> None:
-    """preflight, remembered for settings that pass (and the versions of the files they read)."""
-    preflight(RunConfig.from_json(config_json))  # failures are not cached
 
 
 with st.sidebar:
@@ -103,13 +83,9 @@ try:
                           tuple(values["clear_cache"]), tuple(values["compile"]), tuple(values["sharding"]),
                           values["nproc"])
     if problem is None:
-        _preflight(base.to_json(), file_stamps(base))
+        problem = refusal(base, LABELS)
 except ConfigError as exc:
-    problem = problem or explain(exc)
-except DataError as exc:  # the data set is missing or unreadable
-    problem = "dataset", str(exc)
-except ValueError as exc:  # the model cannot take the images
-    problem = "image_size", str(exc)
+    problem = problem or (exc.field, explain(exc, LABELS))
 if problem:
     controls.error(*problem)
     st.error(f"Cannot plan: {problem[1]}")
@@ -138,9 +114,7 @@ if plan is not None:
         st.success(f"Recommended: {recommendation_words(choice, asked.world_size)}.")
         st.write(plan.reason)
         if st.button("Use these settings", key="plan_use", help="sets the Train page's controls and opens it"):
-            for field, value in dataclasses.asdict(config_from_plan(asked.base, plan)).items():
-                if field in TRAIN_FIELDS:
-                    st.session_state[f"_keep_cfg_{field}"] = value
+            adopt_settings(config_from_plan(asked.base, plan), fields=TRAIN_FIELDS, replace=True)
             st.switch_page("app_pages/1_Train.py")
     left, right = st.columns(2)
     left.plotly_chart(memory_figure(plan), key="plan_memory", theme=None)

@@ -6,10 +6,15 @@ import streamlit as st
 from dashboard import sweep_controls
 from dashboard.sweep_jobs import sweep_jobs
 from dashboard.markdown import plain
-from dashboard.ui import REFRESH_S, format_eta, get_runner, progress, widget
+from dashboard.live import REFRESH_S, progress
+from dashboard.messages import explain
+from dashboard.server import get_runner
+from dashboard.state import kept, set_kept, widget
 from gaccum_core.config import ConfigError
 from gaccum_core.runs.claim import RunBusyError
+from gaccum_core.sweeps.devices import lanes_words
 from gaccum_core.sweeps.files import list_sweeps, read_spec
+from gaccum_core.train.metrics import time_left_words
 from gaccum_core.sweeps.labels import describe_sweep
 from gaccum_core.sweeps.summary import summarize
 from gaccum_core.views.sweep_charts import loss_band_figure, parallel_figure, speed_memory_figure
@@ -28,16 +33,16 @@ try:
     spec = sweep_controls.spec_from(common, lists, options)
     problem = sweep_controls.refusal(spec)
 except ConfigError as exc:
-    problem = sweep_controls.explain(exc)
+    problem = explain(exc, sweep_controls.SWEEP_LABELS)
 going = jobs.going()
 if problem:
     st.error(f"Cannot start: {problem}")
 elif spec is not None:
-    st.caption(f"{plain(describe_sweep(spec))}, {sweep_controls.gpus_text()} · sweep {spec.sweep_id} (runs a previous "
+    st.caption(f"{plain(describe_sweep(spec))}, {lanes_words()} · sweep {spec.sweep_id} (runs a previous "
                "start finished are skipped)")
 if st.button("Start sweep", type="primary", key="sweep_start", disabled=spec is None or bool(problem) or bool(going)):
     try:
-        st.session_state["_keep_sweep_pick"] = jobs.start(spec).sweep_id  # the sweep shown below: this one
+        set_kept("sweep_pick", jobs.start(spec).sweep_id)  # the sweep shown below: this one
     except OSError as exc:  # the runs directory cannot take the sweep's spec
         st.error(f"Cannot start: {exc} (the runs directory is set by GACCUM_RUNS_DIR)")
     except RunBusyError as exc:  # the same sweep going in another server or command line
@@ -63,7 +68,7 @@ def live() -> None:
         st.rerun()
     for job in now:
         state = job.progress()
-        left = f" · {format_eta(state.eta_s)}" if state.eta_s is not None else ""
+        left = f" · {time_left_words(state.eta_s)}" if state.eta_s is not None else ""
         done = f" ({state.skipped} done before)" if state.skipped else ""
         st.progress(state.done / state.total, text=f"Sweep {job.sweep_id}: {state.done} of {state.total} runs "
                                                     f"done{done}{left}")
@@ -78,8 +83,8 @@ sweeps = list_sweeps(runner.store.root)
 if not sweeps:
     st.info("No sweep yet: pick the values to cross on the left and press Start sweep.")
     st.stop()
-if st.session_state.get("_keep_sweep_pick") not in sweeps:  # none yet, or its folder deleted since
-    st.session_state["_keep_sweep_pick"] = sweeps[0]
+if kept("sweep_pick") not in sweeps:  # none yet, or its folder deleted since
+    set_kept("sweep_pick", sweeps[0])
 
 
 def sweep_words(sweep_id: str) -> str:

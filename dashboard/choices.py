@@ -14,15 +14,13 @@ from gaccum_core.config import ConfigError
 from gaccum_core.hfdir import hf_directory
 from gaccum_core.models.hf import model_config, weights_file
 from gaccum_core.presets import GPT_PRESETS, millions
-from dashboard.ui import FieldWidgets
+from dashboard.messages import OWN_LABELS
+from dashboard.state import FieldWidgets, kept, set_kept
 
 OWN = "your own…"  # the last choice of the Model and Dataset boxes: a text box under it takes any other name
 BUILT_INS = {"model": cfg.MODELS, "dataset": cfg.DATASETS}
-OWN_LABELS = {"model": "Your model", "dataset": "Your data set"}  # the text boxes' labels
 PLACEHOLDERS = {"model": "timm:resnet18, my_models.py:build or hf:path/to/model_dir",
                 "dataset": "my_data.py:load or my_package.data:load"}
-FORMS = {"model": "timm:NAME, MODULE:FUNCTION, FILE.py:FUNCTION or hf:path/to/model_dir",
-         "dataset": "MODULE:FUNCTION or FILE.py:FUNCTION"}
 OWN_HELP = {
     "model": "timm:NAME (any timm image model, untrained); your factory MODULE:FUNCTION or FILE.py:FUNCTION, "
              "called with input_shape=(C, H, W) and num_classes=N (a file or module in the folder the server's "
@@ -37,10 +35,10 @@ OWN_HELP = {
 def _show_own(prefix: str, field: str) -> None:
     """A name kept (a run in progress adopted, the Plan page's settings) that is not a built-in: the box
     shows 'your own…' and the text box under it the name."""
-    kept = st.session_state.get(f"_keep_{prefix}{field}")
-    if kept is not None and kept not in BUILT_INS[field] and kept != OWN:
-        st.session_state[f"_keep_{prefix}own_{field}"] = kept
-        st.session_state[f"_keep_{prefix}{field}"] = OWN
+    name = kept(prefix + field)
+    if name is not None and name not in BUILT_INS[field] and name != OWN:
+        set_kept(f"{prefix}own_{field}", name)
+        set_kept(prefix + field, OWN)
         st.session_state.pop(f"{prefix}{field}", None)
         st.session_state.pop(f"{prefix}own_{field}", None)
 
@@ -58,13 +56,6 @@ def choose(fields: FieldWidgets, field: str) -> str:
     del fields.values[own]
     fields.slots[field] = fields.slots.pop(own)
     return fields.values[field]
-
-
-def empty_refusal(exc: ConfigError) -> str | None:
-    """For a 'your own…' box left empty, what to type in it (rather than every name allowed); else None."""
-    if exc.field in OWN_LABELS and exc.value == "":
-        return f"{OWN_LABELS[exc.field]} is empty: type {FORMS[exc.field]}"
-    return None
 
 
 def hf_origin(model: str) -> str:

@@ -7,29 +7,23 @@ and a refused value disables Start with a message naming the control.
 
 from __future__ import annotations
 
-import os
-import re
 from typing import Any
 
 import streamlit as st
-import torch
 
 from gaccum_core import config as cfg
-from gaccum_core.data import describe_dataset
-from gaccum_core.hfdir import directory_version, hf_directory
-from gaccum_core.usercode import file_version
+from gaccum_core.config import DEFAULT_RUN
+from gaccum_core.train.device import device_choices, processes_note
 from dashboard import link
-from dashboard.choices import OWN_LABELS, choose, empty_refusal, model_note, text_settings, wants_text
-from dashboard.ui import FieldWidgets
-from gaccum_core.train.device import device_choices, max_processes, resolve_device
+from dashboard.checks import description
+from dashboard.choices import choose, model_note, text_settings, wants_text
+from dashboard.messages import OWN_LABELS, explain
+from dashboard.state import TRAIN, FieldWidgets
 
-_CLI_OR_UI = re.compile(r"pass --[a-z-]+ \(CLI\) or tick '([a-z_]+)' \(UI\)")
-_SET_FIELD = re.compile(r"\bset ([a-z_]+) to\b")
 CLEAR_LABELS = {"off": "off", "step": "per optimizer step", "micro": "per micro-batch"}
 REDUCTION_LABELS = {"mean": "mean (exact)", "sum": "sum",
                     "mean_per_micro_batch": "mean per micro-batch (textbook, not exact)"}
 SCALES = [2.0**p for p in range(0, 33, 2)]
-DEFAULTS = cfg.DEFAULT_RUN
 # Each control's label: the page names a field by it in every message.
 LABELS = {
     "model": "Model",
@@ -82,50 +76,6 @@ def _power_of_two(scale: float) -> str:
     return f"2^{exponent}" if scale == 2.0**exponent else f"{scale:g}"
 
 
-def _device_of() -> torch.device:
-    """The device the Device control names (drawn further down; the CPU when it names none that exists)."""
-    try:
-        return resolve_device(st.session_state.get("_keep_cfg_device", DEFAULTS.device))
-    except cfg.ConfigError:
-        return torch.device("cpu")
-
-
-def file_stamp(path: str) -> tuple[int, int] | None:
-    """(modification time, size) of a file, so a cached description follows its edits; None if unreadable."""
-    try:
-        info = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return info.st_mtime_ns, info.st_size
-
-
-def file_stamps(config: cfg.RunConfig) -> tuple:
-    """The versions of the files that settings read, for a cache key: the text file, an hf: model's
-    directory, your model's and data set's FILE.py (ConfigError naming model for an hf: directory that is not one)."""
-    text = file_stamp(config.text_file) if config.dataset == "text" else None
-    tokenizer = directory_version(hf_directory(config.model)) if cfg.is_hf(config.model) else None
-    mine = tuple(file_version(getattr(config, f)) for f in ("model", "dataset") if cfg.is_factory(getattr(config, f)))
-    return text, tokenizer, mine
-
-
-@st.cache_data(show_spinner=False, max_entries=32)
-def _description(config_json: str, stamps: tuple) -> str:
-    """describe_dataset, remembered per settings and file versions: a text set is read and cut to describe it."""
-    return describe_dataset(cfg.RunConfig.from_json(config_json))
-
-
-# What to do, after a ConfigError's own words, for settings that only make sense together:
-# (field, words of the error's allowed text, hint).
-_HINTS = (
-    ("dataset", "text data set", ". Pick pydoc (bundled) or text (your own file) under Dataset, "
-                                 "or an image model under Model"),
-    ("model", "language model", ". Pick gpt under Model (or your own… and type hf:DIR), "
-                                "or an image data set under Dataset"),
-    ("max_seq_len", "positions", ". Shorten the sequences, or pick a larger GPT size"),
-    ("sharding", "one process", ". Set Processes N to 2 or more, or pick ddp"),
-)
-
-
 def fsdp_trade_off(n: Any, k: Any, sync: str, reshard: str) -> str:
     """What the FSDP options chosen cost and save per optimizer step, in the page's numbers (N, k)."""
     share = f"1/{n}" if isinstance(n, int) and n > 1 else "1/N"
@@ -144,30 +94,12 @@ class Controls(FieldWidgets):
     """Draws the controls in the sidebar and keeps an error slot under each."""
 
     def __init__(self) -> None:
-        super().__init__("cfg_", LABELS, DEFAULTS)
+        super().__init__(TRAIN, LABELS, DEFAULT_RUN)
         self.problem: tuple[str, str] | None = None  # (field, message) of a refusal found while drawing
-
-    @staticmethod
-    def in_page_words(message: str) -> str:
-        """A message from gaccum_core with its field names (and CLI advice) in the page's labels."""
-        message = _CLI_OR_UI.sub(lambda m: f"tick '{LABELS.get(m[1], m[1])}'", message)
-        return _SET_FIELD.sub(lambda m: f"set '{LABELS[m[1]]}' to" if m[1] in LABELS else m[0], message)
-
-    @staticmethod
-    def explain(exc: cfg.ConfigError) -> str:
-        """A ConfigError in the words of the page: the control's label, the value, what is allowed."""
-        label = LABELS.get(exc.field)
-        if label is None:
-            return str(exc)
-        empty = empty_refusal(exc)
-        if empty:
-            return empty
-        hint = next((h for field, words, h in _HINTS if field == exc.field and words in exc.allowed), "")
-        return f"{label} = {exc.value!r} is not allowed: {exc.allowed}{hint}"
 
     def draw(self) -> dict[str, Any]:
         """Every control, each refused value explained under its own; returns the values by field name."""
-        refused_link = link.restore(self.prefix, DEFAULTS, device_choices())
+        refused_link = link.restore(self.prefix, DEFAULT_RUN, device_choices())
         with st.sidebar:
             self._model_and_data()
             self._batch()
@@ -175,10 +107,10 @@ class Controls(FieldWidgets):
             self._optimizer()
             self._length()
         for field, exc in refused_link.items():  # first: a refusal of what is shown now takes its place
-            self.warn(field, f"The link's setting was not used, the default is shown: {self.explain(exc)}")
-        for field, exc in cfg.problems(self.values, DEFAULTS).items():
-            self.error(field, self.explain(exc))
-        link.write(self.values, DEFAULTS)
+            self.warn(field, f"The link's setting was not used, the default is shown: {explain(exc, LABELS)}")
+        for field, exc in cfg.problems(self.values, DEFAULT_RUN).items():
+            self.error(field, explain(exc, LABELS))
+        link.write(self.values, DEFAULT_RUN)
         return self.values
 
     def _model_and_data(self) -> None:
@@ -213,10 +145,9 @@ class Controls(FieldWidgets):
         if text and not cfg.is_language_model(values["model"]):
             values["model"] = "gpt"
         elif not text and cfg.is_language_model(values["model"]):
-            values["model"] = DEFAULTS.model
+            values["model"] = DEFAULT_RUN.model
         try:
-            config = cfg.RunConfig(**values)
-            st.caption(_description(config.to_json(), file_stamps(config)))
+            st.caption(description(cfg.RunConfig(**values)))
         except (ValueError, OSError):  # the message under the refused control says why
             pass
 
@@ -226,9 +157,7 @@ class Controls(FieldWidgets):
         b = self.add("micro_batch_size", st.number_input, step=1)
         k = self.add("accum_steps", st.number_input, step=1)
         n = self.add("nproc", st.number_input, step=1)
-        st.caption(f"N: 1 to {max_processes(_device_of())}, one process per "
-                   f"{'GPU' if torch.cuda.is_available() else 'CPU core (for trying it out)'}, "
-                   "DDP or FSDP through torchrun")
+        st.caption(processes_note(self.kept("device", DEFAULT_RUN.device)))  # the Device control is drawn below
         self._sharding(n, k)
         st.metric("Effective batch N·b·k" if n != 1 else "Effective batch b·k", n * b * k)
         reduction = self.add("reduction", st.radio, options=cfg.REDUCTIONS, format_func=REDUCTION_LABELS.get)
@@ -253,7 +182,7 @@ class Controls(FieldWidgets):
         amp = self.add("amp", st.radio, options=cfg.AMP_MODES, horizontal=True)
         if amp == "fp16":
             # A run's own scale (from the CLI or a reload) may lie between the powers of 4 offered.
-            scales = sorted({*SCALES, float(st.session_state.get("_keep_cfg_init_scale", DEFAULTS.init_scale))})
+            scales = sorted({*SCALES, float(self.kept("init_scale", DEFAULT_RUN.init_scale))})
             self.add("init_scale", st.select_slider, options=scales, format_func=_power_of_two)
             self.add("growth_interval", st.number_input, step=1)
         self.add("grad_clip", st.number_input, step=0.1)
@@ -279,3 +208,8 @@ class Controls(FieldWidgets):
         self.add("eval_every", st.number_input, step=1)
         self.add("checkpoint_every", st.number_input, step=10)
         self.add("seed", st.number_input, step=1)
+
+
+def config_from(values: dict[str, Any]) -> cfg.RunConfig:
+    """The RunConfig of the controls' values (by field name); ConfigError naming the first refused one."""
+    return cfg.RunConfig(**values)

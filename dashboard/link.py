@@ -13,11 +13,11 @@ from typing import Any, Sequence
 
 import streamlit as st
 
+from dashboard.state import any_kept, kept, set_kept
 from gaccum_core.config import ConfigError, RunConfig, problems
 
 NAME = "name"  # the query parameter of the run name
-NAME_KEY = "run_name"  # the page's run-name box
-_NAME_KEPT = "_keep_run_name"  # Streamlit deletes a widget's key when the user goes to another page
+NAME_KEY = "run_name"  # the page's run-name box, kept across page switches
 _FIELDS = {f.name: f.type if isinstance(f.type, str) else f.type.__name__ for f in dataclasses.fields(RunConfig)}
 
 
@@ -63,13 +63,13 @@ def restore(prefix: str, defaults: RunConfig, devices: Sequence[str]) -> dict[st
     and run name; returns the refusal of each setting left at its default. The run name also comes back
     after a visit to another page."""
     if NAME_KEY not in st.session_state:
-        name = st.session_state.get(_NAME_KEPT, st.query_params.get(NAME, ""))
+        name = kept(NAME_KEY, st.query_params.get(NAME, ""))
         st.session_state[NAME_KEY] = name[:40]  # the box holds at most 40 characters
-    if any(str(key).startswith(f"_keep_{prefix}") for key in st.session_state):
+    if any_kept(prefix):
         return {}
     found, refused = _read(defaults, devices)
     for field, value in found.items():
-        st.session_state[f"_keep_{prefix}{field}"] = value
+        set_kept(prefix + field, value)
     return refused
 
 
@@ -82,7 +82,7 @@ def write(values: dict[str, Any], defaults: RunConfig) -> None:
     link = {field: _text(value) for field, value in values.items()
             if field in _FIELDS and value != getattr(defaults, field)}
     name = st.session_state.get(NAME_KEY, "")
-    st.session_state[_NAME_KEPT] = name
+    set_kept(NAME_KEY, name)
     if name:
         link[NAME] = name
     if link != st.query_params.to_dict():

@@ -1,9 +1,7 @@
-"""Which runs a page can draw: every run on disk by its label, a run's snapshot whether this server tracks
-it or not, and picks that forget runs deleted meanwhile (in another tab, session or process)."""
+"""Which runs a page can draw: every run on disk by its label, and a run's snapshot whether this server
+tracks it or not (None once it was deleted, in another tab, session or process)."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import streamlit as st
 
@@ -43,14 +41,6 @@ def tracked_or_disk(runner: Runner, run_id: str) -> RunSnapshot | None:
         return _disk_snapshot(runner.store, run_id, _stamp(runner.store, run_id))
     except (OSError, StoreError, ValueError):
         return None
-
-
-def drop_missing(key: str, options: Sequence[str]) -> None:
-    """Forget picks (a widget's value and its kept copy) that are no longer among the options."""
-    for name in (key, f"_keep_{key}"):
-        picked = st.session_state.get(name)
-        if isinstance(picked, list) and any(p not in options for p in picked):
-            st.session_state[name] = [p for p in picked if p in options]
 
 
 def _stamp(store: RunStore, run_id: str) -> tuple[int, ...]:

@@ -10,21 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import streamlit as st
 
-from gaccum_core.runs.catalog import all_tags, filter_runs, unstepped
+from gaccum_core.runs.catalog import all_tags
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.store import RunStore, StoreError, parse_tags
-from gaccum_core.states import RunState
+from gaccum_core.views.run_table import shown_columns, shown_rows, unstepped_note
 from dashboard.markdown import plain
-from dashboard.ui import progress
+from dashboard.live import progress
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SELECTED, TABLE = "runs_selected", "runs_table"  # the multiselect's key and the table's
-COLUMNS = ["run_id", "name", "state", "progress", "tags", "label", "dataset", "world_size", "effective_batch",
-           "steps", "final_loss", "test_accuracy", "perplexity", "peak_mem_mb", "samples_per_s", "tokens_per_s",
-           "skipped", "lr", "optimizer", "created", "message"]
 COLUMN_CONFIG = {
     "progress": st.column_config.ProgressColumn("progress", help="steps done of the run's total", format="percent",
                                                 min_value=0.0, max_value=1.0),
@@ -38,7 +38,6 @@ COLUMN_CONFIG = {
     "perplexity": st.column_config.NumberColumn(format="%.2f"),
     "world_size": st.column_config.NumberColumn("processes", help="data-parallel processes (DDP world size)"),
 }
-GOING = (RunState.QUEUED, RunState.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -51,9 +50,7 @@ class RunFilter:
 
     def apply(self, table: pd.DataFrame) -> pd.DataFrame:
         """The runs that pass, newest first, those that ended before their first step last."""
-        kept = filter_runs(table, self.text, self.states, self.tags)
-        empty = unstepped(kept)
-        return pd.concat([kept[~empty], kept[empty]]) if len(kept) else kept
+        return shown_rows(table, self.text, self.states, self.tags)
 
 
 def draw_filter(table: pd.DataFrame) -> RunFilter:
@@ -63,11 +60,6 @@ def draw_filter(table: pd.DataFrame) -> RunFilter:
     states = state_col.multiselect("State", sorted(set(table["state"])), key="runs_filter_states")
     tags = tag_col.multiselect("Tags (every one)", all_tags(table), key="runs_filter_tags")
     return RunFilter(text, tuple(states), tuple(tags))
-
-
-def going(table: pd.DataFrame) -> frozenset[str]:
-    """The runs queued or running, here or in another process."""
-    return frozenset(table.loc[table["state"].isin(GOING), "run_id"]) if len(table) else frozenset()
 
 
 def picked_runs(selected: Sequence[str], shown: Sequence[str], rows: Sequence[int]) -> list[str]:
@@ -108,15 +100,11 @@ def sync_selection(shown: list[str]) -> bool:
 
 def draw_table(shown: pd.DataFrame) -> None:
     """The runs as a table whose rows select runs when clicked."""
-    # Language-run columns only when a language run is listed: empty columns for image-only tables say nothing.
-    text_only = [c for c in ("perplexity", "tokens_per_s") if c in shown.columns and shown[c].isna().all()]
-    columns = [c for c in COLUMNS if c in shown.columns and c not in text_only]
-    st.dataframe(shown[columns], hide_index=True, width="stretch", column_config=COLUMN_CONFIG, key=TABLE,
+    st.dataframe(shown[shown_columns(shown)], hide_index=True, width="stretch", column_config=COLUMN_CONFIG, key=TABLE,
                  on_select="rerun", selection_mode="multi-row")
-    empty = int(unstepped(shown).sum())
-    if empty:
-        st.caption(f"The {empty} run{'s' if empty > 1 else ''} that ended before a first step "
-                   f"{'are' if empty > 1 else 'is'} listed last (the home page leaves them out).")
+    note = unstepped_note(shown)
+    if note:
+        st.caption(note)
 
 
 def _stop(runner: Runner, run_id: str) -> None:

@@ -8,10 +8,10 @@ import json
 from typing import Any
 
 import streamlit as st
-import torch
 
 from dashboard.controls import CLEAR_LABELS, LABELS, REDUCTION_LABELS
-from dashboard.ui import widget
+from dashboard.messages import explain
+from dashboard.state import widget
 from gaccum_core import config as cfg
 from gaccum_core.sweeps.checks import check_sweep
 from gaccum_core.sweeps.spec import SweepSpec
@@ -85,7 +85,7 @@ def spec_from(common: dict[str, Any], lists: dict[str, list], options: dict[str,
     other setting the Train page's default (device auto). ConfigError naming the first refused field."""
     for field, values in lists.items():
         if not values:
-            raise cfg.ConfigError(field, "", "at least one value picked")
+            raise cfg.ConfigError(field, "", "one or more values")
     grid = tuple((field, tuple(values)) for field, values in lists.items() if len(values) > 1)
     singles = {field: values[0] for field, values in lists.items() if len(values) == 1}
     defaults = {f.name: getattr(cfg.DEFAULT_RUN, f.name) for f in dataclasses.fields(cfg.RunConfig)}
@@ -104,20 +104,7 @@ def refusal(spec: SweepSpec) -> str | None:
     try:
         _checked(json.dumps(spec.to_dict(), sort_keys=True, default=str), spec)
     except cfg.ConfigError as exc:
-        return explain(exc)
+        return explain(exc, SWEEP_LABELS)
     except ValueError as exc:  # data and model errors explain themselves
         return str(exc)
     return None
-
-
-def explain(exc: cfg.ConfigError) -> str:
-    """A refused value named by its control's label."""
-    label = SWEEP_LABELS.get(exc.field, exc.field)
-    return f"{label} = {exc.value!r} is not allowed: {exc.allowed}"
-
-
-def gpus_text() -> str:
-    """How the sweep's runs will train here."""
-    if torch.cuda.is_available() and torch.cuda.device_count() > 1:
-        return f"one run per GPU at a time on the {torch.cuda.device_count()} GPUs"
-    return "one run at a time on " + ("the GPU" if torch.cuda.is_available() else "the CPU")

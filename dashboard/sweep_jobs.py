@@ -7,7 +7,7 @@ import threading
 
 import streamlit as st
 
-from dashboard.ui import get_runner
+from dashboard.server import get_runner
 from gaccum_core.sweeps.job import SweepJob, gpu_count
 from gaccum_core.sweeps.spec import SweepSpec
 

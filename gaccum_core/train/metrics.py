@@ -110,6 +110,14 @@ def eta_seconds(steps_done: int, total_steps: int, elapsed_s: float) -> float | 
     return max(total_steps - steps_done, 0) * elapsed_s / steps_done
 
 
+def time_left_words(seconds: float | None) -> str:
+    """'1 min 05 s left' or '42 s left'; an empty string before there is an estimate."""
+    if seconds is None:
+        return ""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {secs:02d} s left" if minutes else f"{secs} s left"
+
+
 def skipped_warning(rows: Sequence[Row], most: float = 0.5) -> str:
     """A warning when more than `most` of the steps were skipped by the GradScaler, else ''."""
     if not rows:

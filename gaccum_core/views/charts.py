@@ -192,6 +192,10 @@ LANGUAGE_CHARTS: dict[str, tuple[str, Callable[..., go.Figure]]] = {"perplexity"
 ALL_CHARTS = tuple(name for chart in CHARTS
                    for name in (chart, *(extra for extra, (after, _) in LANGUAGE_CHARTS.items() if after == chart)))
 LOG_BY_DEFAULT = frozenset({"scale", "perplexity"})
+# Each chart's name in words, where a page offers a choice of charts (a log y axis per chart).
+CHART_TITLES = {"loss": "loss", "accuracy": "accuracy", "perplexity": "perplexity", "scale": "loss scale",
+                "skipped": "skipped steps", "grad_norm": "gradient norm", "lr": "learning rate", "memory": "memory",
+                "collectives": "collectives", "throughput": "throughput", "cache": "cache clearing"}
 
 
 def chart_builders(runs: list[RunSeries]) -> dict[str, Callable[..., go.Figure]]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from gaccum_core.train.metrics import time_left_words
 from gaccum_core.plan.search import FITS, UNAVAILABLE, Candidate, Options, mb
 
 if TYPE_CHECKING:
@@ -222,9 +223,7 @@ def progress_text(done: int, about: int, candidate: Candidate | None, seconds: f
     (0.3 MB)'."""
     text = f"step {done} of about {about} (memory probes, then timed steps)"
     if done:
-        left = round(seconds / done * max(about - done, 0))
-        minutes, secs = divmod(left, 60)
-        text += f" · about {minutes} min {secs:02d} s left" if minutes else f" · about {secs} s left"
+        text += f" · about {time_left_words(seconds / done * max(about - done, 0))}"
     return text + (f" · last: {candidate_words(candidate)}" if candidate is not None else "")
 
 

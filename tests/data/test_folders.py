@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from gaccum_core.cli import main
+from gaccum_core.cli.main import main
 from gaccum_core.config import RunConfig
-from gaccum_core.data import DataError, describe_dataset, load_data
+from gaccum_core.data.load import describe_dataset, load_data
+from gaccum_core.data.sources import DataError
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import NullSink
 from images import write_pngs
@@ -80,7 +81,7 @@ def test_a_folder_that_cannot_be_used_is_one_line_naming_data_dir(tmp_path, caps
 def test_the_train_page_describes_an_image_folder_and_trains_on_it(tmp_path, runs_dir):
     from streamlit.testing.v1 import AppTest
 
-    from dashboard import ui
+    from dashboard import server
     from gaccum_core.states import RunState
 
     root = write_pngs(tmp_path / "shapes", per_class=10)
@@ -96,6 +97,6 @@ def test_the_train_page_describes_an_image_folder_and_trains_on_it(tmp_path, run
                for c in at.sidebar.caption), [c.value for c in at.sidebar.caption]
     at.button(key="start").click().run()
     (run_id,) = at.session_state["session_runs"]
-    assert ui.get_runner().wait(run_id, timeout=120).state == RunState.FINISHED
-    metrics = ui.get_runner().store.read_metrics(run_id)  # one epoch: a window of 16, then the partial one of 8
+    assert server.get_runner().wait(run_id, timeout=120).state == RunState.FINISHED
+    metrics = server.get_runner().store.read_metrics(run_id)  # one epoch: a window of 16, then the partial one of 8
     assert metrics["samples"].tolist() == [16, 8]

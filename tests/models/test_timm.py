@@ -7,9 +7,9 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gaccum_core.cli import main
+from gaccum_core.cli.main import main
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data import load_data
+from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.states import RunState
 from gaccum_core.train.engine import Engine
@@ -57,7 +57,7 @@ def test_an_unknown_timm_name_is_refused_with_close_matches(tmp_path, capsys):
 
 
 def test_the_train_page_takes_your_own_timm_model(runs_dir):
-    from dashboard import ui
+    from dashboard import server
 
     at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app_pages/1_Train.py"), default_timeout=120).run()
     at.selectbox(key="cfg_model").select("your own…").run()
@@ -69,5 +69,5 @@ def test_the_train_page_takes_your_own_timm_model(runs_dir):
     assert not at.exception and not at.error, [e.value for e in at.error]
     at.button(key="start").click().run()
     (run_id,) = at.session_state["session_runs"]
-    snapshot = ui.get_runner().wait(run_id, timeout=120)
+    snapshot = server.get_runner().wait(run_id, timeout=120)
     assert snapshot.state == RunState.FINISHED and snapshot.config.model == "timm:test_resnet"

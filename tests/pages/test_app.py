@@ -4,7 +4,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from dashboard import warm
+from dashboard import server
 
 from page_charts import live_figures
 
@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def runner():
-    from dashboard import ui
+    from dashboard import server
 
-    return ui.get_runner()
+    return server.get_runner()
 
 
 def test_home_page_shows_the_device_and_latest_runs(runs_dir):
@@ -27,8 +27,8 @@ def test_home_page_shows_the_device_and_latest_runs(runs_dir):
     runner().wait(run_id, timeout=60)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
     assert not at.exception
-    assert "Device: checking" in at.info[0].value or warm.ready()  # drawn before torch is loaded
-    assert warm.wait(60)  # the warm-up the page started has ended; the page shows what it found
+    assert "Device: checking" in at.info[0].value or server.ready()  # drawn before torch is loaded
+    assert server.wait(60)  # the warm-up the page started has ended; the page shows what it found
     at.run()
     assert "CPU — runs train on the CPU" in at.info[0].value
     table = at.dataframe[0].value.set_index("run_id")
@@ -118,7 +118,7 @@ def test_home_page_is_drawn_without_torch(runs_dir):
     import subprocess
     import sys
 
-    code = ("import sys; import dashboard.warm as warm; warm.start = lambda: None\n"
+    code = ("import sys; import dashboard.server as server; server.start = lambda: None\n"
             "from streamlit.testing.v1 import AppTest\n"
             "at = AppTest.from_file('app.py', default_timeout=60).run()\n"
             "assert not at.exception, at.exception\n"

@@ -154,13 +154,13 @@ def _train_page() -> AppTest:
 @pytest.mark.parametrize("name,flags,ui_setup,words", [c for c in CASES if c[2]], ids=[c[0] for c in CASES if c[2]])
 def test_train_page_explains_a_bad_setting_and_will_not_start(name, flags, ui_setup, words, runs_dir, scratch,
                                                                monkeypatch):
-    from dashboard import ui
+    from dashboard import controls
 
     at = _train_page()
     for key, value in ui_setup:
         if key == "config":
-            real = ui.config_from
-            monkeypatch.setattr(ui, "config_from", lambda values, raw=value: real({**values, **raw}))
+            real = controls.config_from
+            monkeypatch.setattr(controls, "config_from", lambda values, raw=value: real({**values, **raw}))
         else:
             _set(at, key, _fill(value, scratch))
         at.run()
@@ -274,7 +274,7 @@ def test_cli_refuses_compile_where_the_toolchain_does_not_work(refused_toolchain
 
 
 def test_train_page_compile_failure_shows_the_runs_message(broken_compile, runs_dir):
-    from dashboard import ui
+    from dashboard import server
 
     at = _train_page()
     for key, value in (("cfg_model", "mlp"), ("cfg_max_steps", 2), ("cfg_compile", "max-autotune")):
@@ -282,7 +282,7 @@ def test_train_page_compile_failure_shows_the_runs_message(broken_compile, runs_
         at.run()
     at.button(key="start").click().run()
     (run_id,) = at.session_state["session_runs"]
-    assert ui.get_runner().wait(run_id).state == "failed"
+    assert server.get_runner().wait(run_id).state == "failed"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert any(COMPILE_FAILED in e.value and "Set compile to off" in e.value for e in at.error), at.error
@@ -313,9 +313,9 @@ DAMAGE = [
 
 
 def test_damaged_runs_are_listed_as_damaged_next_to_good_ones(runs_dir):
-    from dashboard import ui
+    from dashboard import server
 
-    runner = ui.get_runner()
+    runner = server.get_runner()
     good = [runner.submit(RunConfig(**TINY)) for _ in range(2)]
     for run_id in good:
         assert runner.wait(run_id).state == "finished"

@@ -69,7 +69,7 @@ def test_equivalence_page_refuses_a_step_count_it_cannot_train(runs_dir):
 
 
 def test_pitfall_page_says_what_each_case_trains(runs_dir):
-    from gaccum_core.lab.pitfalls import PITFALLS, setup_words
+    from gaccum_core.lab.pitfalls.catalog import PITFALLS, setup_words
 
     at = AppTest.from_file(str(ROOT / "app_pages/4_Pitfalls.py"), default_timeout=60).run()
     assert not at.exception
@@ -82,7 +82,7 @@ def test_pitfall_page_says_what_each_case_trains(runs_dir):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(400)
 def test_pitfall_page_runs_the_fsdp_cases_on_two_processes(runs_dir, downloads):
-    from gaccum_core.lab.pitfalls import FSDP_PITFALLS
+    from gaccum_core.lab.pitfalls.catalog import FSDP_PITFALLS
 
     at = AppTest.from_file(str(ROOT / "app_pages/4_Pitfalls.py"), default_timeout=360).run()
     assert any(h.value == "FSDP (2 processes)" for h in at.header)

@@ -57,9 +57,9 @@ def mine(tmp_path_factory) -> Path:
 
 
 def runner():
-    from dashboard import ui
+    from dashboard import server
 
-    return ui.get_runner()
+    return server.get_runner()
 
 
 def page(path: str) -> AppTest:

@@ -236,7 +236,7 @@ def test_a_language_model_plan_carries_its_text_settings_to_the_train_page(runs_
     ([("multiselect", "plan_compile", [])], "torch.compile", "torch.compile is empty"),
     ([("selectbox", "plan_model", "vit_b_16"), ("number_input", "plan_image_size", 8)], "Image size",
      "multiple of 16"),
-    ([("selectbox", "plan_dataset", "mnist")], "Dataset", "mnist"),
+    ([("selectbox", "plan_dataset", "mnist")], "Data directory", "mnist"),  # the data set is missing there
 ])
 def test_bad_input_is_named_under_its_control_and_disables_plan(runs_dir, setup, field, words):
     at = plan_page()

@@ -12,9 +12,9 @@ CONFIG = RunConfig(device="cpu", model="mlp", micro_batch_size=8, accum_steps=4,
 
 
 def _runner():
-    from dashboard import ui
+    from dashboard import server
 
-    return ui.get_runner()
+    return server.get_runner()
 
 
 def _stopped_mid_window(gate) -> str:

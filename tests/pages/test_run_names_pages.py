@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard import warm
+from dashboard import server
 from dashboard.markdown import plain
 from gaccum_core.states import RunState
 
@@ -37,9 +37,9 @@ def test_a_name_becomes_markdown_that_shows_it_as_typed(name):
 
 
 def _runner():
-    from dashboard import ui
+    from dashboard import server
 
-    return ui.get_runner()
+    return server.get_runner()
 
 
 def _page(script: str) -> AppTest:
@@ -58,7 +58,7 @@ def test_a_named_run_is_shown_as_typed_on_home_train_and_its_resume_button(runs_
     (run_id,) = at.session_state["session_runs"]
     gate.wait_until_held()
     home = _page("app.py")
-    assert warm.wait(60)  # the warm-up the home page started has ended: it shows the runs in progress
+    assert server.wait(60)  # the warm-up the home page started has ended: it shows the runs in progress
     home.run()
     assert [s.value for s in home.success] == [f"In progress: {SHOWN[URL_NAME]} (running, step 1 of 4)"]
     at.run()

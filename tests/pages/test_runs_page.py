@@ -17,9 +17,9 @@ WAIT_S = 120
 
 
 def _runner():
-    from dashboard import ui
+    from dashboard import server
 
-    return ui.get_runner()
+    return server.get_runner()
 
 
 def runs_page() -> AppTest:

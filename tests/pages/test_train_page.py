@@ -17,9 +17,9 @@ TRAIN = str(ROOT / "app_pages/1_Train.py")
 
 
 def runner():
-    from dashboard import ui
+    from dashboard import server
 
-    return ui.get_runner()
+    return server.get_runner()
 
 
 def train_page() -> AppTest:
@@ -348,6 +348,6 @@ def test_resume_of_a_run_deleted_elsewhere_says_so(runs_dir):
 def test_every_chart_has_a_reachable_log_switch(runs_dir):
     at = train_page()
     log = at.multiselect(key="chart_log")  # a multiselect wraps: no row that scrolls out of reach
-    from dashboard.ui import CHART_TITLES
+    from gaccum_core.views.charts import CHART_TITLES
 
     assert log.options == [CHART_TITLES[name] for name in CHARTS]  # every chart, by its title

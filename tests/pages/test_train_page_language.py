@@ -24,9 +24,9 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def runner():
-    from dashboard import ui
+    from dashboard import server
 
-    return ui.get_runner()
+    return server.get_runner()
 
 
 def train_page() -> AppTest:
@@ -165,7 +165,7 @@ def bad_files(tmp_path_factory):
     ({"cfg_dataset": "pydoc"}, "cfg_model", ["Model = 'cnn' is not allowed", "gpt"]),
     ({"cfg_model": "gpt", "cfg_dataset": "pydoc", "cfg_max_seq_len": 300}, "cfg_max_seq_len",
      ["Sequence length (tokens) = 300 is not allowed", "256", "larger GPT size"]),
-    ({"cfg_model": "gpt", "cfg_dataset": "text"}, "cfg_text_file", ["Text file = '' is not allowed"]),
+    ({"cfg_model": "gpt", "cfg_dataset": "text"}, "cfg_text_file", ["Text file is empty: choose the path of a UTF-8 text"]),
     ({"cfg_model": "gpt", "cfg_dataset": "text", "cfg_text_file": "{tmp}/missing.txt"}, "cfg_text_file",
      ["Text file = '{tmp}/missing.txt' is not allowed", "no such file"]),
     ({"cfg_model": "gpt", "cfg_dataset": "text", "cfg_text_file": "{tmp}/binary.txt"}, "cfg_text_file",

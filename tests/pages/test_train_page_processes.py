@@ -12,9 +12,9 @@ TRAIN = str(Path(__file__).resolve().parents[2] / "app_pages/1_Train.py")
 
 
 def _runner():
-    from dashboard import ui
+    from dashboard import server
 
-    return ui.get_runner()
+    return server.get_runner()
 
 
 def _page() -> AppTest:

@@ -187,9 +187,9 @@ def test_start_imports_the_code_in_the_runs_worker_process_only(runs_dir, code, 
     assert not errors(at) and markers(code) == [], errors(at)
     at.button(key="start").click().run()
     (run_id,) = at.session_state["session_runs"]
-    from dashboard import ui
+    from dashboard import server
 
-    runner = ui.get_runner()
+    runner = server.get_runner()
     try:
         assert runner.wait(run_id, timeout=150).state == RunState.FINISHED, runner.snapshot(run_id).message
         worker = int((code / "mine.imported").read_text())
@@ -200,11 +200,11 @@ def test_start_imports_the_code_in_the_runs_worker_process_only(runs_dir, code, 
 
 def test_the_thread_executor_refuses_your_code_at_start(runs_dir, code, monkeypatch):
     monkeypatch.setenv(usercode.USER_CODE_ENV, str(code))
-    from dashboard import ui
+    from dashboard import server
 
     config = RunConfig(model="mine.py:build", dataset="mine.py:load", micro_batch_size=4, max_steps=1)
     with pytest.raises(ConfigError, match="GACCUM_EXECUTOR=thread trains in the dashboard's server"):
-        ui.get_runner().submit(config)
+        server.get_runner().submit(config)
     assert not list(runs_dir.iterdir()) and markers(code) == []
 
 
@@ -264,7 +264,7 @@ def test_a_resume_from_the_dashboard_of_a_cli_run_outside_the_folder_is_refused(
 
 
 def test_an_hf_directory_with_custom_code_is_refused_on_the_cli_and_the_page(runs_dir, tmp_path_factory, capsys):
-    from gaccum_core.cli import main
+    from gaccum_core.cli.main import main
 
     model = tmp_path_factory.mktemp("custom")
     (model / "config.json").write_text(json.dumps({"model_type": "llama", "auto_map": {
@@ -281,7 +281,7 @@ def test_an_hf_directory_with_custom_code_is_refused_on_the_cli_and_the_page(run
 def test_the_command_line_imports_module_function_as_named_and_sys_exit_is_an_error(tmp_path, monkeypatch, capsys):
     """The CLI keeps MODULE:FUNCTION (no GACCUM_USER_CODE needed); a function calling sys.exit is refused, exit 2
     (it exited 0 with no output before)."""
-    from gaccum_core.cli import main
+    from gaccum_core.cli.main import main
 
     monkeypatch.delenv(usercode.USER_CODE_ENV, raising=False)
     for command in (["run", "--runs-dir", str(tmp_path / "runs")], ["check"],

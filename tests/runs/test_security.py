@@ -56,10 +56,10 @@ def test_a_run_id_in_the_url_is_refused_on_the_runs_page(runs_dir, bad):
 
 
 def test_a_valid_run_id_in_the_url_opens_that_run(runs_dir):
-    from dashboard import ui
+    from dashboard import server
 
-    run_id = ui.get_runner().submit(RunConfig(device="cpu", model="mlp", max_steps=2))
-    ui.get_runner().wait(run_id, timeout=60)
+    run_id = server.get_runner().submit(RunConfig(device="cpu", model="mlp", max_steps=2))
+    server.get_runner().wait(run_id, timeout=60)
     at = AppTest.from_file(str(ROOT / "app_pages/2_Runs.py"), default_timeout=60)
     at.query_params["run"] = run_id
     at.run()

@@ -97,7 +97,7 @@ def test_stop_ends_the_run_within_one_micro_batch_with_its_csv_intact(tmp_path, 
 
 
 def test_a_reloaded_tab_attaches_to_the_run_in_progress(runs_dir, gate):
-    from dashboard import ui
+    from dashboard import server
 
     gate.hold(step=2)  # the run stays in progress until the reloaded tab has been looked at
     first = AppTest.from_file(str(ROOT / "app_pages/1_Train.py"), default_timeout=120).run()
@@ -111,11 +111,11 @@ def test_a_reloaded_tab_attaches_to_the_run_in_progress(runs_dir, gate):
     assert any("running: step 1 of 4" in text for text in texts), texts  # held at step 2: one step done
     assert not reloaded.button(key="stop").disabled
     gate.release()
-    assert ui.get_runner().wait(run_id).state == "finished"
+    assert server.get_runner().wait(run_id).state == "finished"
 
 
 def test_two_sessions_pressing_start_at_once_one_runs_one_queues_nothing_mixed(runs_dir, gate):
-    from dashboard import ui
+    from dashboard import server
 
     gate.hold(step=1)  # the first run to start stays running until both sessions have been looked at
     sessions = [AppTest.from_file(str(ROOT / "app_pages/1_Train.py"), default_timeout=120).run() for _ in range(2)]
@@ -127,14 +127,14 @@ def test_two_sessions_pressing_start_at_once_one_runs_one_queues_nothing_mixed(r
     for at in sessions:
         at.button(key="start").click().run()
     ids = [at.session_state["session_runs"][0] for at in sessions]
-    states = {ui.get_runner().snapshot(i).state for i in ids}
+    states = {server.get_runner().snapshot(i).state for i in ids}
     assert states == {"running", "queued"}
-    queued = sessions[[ui.get_runner().snapshot(i).state for i in ids].index("queued")]
+    queued = sessions[[server.get_runner().snapshot(i).state for i in ids].index("queued")]
     assert any("queued: position 1" in p.proto.text for p in queued.run().get("progress"))
     gate.release()
     for run_id, k in zip(ids, (2, 3)):
-        assert ui.get_runner().wait(run_id).state == "finished"
-        frame = ui.get_runner().store.read_metrics(run_id)
+        assert server.get_runner().wait(run_id).state == "finished"
+        frame = server.get_runner().store.read_metrics(run_id)
         assert len(frame) == 3 and set(frame["micro_batches"]) == {k}
 
 

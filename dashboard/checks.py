@@ -1,0 +1,69 @@
+"""The checks every page runs on its settings before a button may start anything: the core's preflight and
+the data set's description, each remembered per settings and per version of the files they read, and the
+refusal in the page's words under the control that holds the value."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import streamlit as st
+
+from dashboard.messages import explain, in_page_words
+from gaccum_core.config import ConfigError, RunConfig, is_factory, is_hf
+from gaccum_core.data.load import describe_dataset
+from gaccum_core.data.sources import DataError
+from gaccum_core.hfdir import directory_version, hf_directory
+from gaccum_core.train.checks import preflight
+from gaccum_core.usercode import file_version
+
+
+def file_stamp(path: str) -> tuple[int, int] | None:
+    """(modification time, size) of a file, so a cached check follows its edits; None if unreadable."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_mtime_ns, info.st_size
+
+
+def file_stamps(config: RunConfig) -> tuple:
+    """The versions of the files that settings read, for a cache key: the text file, an hf: model's
+    directory, your model's and data set's FILE.py (ConfigError naming model for an hf: directory that is not one)."""
+    text = file_stamp(config.text_file) if config.dataset == "text" else None
+    tokenizer = directory_version(hf_directory(config.model)) if is_hf(config.model) else None
+    mine = tuple(file_version(getattr(config, f)) for f in ("model", "dataset") if is_factory(getattr(config, f)))
+    return text, tokenizer, mine
+
+
+@st.cache_data(show_spinner="Checking the settings…", max_entries=64)
+def _preflight(config_json: str, stamps: tuple, whole_window: bool) -> None:
+    """preflight, remembered for settings that pass; a failure is not cached, so data placed in the data
+    directory after the error shows is seen on the next rerun. A text file, an hf: model's directory or your
+    data set's file is checked again whenever it changes (its stamp is in the key)."""
+    preflight(RunConfig.from_json(config_json), whole_window=whole_window)
+
+
+def refusal(config: RunConfig, labels: Mapping[str, str], whole_window: bool = False) -> tuple[str, str] | None:
+    """(field, message in the page's words) for settings that cannot run here (model, data, device, batch;
+    whole_window: b·k must fit the data), or None."""
+    try:
+        _preflight(config.to_json(), file_stamps(config), whole_window)
+    except ConfigError as exc:  # a text file that cannot be used names text_file
+        return exc.field, explain(exc, labels)
+    except DataError as exc:  # data set missing or unreadable: shown under the data directory
+        return ("text_file" if config.is_text else "data_dir"), in_page_words(str(exc), labels)
+    except ValueError as exc:  # the model cannot take the images
+        return "image_size", in_page_words(str(exc), labels)
+    return None
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _description(config_json: str, stamps: tuple) -> str:
+    """describe_dataset, remembered per settings and file versions: a text set is read and cut to describe it."""
+    return describe_dataset(RunConfig.from_json(config_json))
+
+
+def description(config: RunConfig) -> str:
+    """A line on the data set of these settings (its size, classes or tokens)."""
+    return _description(config.to_json(), file_stamps(config))
