@@ -8,7 +8,8 @@ import threading
 import streamlit as st
 
 from dashboard.server import get_runner
-from gaccum_core.sweeps.job import SweepJob, gpu_count
+from gaccum_core.sweeps.job import SweepJob
+from gaccum_core.train.device import gpu_count
 from gaccum_core.sweeps.spec import SweepSpec
 
 

@@ -11,7 +11,8 @@ import torch
 
 from gaccum_core.cli.args import Commands, flag_error
 from gaccum_core.config import ConfigError
-from gaccum_core.train.device import autocast_works, compile_works, device_name, memory_info, resolve_device
+from gaccum_core.train.device import (autocast_works, compile_works, device_name, gpu_count, memory_info,
+                                      resolve_device)
 from gaccum_core.train.precision import DTYPES
 
 GIB = 1024**3
@@ -25,7 +26,7 @@ def doctor_report(device_setting: str = "auto", check_compile: bool = True) -> s
         f"python        {platform.python_version()} ({sys.executable})",
         f"torch         {torch.__version__}",
         f"CUDA (torch)  {torch.version.cuda or 'not built with CUDA'}",
-        f"CUDA devices  {torch.cuda.device_count() if torch.cuda.is_available() else 0}",
+        f"CUDA devices  {gpu_count()}",
         f"device        {device_name(device)}" + ("" if device.type == "cuda" else f", {os.cpu_count()} cores"),
         f"memory        {free / GIB:.1f} GiB free of {total / GIB:.1f} GiB",
     ]

@@ -21,7 +21,8 @@ from gaccum_core.runs.store import RunStore
 from gaccum_core.sweeps.checks import check_sweep
 from gaccum_core.sweeps.commands import run_command
 from gaccum_core.sweeps.files import sweep_dir, write_spec, write_summary
-from gaccum_core.sweeps.job import SweepJob, gpu_count
+from gaccum_core.sweeps.job import SweepJob
+from gaccum_core.train.device import gpu_count
 from gaccum_core.sweeps.members import find_members
 from gaccum_core.sweeps.spec import Cell, SweepSpec, sweep_runs
 from gaccum_core.sweeps.summary import Summary, summarize

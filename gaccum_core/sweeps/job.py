@@ -43,13 +43,6 @@ class SweepProgress:
         return self.state != "running"
 
 
-def gpu_count() -> int:
-    """The CUDA devices of this machine (0 without CUDA); torch asked only where CUDA is."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
 class SweepJob:
     """Runs a sweep's runs through a runner in a background thread; start() returns at once."""
 
