@@ -2,6 +2,6 @@
 
 import sys
 
-from gaccum_core.cli import main
+from gaccum_core.cli.main import main
 
 sys.exit(main())

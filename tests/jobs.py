@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gaccum_core.config import RunConfig
-from gaccum_core.data import load_data
+from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState

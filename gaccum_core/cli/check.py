@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gaccum_core.cli.args import Commands, add_config_flags, config_from_args, flag_error
 from gaccum_core.config import DEFAULT_RUN, ConfigError, RunConfig
-from gaccum_core.data import DataError
+from gaccum_core.data.sources import DataError
 from gaccum_core.lab.equivalence import GradientReport, ReferenceTooLarge, compare_gradients
 from gaccum_core.lab.verdict import PRECISION_NAMES
 from gaccum_core.models.vision import ModelInputError

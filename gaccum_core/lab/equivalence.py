@@ -19,7 +19,7 @@ from torch import nn
 from gaccum_core.train.accumulation import epoch_order, micro_batch_divisors, plan_epoch, planned_steps
 from gaccum_core.train.checks import check_micro_batch
 from gaccum_core.config import RunConfig
-from gaccum_core.data import load_data
+from gaccum_core.data.load import load_data
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.loss import summed_cross_entropy
 from gaccum_core.train.memory import clear_cache, is_out_of_memory

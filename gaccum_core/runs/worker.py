@@ -20,7 +20,7 @@ from typing import NoReturn
 import psutil
 
 from gaccum_core.config import RunConfig
-from gaccum_core.data import load_data
+from gaccum_core.data.load import load_data
 from gaccum_core.runs.execute import execute
 from gaccum_core.runs.store import RunStore, now_iso
 from gaccum_core.runs.supervisor import JOB_FILE, OWNER_ENV

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from gaccum_core.config import ConfigError, RunConfig, is_hf
-from gaccum_core.data import load_data
+from gaccum_core.data.load import load_data
 from gaccum_core.models.hf import check_hf  # imports transformers only when it checks a model
 from gaccum_core.models.vision import build_model
 from gaccum_core.train.device import max_processes, option_unavailable, resolve_device

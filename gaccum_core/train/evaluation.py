@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gaccum_core.data import ImageSource
+from gaccum_core.data.sources import ImageSource
 from gaccum_core.data.text import IGNORE, Tokens
 from gaccum_core.train.precision import Precision
 from gaccum_core.train.step import StopCheck, never

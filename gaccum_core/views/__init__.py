@@ -1,17 +1,8 @@
 """Views: plotly figures and tables built from runs, plans and lab results; pure, no I/O, no streamlit.
-Imports the shared vocabulary, train (metric columns), runs, plan and lab.
+
+series (a run as the charts see it) → axes, ranges, colours, traces (what every run chart shares) →
+charts (one builder per chart, with memory_chart and collectives_chart), applicable (which charts do not
+apply), coinciding (which runs coincide) and chart_cache (specs shared by pages); plan, lab,
+sweep_charts and sweep_table for their pages. Imports the layers below: train (metric math), plan, lab
+and sweeps.
 """
-
-from gaccum_core.exports import lazy_exports
-
-__all__, __getattr__ = lazy_exports(__name__, {
-    "series": ("RunSeries", "downsample", "is_language"),
-    "axes": ("X_AXES", "TOKEN_AXES", "tokens_axis_note", "uirevision"),
-    "coinciding": ("Coincidence", "coinciding"),
-    "charts": ("build_figures", "CHARTS", "ALL_CHARTS", "LOG_BY_DEFAULT"),
-    "chart_cache": ("ChartCache", "ChartInput", "ChartSet"),
-    "colours": ("run_colours", "PALETTE"),
-    "applicable": ("not_applicable",),
-    "plan": ("plan_table", "table_formats", "format_table", "memory_figure", "speed_figure"),
-    "lab": ("gradient_figure", "side_by_side_figures", "pitfall_figure"),
-})

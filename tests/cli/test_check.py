@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from gaccum_core.cli import command_help, main
+from gaccum_core.cli.main import command_help, main
 from hfmodels import saved_model
 
 COUNTER_FACTORY = '''

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import gaccum_core.cli.plan as cli_plan
-from gaccum_core.cli import main
+from gaccum_core.cli.main import main
 from gaccum_core.cli.main import build_parser
 from gaccum_core.plan.planner import make_plan
 

@@ -16,7 +16,9 @@ import torchvision
 
 from gaccum_core import config
 from gaccum_core.config import RunConfig
-from gaccum_core.data import DataBundle, DataError, ImageSource, describe_dataset, digits_split, load_data
+from gaccum_core.data.images import digits_split
+from gaccum_core.data.load import describe_dataset, load_data
+from gaccum_core.data.sources import DataBundle, DataError, ImageSource
 
 
 class _TinyTorchvisionSet:
@@ -258,7 +260,7 @@ def test_digits_read_without_scikit_learn_equal_load_digits():
 ], ids=["proc-mem", "proc-environ", "link-to-proc", "sys", "dev-zero", "fifo", "directory"])
 def test_a_text_file_that_is_no_file_of_text_is_one_line_naming_text_file(tmp_path: Path, capsys, where, words):
     """On the command line (in this process): exit 2, one line, no run directory."""
-    from gaccum_core.cli import main
+    from gaccum_core.cli.main import main
 
     (tmp_path / "mem.txt").symlink_to("/proc/self/mem")
     os.mkfifo(tmp_path / "pipe.txt")

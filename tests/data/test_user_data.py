@@ -4,9 +4,9 @@ Datasets of (float image tensor, int label), batched by gaccum in its own order;
 import pytest
 import torch
 
-from gaccum_core.cli import main
+from gaccum_core.cli.main import main
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data import describe_dataset, load_data
+from gaccum_core.data.load import describe_dataset, load_data
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import NullSink
 

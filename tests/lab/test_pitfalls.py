@@ -9,8 +9,10 @@ import torch
 
 from gaccum_core.train.accumulation import epoch_order, plan_epoch
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data import load_data
-from gaccum_core.lab.pitfalls import BASE_CONFIG, PITFALLS, PitfallResult, run_all, run_pitfall
+from gaccum_core.data.load import load_data
+from gaccum_core.lab.pitfalls.catalog import BASE_CONFIG, PITFALLS
+from gaccum_core.lab.pitfalls.harness import run_all, run_pitfall
+from gaccum_core.lab.pitfalls.result import PitfallResult
 
 K = BASE_CONFIG.accum_steps
 ORDER = ["step_when_i_mod_k_is_0", "zero_grad_before_step", "mean_without_dividing_by_k", "lr_divided_by_k",
@@ -217,7 +219,7 @@ def test_the_sequence_pitfall_is_reproducible_and_leaves_the_global_rng_alone(re
 
 
 def test_each_case_says_what_it_trains_from_the_settings_it_runs_with():
-    from gaccum_core.lab.pitfalls import case_config, setup_words
+    from gaccum_core.lab.pitfalls.catalog import case_config, setup_words
 
     for key in PITFALLS:
         config, words = case_config(key), setup_words(key)
@@ -237,6 +239,6 @@ def test_the_lr_over_k_text_says_what_its_demo_shows(results):
 
 
 def case_config_of(key):
-    from gaccum_core.lab.pitfalls import case_config
+    from gaccum_core.lab.pitfalls.catalog import case_config
 
     return case_config(key)

@@ -7,7 +7,8 @@ import psutil
 import pytest
 
 from gaccum_core.config import ConfigError
-from gaccum_core.lab.pitfalls import FSDP_PITFALLS, FsdpJobError, run_fsdp_pitfalls, setup_words
+from gaccum_core.lab.pitfalls.catalog import FSDP_PITFALLS, setup_words
+from gaccum_core.lab.pitfalls.fsdp_job import FsdpJobError, run_fsdp_pitfalls
 from gaccum_core.lab.pitfalls import fsdp_job
 
 AVERAGED, ROOT_ONLY, RESHARD_OFF = FSDP_PITFALLS

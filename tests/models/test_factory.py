@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gaccum_core.cli import main
+from gaccum_core.cli.main import main
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.engine import Engine

@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from gaccum_core.cli import main
+from gaccum_core.cli.main import main
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data import load_data
+from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.checks import preflight
 from hfmodels import VOCAB, copy_model, saved_model

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gaccum_core.config import RunConfig
-from gaccum_core.data import load_data
+from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.plan.probe import measure
 from gaccum_core.plan.search import FITS, Options

@@ -13,7 +13,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gaccum_core.cli import main
+from gaccum_core.cli.main import main
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.catalog import run_table
 from gaccum_core.runs.runner import Runner

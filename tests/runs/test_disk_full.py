@@ -106,7 +106,7 @@ def test_a_full_disk_advises_resuming_only_a_run_that_has_a_checkpoint(tmp_path)
 
 def test_a_read_only_file_system_is_called_so_not_unreadable(small_disk, capsys):
     """Issue 29 J: resuming a run on a file system remounted read-only said '.claim … cannot be read'."""
-    from gaccum_core.cli import main
+    from gaccum_core.cli.main import main
 
     runs = small_disk / "runs"
     assert main(["run", "--model", "mlp", "--max-steps", "2", "--checkpoint-every", "1", "--device", "cpu",

@@ -74,7 +74,7 @@ def test_a_run_on_another_device_is_the_same_run():
 
 
 def test_config_flags_give_back_the_config():
-    from gaccum_core.cli import build_parser
+    from gaccum_core.cli.main import build_parser
     from gaccum_core.cli.args import config_from_args
 
     config = RunConfig(model="mlp", micro_batch_size=8, accum_steps=8, amp="bf16", lr=0.1, no_dropout=True,

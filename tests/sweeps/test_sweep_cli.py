@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gaccum_core.cli import main
+from gaccum_core.cli.main import main
 from gaccum_core.cli.main import build_parser
 from gaccum_core.cli.sweep import spec_from_args
 from gaccum_core.runs.store import RunStore
@@ -207,7 +207,7 @@ def test_a_bad_grid_is_one_line_naming_the_flag_exit_2_and_nothing_created(tmp_p
 def test_every_config_field_is_a_sweep_flag():
     import dataclasses
 
-    from gaccum_core.cli import command_help
+    from gaccum_core.cli.main import command_help
     from gaccum_core.config import RunConfig
 
     help_text = command_help("sweep")

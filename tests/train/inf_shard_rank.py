@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from gaccum_core.config import RunConfig
-from gaccum_core.data import load_data
+from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.distributed import Ranks
 from gaccum_core.train.fsdp import Sharded, local

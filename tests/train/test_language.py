@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data import load_data
+from gaccum_core.data.load import load_data
 from gaccum_core.data.text import pydoc_documents
 from gaccum_core.train.engine import Engine
 from gaccum_core.runs.files import RunWriter
@@ -133,7 +133,7 @@ def test_only_a_regular_file_within_the_size_limit_is_read_and_the_command_line_
     import os
     import threading
 
-    from gaccum_core.cli import main
+    from gaccum_core.cli.main import main
 
     fifo = tmp_path / "pipe.txt"
     os.mkfifo(fifo)

@@ -21,7 +21,7 @@ from gaccum_core.train.accumulation import micro_batch_divisors, plan_epoch
 from gaccum_core.config import RunConfig
 from gaccum_core.lab.equivalence import compare_gradients, train_side_by_side
 from gaccum_core.train.loss import summed_cross_entropy
-from gaccum_core.lab.pitfalls import run_pitfall
+from gaccum_core.lab.pitfalls.harness import run_pitfall
 from gaccum_core.train.step import Optimization, accumulate_step
 
 SAMPLES = 70  # windows of b*k = 16: four full, then a partial one of 6 (micro-batches 4 and 2)

@@ -18,7 +18,8 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
 from gaccum_core.config import RunConfig
-from gaccum_core.data import ImageSource, load_data
+from gaccum_core.data.load import load_data
+from gaccum_core.data.sources import ImageSource
 from gaccum_core.lab.pitfalls.result import Snapshot, flat
 from gaccum_core.lab.pitfalls.sequences import SnapshotSink
 from gaccum_core.models.build import build_seeded_model

@@ -12,7 +12,7 @@ import warnings
 from typing import Any, Callable
 
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data import load_data
+from gaccum_core.data.load import load_data
 from gaccum_core.lab.pitfalls import sequences
 from gaccum_core.lab.pitfalls.catalog import CORRECT_SIDE, PITFALLS, case_config
 from gaccum_core.lab.pitfalls.kit import Kit

@@ -15,7 +15,7 @@ from typing import Iterator
 import torch
 
 from gaccum_core.config import RunConfig
-from gaccum_core.data import ImageSource
+from gaccum_core.data.sources import ImageSource
 from gaccum_core.lab.pitfalls.result import Snapshot, flat
 from gaccum_core.train.accumulation import epoch_order, plan_epoch
 from gaccum_core.train.loss import summed_cross_entropy

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data import load_data
+from gaccum_core.data.load import load_data
 from gaccum_core.lab.pitfalls.catalog import BASE_CONFIG
 from gaccum_core.lab.pitfalls.result import PitfallResult, Snapshot, compare, flat
 from gaccum_core.train.accumulation import windows_per_epoch
