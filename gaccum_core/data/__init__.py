@@ -4,12 +4,3 @@ a text or .jsonl file) with tokens (bytes, or an hf: model's tokenizer), load (a
 
 Imports only the shared vocabulary (config, seeding, hfdir, usercode).
 """
-
-from gaccum_core.exports import lazy_exports
-
-__all__, __getattr__ = lazy_exports(__name__, {
-    "load": ("load_data", "describe_dataset"),
-    "sources": ("DataBundle", "DataError", "ImageSource"),
-    "images": ("digits_split",),
-    "text": ("TokenSequences", "IGNORE"),
-})
