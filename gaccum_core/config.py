@@ -55,6 +55,8 @@ _FACTORY_RE = re.compile(r"^(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[^:\n]+\.py):[A-Z
 def is_factory(model: str) -> bool:
     """Whether model names your own factory (MODULE:FUNCTION or FILE.py:FUNCTION)."""
     return not is_timm(model) and not is_hf(model) and bool(_FACTORY_RE.match(model))
+
+
 GPT_PRESET_NAMES = tuple(GPT_PRESETS)
 
 # Far beyond any real run; catches a typo like 3200000 before it allocates anything.
@@ -77,6 +79,11 @@ class ConfigError(ValueError):
         return type(self), (self.field, self.value, self.allowed)
 
 
+def _one_of(default: str, allowed: tuple[str, ...]) -> Any:
+    """A RunConfig field that takes one of a fixed set of values (collected in CHOICES)."""
+    return dataclasses.field(default=default, metadata={"choices": allowed})
+
+
 def first_line(exc: BaseException, limit: int = 200) -> str:
     """'TypeName: the first line of its message' (at most limit characters): a foreign error inside a one-line message."""
     text = (str(exc).strip().splitlines() or [""])[0]
@@ -91,18 +98,18 @@ class RunConfig:
     dataset: str = "digits"
     micro_batch_size: int = 32
     accum_steps: int = 4
-    reduction: str = "mean"
-    amp: str = "off"
+    reduction: str = _one_of("mean", REDUCTIONS)
+    amp: str = _one_of("off", AMP_MODES)
     init_scale: float = 65536.0
     growth_interval: int = 2000
     grad_clip: float = 0.0
-    clear_cache: str = "off"
-    compile: str = "off"
-    optimizer: str = "sgd"
+    clear_cache: str = _one_of("off", CLEAR_CACHE_MODES)
+    compile: str = _one_of("off", COMPILE_MODES)
+    optimizer: str = _one_of("sgd", OPTIMIZERS)
     lr: float = 0.05
     momentum: float = 0.9
     weight_decay: float = 0.0
-    lr_schedule: str = "constant"
+    lr_schedule: str = _one_of("constant", LR_SCHEDULES)
     warmup_steps: int = 0
     epochs: int = 1
     max_steps: int = 0
@@ -118,14 +125,14 @@ class RunConfig:
     nnodes: int = 1
     checkpoint_every: int = 100
     sync_every_micro_batch: bool = False
-    sharding: str = "ddp"
-    fsdp_sync: str = "every"
-    fsdp_reshard_after_backward: str = "on"
+    sharding: str = _one_of("ddp", SHARDINGS)
+    fsdp_sync: str = _one_of("every", FSDP_SYNCS)
+    fsdp_reshard_after_backward: str = _one_of("on", ON_OFF)
     text_file: str = ""
     text_file_max_mb: int = 256
     text_field: str = "text"
     max_seq_len: int = 128
-    gpt_preset: str = "tiny"
+    gpt_preset: str = _one_of("tiny", GPT_PRESET_NAMES)
     no_dropout: bool = False
 
     def __post_init__(self) -> None:
@@ -199,6 +206,11 @@ class RunConfig:
         return self.replace(**lengths)
 
 
+# Each field that takes one of a fixed set of values, and that set: the config's check, the CLI's choices.
+CHOICES: dict[str, tuple[str, ...]] = {f.name: f.metadata["choices"] for f in dataclasses.fields(RunConfig)
+                                       if "choices" in f.metadata}
+
+
 def _check_types(cfg: RunConfig) -> None:
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
@@ -230,13 +242,9 @@ def _check_choices(cfg: RunConfig) -> None:
                           "FILE.py:FUNCTION (your function returning (train, test) datasets)")
     if not re.match(r"^\w{1,100}$", cfg.text_field):
         raise ConfigError("text_field", cfg.text_field, "a JSON field name (letters, digits, _)")
-    for name, choices in (("reduction", REDUCTIONS),
-                          ("amp", AMP_MODES), ("clear_cache", CLEAR_CACHE_MODES),
-                          ("compile", COMPILE_MODES), ("optimizer", OPTIMIZERS),
-                          ("lr_schedule", LR_SCHEDULES), ("gpt_preset", GPT_PRESET_NAMES),
-                          ("sharding", SHARDINGS), ("fsdp_sync", FSDP_SYNCS), ("fsdp_reshard_after_backward", ON_OFF)):
-        if getattr(cfg, name) not in choices:
-            raise ConfigError(name, getattr(cfg, name), "one of " + ", ".join(choices))
+    for name, allowed in CHOICES.items():
+        if getattr(cfg, name) not in allowed:
+            raise ConfigError(name, getattr(cfg, name), "one of " + ", ".join(allowed))
     if not _DEVICE_RE.match(cfg.device):
         raise ConfigError("device", cfg.device, "auto, cpu, cuda or cuda:N")
 

@@ -5,7 +5,11 @@ import math
 
 import pytest
 
-from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.config import CHOICES, ConfigError, RunConfig
+
+# The str fields that take any value of their form (a model or data set name, your own, a device, a path),
+# each checked by its own rule; every other str field takes one of a fixed set, listed in CHOICES.
+OPEN_FIELDS = {"model", "dataset", "device", "data_dir", "text_file", "text_field"}
 
 
 def test_defaults_are_valid_and_round_trip_through_json():
@@ -48,6 +52,15 @@ def test_bad_values_name_field_value_and_allowed(field, value, allowed):
     message = str(info.value)
     assert field in message and repr(value) in message and allowed in message
     assert info.value.field == field
+
+
+def test_every_str_field_is_open_or_takes_one_of_its_choices():
+    str_fields = {f.name for f in dataclasses.fields(RunConfig) if f.type == "str"}
+    assert set(CHOICES) == str_fields - OPEN_FIELDS and "gpt_preset" in CHOICES
+    for name, allowed in CHOICES.items():
+        assert getattr(RunConfig(), name) in allowed
+        with pytest.raises(ConfigError, match="one of " + ", ".join(allowed)):
+            RunConfig(**{name: "no-such-value"})
 
 
 def test_unknown_and_malformed_json_are_config_errors():

@@ -8,15 +8,9 @@ import dataclasses
 import re
 from typing import Any, Callable, Iterable
 
-from gaccum_core import config
-from gaccum_core.config import DEFAULT_RUN, ConfigError, RunConfig
+from gaccum_core.config import CHOICES, DEFAULT_RUN, ConfigError, RunConfig
 from gaccum_core.field_help import FIELD_HELP
 
-# RunConfig fields whose flag takes one of a fixed set of values: the config module's tuple of them.
-_CHOICES = {"reduction": "REDUCTIONS", "amp": "AMP_MODES", "clear_cache": "CLEAR_CACHE_MODES",
-            "compile": "COMPILE_MODES", "optimizer": "OPTIMIZERS", "lr_schedule": "LR_SCHEDULES",
-            "sharding": "SHARDINGS", "fsdp_sync": "FSDP_SYNCS", "fsdp_reshard_after_backward": "ON_OFF"}
-# model and dataset: a name, or your own (timm:NAME, hf:DIR, MODULE:FUNCTION), checked by the config
 # The fields only FSDP reads: set away from their defaults with DDP, they would change nothing.
 FSDP_ONLY = ("fsdp_sync", "fsdp_reshard_after_backward")
 
@@ -54,11 +48,6 @@ def _micro_batch_or_auto(text: str) -> int | str:
     return "auto" if text == "auto" else typed("int", "--micro-batch-size")(text)
 
 
-def choices(field: str) -> tuple[str, ...]:
-    """The values a RunConfig field with a fixed set of them allows (amp: off, fp16, bf16)."""
-    return getattr(config, _CHOICES[field])
-
-
 def add_config_flags(parser: argparse.ArgumentParser, leave_out: frozenset[str] = frozenset()) -> None:
     """A flag per RunConfig field (--micro-batch-size for micro_batch_size), with its help and default."""
     for f in dataclasses.fields(RunConfig):
@@ -76,7 +65,9 @@ def add_config_flags(parser: argparse.ArgumentParser, leave_out: frozenset[str] 
             parser.add_argument(flag, type=typed(f.type, flag), default=default, dest=f.name,
                                 metavar=f.type.upper(), help=help_text)
         else:
-            allowed = choices(f.name) if f.name in _CHOICES else None
+            # A fixed set (amp: off, fp16, bf16) as argparse choices; model, dataset and the other strings any
+            # value (timm:NAME, hf:DIR, MODULE:FUNCTION), checked by the config.
+            allowed = CHOICES.get(f.name)
             parser.add_argument(flag, default=default, dest=f.name, choices=allowed,
                                 metavar=f.name.upper() if allowed is None else None, help=help_text)
 

@@ -7,9 +7,9 @@ import argparse
 import json
 import sys
 
-from gaccum_core.cli.args import Commands, add_config_flags, choices, config_from_args, flag_error, typed
+from gaccum_core.cli.args import Commands, add_config_flags, config_from_args, flag_error, typed
 from gaccum_core.cli.progress import measure_with_progress
-from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.config import CHOICES, ConfigError, RunConfig
 from gaccum_core.plan.planner import Plan, PlanRequest, config_from_plan, default_budget_mb
 from gaccum_core.plan.search import mb
 from gaccum_core.plan.sharding import DDP, SHARDING_MODES, run_fields
@@ -40,7 +40,7 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
     add_target_flags(parser, for_run=False)
     for name in CROSSED:
         parser.add_argument("--" + name.replace("_", "-"), default="off", metavar="A,B", dest=name,
-                            help=f"comma-separated values to cross, from {','.join(choices(name))} (default: off)")
+                            help=f"comma-separated values to cross, from {','.join(CHOICES[name])} (default: off)")
     parser.add_argument("--sharding", default=DDP, metavar="A,B",
                         help=f"comma-separated sharding modes to cross, from {','.join(SHARDING_MODES)} (fsdp: both "
                              "fsdp modes), per rank over --nproc processes; the sharded ones are counted, not timed "

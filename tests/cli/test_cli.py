@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from gaccum_core.cli.main import command_help, main
-from gaccum_core.config import RunConfig
+from gaccum_core.cli.main import build_parser, command_help, main
+from gaccum_core.config import CHOICES, RunConfig
 from gaccum_core.field_help import FIELD_HELP
 
 
@@ -17,6 +17,19 @@ def test_every_config_field_has_a_flag_and_help():
         assert "--" + f.name.replace("_", "-") in help_text
         assert f.name in FIELD_HELP
     assert "--runs-dir" in help_text and "--name" in help_text
+
+
+@pytest.mark.parametrize("command", ["run", "check"])  # plan and sweep take comma lists, checked by the config
+def test_a_flag_offers_exactly_the_values_the_config_allows(command, capsys):
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    flags = {a.dest: a for a in commands[command]._actions}
+    fields = [f.name for f in dataclasses.fields(RunConfig) if f.name in flags]
+    assert set(CHOICES) & set(fields) and "model" in fields
+    for name in fields:
+        assert flags[name].choices == CHOICES.get(name), name
+    with pytest.raises(SystemExit) as exit_:  # gpt_preset's too: refused by the parser, naming the presets
+        main([command, "--gpt-preset", "huge"])
+    assert exit_.value.code == 2 and "tiny" in capsys.readouterr().err
 
 
 def test_run_prints_its_directory_last_and_exits_zero(tmp_path, capsys):
@@ -278,7 +291,7 @@ def test_resume_names_the_missing_file_instead_of_no_such_run(finished_run, caps
 
 
 def test_the_command_line_starts_from_the_train_pages_default_model():
-    from dashboard.controls import DEFAULTS
+    from gaccum_core.config import DEFAULT_RUN as DEFAULTS
     from gaccum_core.cli.main import build_parser
 
     args = build_parser().parse_args(["run"])
