@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gaccum_core.config import MODELS, is_factory, is_timm
+from gaccum_core.config import MODELS, first_line, is_factory, is_timm
 from gaccum_core.models.factory import build_factory_model
 from gaccum_core.models.timm_zoo import build_timm
 
@@ -136,8 +136,7 @@ def _probe(name: str, net: nn.Module, size: int) -> None:
         with torch.no_grad():
             net(torch.zeros(2, 3, size, size))
     except (RuntimeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelInputError(f"{name} cannot take 3×{size}×{size} images ({first}): "
+        raise ModelInputError(f"{name} cannot take 3×{size}×{size} images ({first_line(exc)}): "
                               f"set a larger image_size, e.g. 32 or 224") from exc
     finally:
         net.train()
