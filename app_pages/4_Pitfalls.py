@@ -4,8 +4,9 @@ import streamlit as st
 
 from gaccum_core.views.lab import (fsdp_csv, fsdp_measures, pitfall_csv, pitfall_figure, pitfall_table,
                                    pitfall_table_formats)
-from gaccum_core.lab.pitfalls import (FSDP_PITFALLS, FSDP_STEPS, PITFALLS, FsdpJobError, pitfall, run_fsdp_pitfalls,
-                                      run_pitfall, setup_words)
+from gaccum_core.lab.pitfalls.catalog import FSDP_PITFALLS, PITFALLS, pitfall, setup_words
+from gaccum_core.lab.pitfalls.fsdp_job import FSDP_STEPS, FsdpJobError, run_fsdp_pitfalls
+from gaccum_core.lab.pitfalls.harness import run_pitfall
 
 STEPS = 20
 

@@ -124,14 +124,9 @@ def test_the_check_sees_a_wrong_import(tmp_path):
     assert LAYERS[_package("gaccum_core.cli")] > LAYERS[_package("gaccum_core.train.engine")]
 
 
-# Still imported through by app_pages/4_Pitfalls.py, being edited elsewhere: it goes when the page imports
-# from the defining modules (issue 30).
-STILL_FACADES = {PACKAGE / "lab" / "pitfalls" / "__init__.py"}
-
-
 def test_a_package_init_is_its_docstring_alone():
-    inits = sorted(set(PACKAGE.rglob("__init__.py")) - STILL_FACADES)
-    assert {PACKAGE / name / "__init__.py" for name in LAYERS} - STILL_FACADES <= set(inits)  # each layer's
+    inits = sorted(PACKAGE.rglob("__init__.py"))
+    assert {PACKAGE / name / "__init__.py" for name in LAYERS} <= set(inits)  # each layer's
     extra = [f"{init.relative_to(ROOT)}:{line}" for init in inits for line in _beyond_docstring(init)]
     assert not extra, "a package's __init__ is its docstring; import from the defining module:\n" + "\n".join(extra)
 

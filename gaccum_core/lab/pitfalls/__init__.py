@@ -7,12 +7,3 @@ kit (what every image loop gets: model copy, optimizer, scaler, scheduler, micro
 run_all); #6 is a setting of the engine, run by sequences. result holds what the runs leave.
 The FSDP traps need 2 processes: fsdp_job starts them (fsdp_rank), each running fsdp_loops.
 """
-
-from gaccum_core.exports import lazy_exports
-
-__all__, __getattr__ = lazy_exports(__name__, {
-    "catalog": ("PITFALLS", "FSDP_PITFALLS", "Pitfall", "BASE_CONFIG", "case_config", "pitfall", "setup_words"),
-    "result": ("PitfallResult",),
-    "harness": ("run_pitfall", "run_all"),
-    "fsdp_job": ("run_fsdp_pitfalls", "FsdpGallery", "FsdpJobError", "FSDP_STEPS"),
-})
