@@ -150,3 +150,151 @@ def test_the_checks_see_a_facade_and_a_private_import(tmp_path):
     assert _private_imports(probe, "train") == [("gaccum_core.data.images", 1, "_digits"),
                                                 ("gaccum_core.config", 2, "_check")]
     assert _private_imports(probe, "data") == [("gaccum_core.config", 2, "_check")]  # its own package's: allowed
+
+
+# The dashboard around the package: app_pages/* → dashboard/ → gaccum_core. Pages and the glue never reach
+# into a core module's private names, ask torch themselves, or compute tables with pandas: what they show
+# comes from gaccum_core. Only the server's warm-up (dashboard/server.py) imports inside functions: torch
+# and the runner load after the home page is drawn.
+FRONT = {"dashboard": 1, "app_pages": 2}
+LAZY_IMPORTS_ALLOWED = {"dashboard.server"}
+NOT_IN_PAGES = {"torch", "pandas", "numpy"}
+NOT_IN_DASHBOARD = {"torch", "numpy"}
+
+
+def _front_imports(path: Path) -> list[tuple[str, tuple[str, ...], int, bool]]:
+    """(module, names imported from it, line, inside a function) for every import in a front-end file."""
+    found = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.ImportFrom) and child.module:
+                found.append((child.module, tuple(a.name for a in child.names), child.lineno, in_function))
+            elif isinstance(child, ast.Import):
+                found.extend((a.name, (), child.lineno, in_function) for a in child.names)
+            visit(child, nested)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    return found
+
+
+def _front_files() -> dict[str, Path]:
+    files = {f"dashboard.{p.stem}": p for p in sorted((ROOT / "dashboard").glob("*.py")) if p.stem != "__init__"}
+    files.update({f"app_pages.{p.stem}": p for p in sorted((ROOT / "app_pages").glob("*.py"))})
+    return files
+
+
+def _front_problems(name: str, path: Path) -> list[str]:
+    """What in one front-end file breaks the dashboard's layering."""
+    layer, problems = name.split(".")[0], []
+    for module, names, line, in_function in _front_imports(path):
+        top = module.split(".")[0]
+        where = f"{name}:{line}"
+        if top in FRONT and FRONT[top] >= FRONT[layer] and top != layer:
+            problems.append(f"{where} imports {module} (the dashboard does not import the pages)")
+        if top == "gaccum_core" and any(n.startswith("_") for n in names):
+            problems.append(f"{where} imports a private name of {module}: {', '.join(names)}")
+        if top in (NOT_IN_PAGES if layer == "app_pages" else NOT_IN_DASHBOARD):
+            problems.append(f"{where} imports {top}: what a page shows comes from gaccum_core")
+        if in_function and (top in FRONT or top == "gaccum_core") and name not in LAZY_IMPORTS_ALLOWED:
+            problems.append(f"{where} imports {module} inside a function")
+    return problems
+
+
+def test_the_dashboard_is_a_layer_between_the_pages_and_the_core():
+    problems = [p for name, path in _front_files().items() for p in _front_problems(name, path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_no_circle_in_the_dashboard_counting_imports_inside_functions():
+    files = _front_files()
+    graph = {name: {m for m, _, _, _ in _front_imports(path) if m in files and m != name}
+             for name, path in files.items()}
+    for name, path in files.items():  # `from dashboard import link` imports the module dashboard.link
+        graph[name] |= {f"{m}.{n}" for m, names, _, _ in _front_imports(path) if m in FRONT for n in names
+                        if f"{m}.{n}" in files}
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            pytest.fail("import circle: " + " -> ".join(path[path.index(module):] + [module]))
+        if module not in done:
+            for target in sorted(graph.get(module, ())):
+                visit(target, path + [module])
+            done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+def test_the_dashboard_check_sees_what_it_refuses(tmp_path):
+    """The checks are not vacuous: a page asking torch, reading a private name, a lazy import, all flagged."""
+    page = tmp_path / "page.py"
+    page.write_text("import torch\nfrom gaccum_core.config import _check_types\ndef f():\n"
+                    "    from dashboard import live\n")
+    found = "\n".join(_front_problems("app_pages.page", page))
+    assert "imports torch" in found and "private name" in found and "inside a function" in found
+    glue = tmp_path / "glue.py"
+    glue.write_text("import pandas\nfrom app_pages import x\n")
+    found = _front_problems("dashboard.glue", glue)
+    assert len(found) == 1 and "does not import the pages" in found[0]  # pandas: allowed in the glue
+
+
+# The picture of the layers in the README's Architecture section, drawn from the imports as they are:
+# `python tests/test_layers.py` prints it; the test below fails when the README's copy is stale.
+PICTURE_ROWS = (  # top to bottom: (layers, what they are)
+    (("app_pages",), "the pages: layout and wiring"),
+    (("dashboard",), "Streamlit glue: widget state, server, checks, messages"),
+    (("cli",), "the command line, one module per command"),
+    (("views",), "figures and tables, pure"),
+    (("sweeps",), "grids of runs, their summaries"),
+    (("runs", "plan", "lab"), "siblings: none imports another"),
+    (("train",), "accumulation → step → engine, checkpoint"),
+    (("models", "data"), "what is trained, on what"),
+    (("",), "shared vocabulary: config, states, ..."),
+)
+
+
+def _layer_of(module: str) -> str:
+    top = module.split(".")[0]
+    return top if top in FRONT else _package(module)
+
+
+def _layer_edges() -> dict[str, set[str]]:
+    """For each layer, the other layers its modules import (at module level or inside functions)."""
+    edges: dict[str, set[str]] = {}
+    for module, imports in _graph().items():
+        if module not in ENTRY_POINTS:
+            edges.setdefault(_package(module), set()).update(_package(t) for t, _, _ in imports)
+    for name, path in _front_files().items():
+        edges.setdefault(name.split(".")[0], set()).update(
+            _layer_of(m) for m, _, _, _ in _front_imports(path) if m.split(".")[0] in (*FRONT, "gaccum_core"))
+    return {layer: targets - {layer} for layer, targets in edges.items()}
+
+
+def layer_picture() -> str:
+    """The layers top to bottom, each with its module count and the layers it imports."""
+    counts: dict[str, int] = {}
+    for module in _graph():
+        counts[_package(module)] = counts.get(_package(module), 0) + 1
+    for name in _front_files():
+        counts[name.split(".")[0]] = counts.get(name.split(".")[0], 0) + 1
+    edges, order = _layer_edges(), [layer for layers, _ in PICTURE_ROWS for layer in layers]
+    lines = []
+    for layers, words in PICTURE_ROWS:
+        names = "  ".join(f"{layer or 'vocabulary'} ({counts.get(layer, 0)})" for layer in layers)
+        below = sorted({t for layer in layers for t in edges.get(layer, ())}, key=order.index)
+        lines.append(f"{names:<34}{words}")
+        if below:
+            lines.append(f"  ↓ imports {', '.join(t or 'vocabulary' for t in below)}")
+    return "\n".join(lines)
+
+
+def test_the_readme_pictures_the_layers_as_they_are():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"```\n{layer_picture()}\n```" in readme, "run `python tests/test_layers.py` and paste its picture"
+
+
+if __name__ == "__main__":
+    print(layer_picture())
