@@ -14,7 +14,7 @@ from gaccum_core.config import ConfigError
 from gaccum_core.hfdir import hf_directory
 from gaccum_core.models.hf import model_config, weights_file
 from gaccum_core.presets import GPT_PRESETS, millions
-from dashboard.messages import OWN_LABELS
+from dashboard.messages import OWN_LABELS, explain
 from dashboard.state import FieldWidgets, kept, set_kept
 
 OWN = "your own…"  # the last choice of the Model and Dataset boxes: a text box under it takes any other name
@@ -76,7 +76,7 @@ def model_note(fields: FieldWidgets, model: str) -> str | None:
     try:
         origin = hf_origin(model)
     except ConfigError as exc:
-        message = f"{OWN_LABELS['model']} = {model!r} is not allowed: {exc.allowed}"
+        message = explain(exc, OWN_LABELS)  # named by the box it was typed in
         fields.error("model", message)
         return message
     st.caption(origin[0].upper() + origin[1:])
