@@ -2,7 +2,7 @@
 
 Every run goes through the product's own path: a Runner (executor "thread") over a RunStore in a
 temporary runs directory, so each checkpoint is Engine.checkpoint() written by
-RunStore.save_checkpoint (temporary file, flush, fsync, rename) on the real disk. The temporary
+CheckpointManager.save (temporary file, flush, fsync, rename) on the real disk. The temporary
 directory is made by tempfile (its filesystem is printed; a tmpfs would make fsync free).
 
 1. Checkpoint cost: runs with checkpoint_every at its default (read from RunConfig(), not assumed)
@@ -23,8 +23,8 @@ directory is made by tempfile (its filesystem is printed; a tmpfs would make fsy
    written after row k*N and before step k*N+1, so with max_steps = intervals*N + 1 the rows 1..last
    enclose exactly `intervals` periodic saves over intervals*N steps; the final save (after the last
    row) is outside that window in both arms. The figure is the median (quartiles) over the repeats of
-   the per-repeat ratio speed(every N) / speed(only at end). The store's save_checkpoint is wrapped on
-   the runner's instance (it calls the product's method unchanged) to count the checkpoints each run
+   the per-repeat ratio speed(every N) / speed(only at end). CheckpointManager.save is wrapped while
+   a model's runs go (it calls the product's method unchanged) to count the checkpoints each run
    wrote and time them. Per run the bench also prints, for the saves inside the window, the median
    "gap" (row s+1's wall_time_s - row s's - step s+1's step_time_s: what ran between the steps, i.e.
    Engine.checkpoint() + the save, plus an evaluation when the save falls on an epoch's end) and
@@ -36,8 +36,8 @@ directory is made by tempfile (its filesystem is printed; a tmpfs would make fsy
    Quartiles are statistics.quantiles(method="inclusive"): with 3 repeats they are the two
    midpoints between the median and the extremes.
 2. Save and load: for each model, Engine.checkpoint() after a few optimizer steps (SGD momentum
-   buffers exist), saved with RunStore.save_checkpoint into a temporary run directory and loaded with
-   RunStore.load_checkpoint (torch.load, weights_only=True; the file was just written, so it is read
+   buffers exist), saved with CheckpointManager.save into a temporary run directory and loaded with
+   CheckpointManager.load (torch.load, weights_only=True; the file was just written, so it is read
    from the page cache), --io-repeats times; medians (quartiles), and the file size in MB.
 3. Expected overhead: save time / (checkpoint_every x time per step), beside the measured ratio, with
    the time per step from the only-at-end runs (window wall time / steps, evaluations included, which
@@ -60,18 +60,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gaccum_core.train.accumulation import planned_steps  # noqa: E402
+from gaccum_core.train.checkpoint import CheckpointManager  # noqa: E402
 from gaccum_core.config import RunConfig  # noqa: E402
-from gaccum_core.data import load_data  # noqa: E402
+from gaccum_core.data.load import load_data  # noqa: E402
 from gaccum_core.train.engine import Engine  # noqa: E402
 from gaccum_core.train.metrics import NullSink  # noqa: E402
+from gaccum_core.runs.resume import run_checkpoints  # noqa: E402
 from gaccum_core.runs.runner import Runner  # noqa: E402
 from gaccum_core.states import RunState  # noqa: E402
 from gaccum_core.runs.store import RunStore  # noqa: E402
@@ -82,7 +86,7 @@ FEW_STEPS = 5  # optimizer steps before the checkpoint of part 2 is taken
 
 @dataclass
 class SaveLog:
-    """The checkpoints one run wrote: (step in the checkpoint, seconds save_checkpoint took)."""
+    """The checkpoints one run wrote: (step in the checkpoint, seconds CheckpointManager.save took)."""
 
     saves: list[tuple[int, float]] = field(default_factory=list)
 
@@ -104,18 +108,23 @@ class RunResult:
     after_before: float | None  # median over saves of mean step_time_s of the steps after / before it
 
 
-def instrument(runner: Runner) -> SaveLog:
-    """Count and time every save_checkpoint of this runner's store (the product's method still does it)."""
+@contextmanager
+def instrument() -> Iterator[SaveLog]:
+    """Count and time every CheckpointManager.save inside the block (the product's method still does it; the
+    thread executor's runs save in this process)."""
     log = SaveLog()
-    original = runner.store.save_checkpoint
+    original = CheckpointManager.save
 
-    def save_checkpoint(run_id: str, state: dict) -> None:
+    def save(self: CheckpointManager, state: dict) -> None:
         began = time.perf_counter()
-        original(run_id, state)
+        original(self, state)
         log.saves.append((int(state["counters"]["step"]), time.perf_counter() - began))
 
-    runner.store.save_checkpoint = save_checkpoint  # instance attribute: this runner only
-    return log
+    CheckpointManager.save = save
+    try:
+        yield log
+    finally:
+        CheckpointManager.save = original
 
 
 def timed_run(runner: Runner, log: SaveLog, config: RunConfig) -> RunResult:
@@ -186,7 +195,14 @@ class Cost:
 def checkpoint_cost(name: str, config: RunConfig, every: int, repeats: int, runs_dir: Path) -> Cost:
     """Alternate checkpoint_every=every and =0 runs; per-repeat speed ratios and every run's figures."""
     runner = Runner(str(runs_dir / name), executor="thread")
-    log = instrument(runner)
+    with instrument() as log:
+        out = _alternated_runs(name, runner, log, config, every, repeats)
+    runner.close()
+    return out
+
+
+def _alternated_runs(name: str, runner: Runner, log: SaveLog, config: RunConfig, every: int, repeats: int) -> Cost:
+    """checkpoint_cost's runs, after an uncounted warm-up, each of the saves logged."""
     arms = {"every": config.replace(checkpoint_every=every), "at_end": config.replace(checkpoint_every=0)}
     warm = config.replace(max_steps=min(config.max_steps, max(10, every // 5)))
     timed_run(runner, log, warm)  # uncounted: lazy imports, first allocations, the data set's load
@@ -202,7 +218,6 @@ def checkpoint_cost(name: str, config: RunConfig, every: int, repeats: int, runs
         out.at_end.append(results["at_end"])
         out.ratios.append(results["every"].samples_per_s / results["at_end"].samples_per_s)
         print(f"  {name} repeat {repeat + 1} ratio every {every} / only at end: {out.ratios[-1]:.4f}", flush=True)
-    runner.close()
     return out
 
 
@@ -218,22 +233,23 @@ class SaveLoad:
 
 
 def save_and_load(config: RunConfig, repeats: int, runs_dir: Path) -> SaveLoad:
-    """Engine.checkpoint() after a few steps, saved and loaded through a RunStore `repeats` times."""
+    """Engine.checkpoint() after a few steps, saved and loaded by the run's CheckpointManager `repeats` times."""
     engine = Engine(config.replace(max_steps=FEW_STEPS, checkpoint_every=0))
     engine.run(NullSink())
     store = RunStore(runs_dir)
     run_id = store.create(config)
+    checkpoints = run_checkpoints(store, run_id)
     capture, save, load, size = [], [], [], 0
     for _ in range(repeats):
         began = time.perf_counter()
         state = engine.checkpoint()
         capture.append(time.perf_counter() - began)
         began = time.perf_counter()
-        store.save_checkpoint(run_id, state)
+        checkpoints.save(state)
         save.append(time.perf_counter() - began)
-        size = store.checkpoint_path(run_id).stat().st_size
+        size = checkpoints.path.stat().st_size
         began = time.perf_counter()
-        loaded = store.load_checkpoint(run_id)
+        loaded = checkpoints.load()
         load.append(time.perf_counter() - began)
         assert loaded is not None and loaded["counters"]["step"] == FEW_STEPS
         del loaded, state

@@ -18,6 +18,8 @@ import torch
 
 from gaccum_core import faults
 from gaccum_core.config import RunConfig
+from gaccum_core.runs.resume import checkpoints_in, resume_engine
+from gaccum_core.train.checkpoint import CheckpointManager
 from gaccum_core.train.device import device_name
 from gaccum_core.train.distributed import Ranks, share_from_rank0
 from gaccum_core.train.engine import Engine
@@ -58,16 +60,18 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
             store.remove_temporaries(run_id)  # left by a kill or a full disk: this process alone writes the run
             store.update_status(run_id, state=RunState.RUNNING, started=now_iso(), device=device_name(device),
                                 world_size=ranks.world_size, pid=os.getpid())
-        engine = Engine(config, device, ranks, _run_dir(store, run_id, ranks))
+        checkpoints = _checkpoints(store, run_id, ranks)
+        engine = Engine(config, device, ranks, checkpoints)
         if engine.sharded:
-            engine.shared_run_dir()  # a rank that cannot write its part of a checkpoint fails now, not at the first
-        _resume_if_checkpointed(store, run_id, engine, ranks)
+            engine.shared_checkpoints()  # a rank that cannot write its part of a checkpoint fails now, not at the first
+        resume_engine(store, run_id, engine, ranks)
         from_step = engine.training.counters.step
         if store is not None:
+            _begin_segment(store, run_id, engine)
             writer = store.writer(run_id)
         on_start(engine)
         state = engine.run(FanOut(*(s for s in (writer, sink) if s is not None), kept), should_stop,
-                           _checkpoint_sink(store, run_id, engine.sharded))
+                           _checkpoint_sink(checkpoints, store is not None, engine.sharded))
         model_state = engine.saved_state_dict()  # every rank of a sharded run gathers it to rank 0
         if store is not None:
             store.save_model(run_id, model_state)
@@ -93,18 +97,20 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
     return release(store, run_id, device, *outcome)
 
 
-def _run_dir(store: RunStore | None, run_id: str, ranks: Ranks) -> Path | None:
-    """The run directory, rank 0's, on every rank (a sharded run's ranks each write their part of its checkpoints)."""
+def _checkpoints(store: RunStore | None, run_id: str, ranks: Ranks) -> CheckpointManager | None:
+    """The run's checkpoints in rank 0's run directory, on every rank (a sharded run's ranks each write their part
+    of them there)."""
     path = str(store.path(run_id).resolve()) if store is not None else None
     shared = share_from_rank0(path) if ranks.distributed else path
-    return None if shared is None else Path(shared)
+    return None if shared is None else checkpoints_in(Path(shared))
 
 
-def _checkpoint_sink(store: RunStore | None, run_id: str, sharded: bool) -> Callable[[dict], None] | None:
-    """Where checkpoints go: rank 0 writes checkpoint.pt; the other ranks of a sharded run take part (each writes
-    its shards inside Engine.checkpoint) and keep nothing else; the other ranks of a DDP run take none."""
-    if store is not None:
-        return lambda state: store.save_checkpoint(run_id, state)
+def _checkpoint_sink(checkpoints: CheckpointManager | None, writes: bool,
+                     sharded: bool) -> Callable[[dict], None] | None:
+    """Where checkpoints go: rank 0 (writes) saves checkpoint.pt; the other ranks of a sharded run take part (each
+    writes its shards inside Engine.checkpoint) and keep nothing else; the other ranks of a DDP run take none."""
+    if writes and checkpoints is not None:
+        return checkpoints.save
     return (lambda state: None) if sharded else None
 
 
@@ -115,20 +121,8 @@ def _message(state: RunState, from_step: int, step: int, kept: RowKeeper) -> str
     return "stopped by the user" if step > from_step else stopped_before_first_step(from_step)
 
 
-def _resume_if_checkpointed(store: RunStore | None, run_id: str, engine: Engine, ranks: Ranks) -> None:
-    """A run with a checkpoint continues from it: rows after it are dropped, a new segment begins.
-    A data-parallel run's ranks all take rank 0's checkpoint (its ranks stop only at a step's end, so
-    it holds no gradients in flight, and the ranks' weights, optimizer states and RNGs are the same)."""
-    checkpoint = store.load_checkpoint(run_id) if store is not None else None
-    if ranks.distributed:
-        checkpoint = share_from_rank0(checkpoint)
-    if checkpoint is not None:
-        engine.resume_from(checkpoint)
-    if store is None:
-        return
-    if checkpoint is not None:
-        counters = engine.training.counters
-        store.truncate_rows(run_id, counters.step, counters.last_eval_step)
+def _begin_segment(store: RunStore, run_id: str, engine: Engine) -> None:
+    """A new segment in status.json, from the step the run starts at (after its checkpoint's, when resumed)."""
     status = store.read_status(run_id)
     segments = [*status.get("segments", []), {"started": now_iso(), "from_step": engine.training.counters.step}]
     # Where the initial weights came from (an hf: model's file, or its config and the seed): said once, at the start.

@@ -22,15 +22,14 @@ from gaccum_core.runs.claim import Claim, RunBusyError, describe_process, traini
 from gaccum_core.runs.integrity import read_run
 from gaccum_core.runs.executors import (EXECUTORS, SpareJob, SpareWorker, distributed, keep_job_logs, supervise,
                                         train_here)
+from gaccum_core.runs.resume import prepare_resume
 from gaccum_core.runs.snapshot import RunSnapshot, TrackedRun
 from gaccum_core.runs.store import RunStore, now_iso
 from gaccum_core.runs.supervisor import Child, Launch
 from gaccum_core.states import FINAL_STATES, Outcome, RunState
-from gaccum_core.train.checkpoint import CheckpointError, check_compatible, check_whole
+from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.train.device import resolve_device
-from gaccum_core.train.engine import LENGTH_FIELDS
 from gaccum_core.train.metrics import RowKeeper
-from gaccum_core.train.shards import checked_shard_dir
 from gaccum_core.usercode import check_config, runs_here, user_code_fields
 
 STOP_GRACE_S = 5.0  # a worker that has not stopped this long after the request is killed
@@ -116,14 +115,7 @@ class Runner:
             # Unclaimed, yet its worker goes on: its runner died and it stops at its next micro-batch.
             raise RunBusyError(f"run {run_id} is still training in {describe_process(status['pid'])}: "
                                "wait for it to stop, or stop it there")
-        longer = config.extended(epochs, max_steps)  # before anything is written: a shorter run is refused
-        unsaved = again and not self.store.checkpoint_path(run_id).exists()
-        step, last_eval_step = (0, -1) if unsaved else self._resumable_at(run_id, longer)
-        if status.get("state") == RunState.FINISHED and longer == config:
-            raise CheckpointError(f"run {run_id} finished all its steps: give a larger epochs or max_steps to extend it")
-        if longer != config:
-            self.store.change_config(run_id, longer, step)
-        self.store.truncate_rows(run_id, step, last_eval_step)
+        longer, step = prepare_resume(self.store, run_id, config, status, epochs, max_steps, again)
         self.store.clear_stop_request(run_id)
         run = self._track(run_id, longer, status.get("name", ""))
         # The rows up to the checkpoint, shown until it goes on: fresh dicts no one else holds, in a run
@@ -133,34 +125,6 @@ class Runner:
         run.message = self._notes[run_id] = _missing_rows(run.rows.steps, step)
         self.store.update_status(run_id, state=RunState.QUEUED, message=run.message)
         return run
-
-    def _resumable_at(self, run_id: str, config: RunConfig) -> tuple[int, int]:
-        """The step the run's checkpoint resumes at and the last step it had evaluated; CheckpointError
-        naming what makes it impossible."""
-        try:
-            checkpoint = self.store.load_checkpoint(run_id)
-        except Exception as exc:  # a torn or foreign file: torch.load's errors have many types
-            first = (str(exc).strip().splitlines() or [""])[0]  # an empty file's EOFError has no message
-            raise CheckpointError(f"checkpoint.pt of run {run_id} cannot be read ({type(exc).__name__}"
-                                  f"{': ' + first[:200] if first else ''})") from None
-        if checkpoint is None:
-            raise CheckpointError(f"run {run_id} has no checkpoint.pt: it stopped before its first checkpoint, "
-                                  "or was written before checkpoints existed")
-        if not isinstance(checkpoint, dict):
-            raise CheckpointError(f"checkpoint.pt of run {run_id} holds a {type(checkpoint).__name__}, "
-                                  "not a gaccum checkpoint")
-        check_compatible(checkpoint, config.to_dict(), LENGTH_FIELDS)
-        # Whole, and a sharded run's files those it wrote, before any rank starts (and loads them).
-        sharded = config.sharding == "fsdp"
-        check_whole(checkpoint, sharded, None if sharded else self.store.model_shapes(run_id))
-        if sharded:
-            checked_shard_dir(checkpoint, self.store.path(run_id))
-        try:
-            counters = checkpoint["counters"]
-            return int(counters["step"]), int(counters.get("last_eval_step", counters["step"]))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            raise CheckpointError(f"checkpoint.pt of run {run_id} lacks its step counters: not a whole gaccum "
-                                  "checkpoint") from None
 
     def _track(self, run_id: str, config: RunConfig, name: str) -> TrackedRun:
         """A queued run to track, on the device its config resolves to, its rows kept under the lock."""

@@ -274,33 +274,8 @@ class RunStore:
         return target
 
     def checkpoint_path(self, run_id: str) -> Path:
-        """checkpoint.pt of a run."""
+        """checkpoint.pt of a run (written, read and checked by gaccum_core.train.checkpoint)."""
         return self.path(run_id) / "checkpoint.pt"
-
-    def save_checkpoint(self, run_id: str, state: dict[str, Any]) -> None:
-        """Write checkpoint.pt atomically: a temporary file in the run directory, flushed and fsynced, then
-        renamed over the old one, so a kill at any moment leaves the old checkpoint or the new one."""
-        import torch
-        replace_atomically(self.checkpoint_path(run_id), lambda f: torch.save(state, f))
-        if "sharded" in state:
-            self._prune_shards(run_id, state["sharded"])
-
-    def _prune_shards(self, run_id: str, kept: str) -> None:
-        """A sharded run's checkpoint directories but the one checkpoint.pt now names (older ones, and any a
-        kill left half-written), removed once checkpoint.pt names the new one."""
-        kept_path = (self.path(run_id) / kept).resolve()
-        for old in kept_path.parent.iterdir():
-            if old.resolve() != kept_path:
-                shutil.rmtree(old, ignore_errors=True)
-
-    def load_checkpoint(self, run_id: str) -> dict[str, Any] | None:
-        """checkpoint.pt (weights_only=True: tensors, numbers and strings only), or None when there is none.
-        A temporary file a kill left behind is never read."""
-        import torch
-        target = self.checkpoint_path(run_id)
-        if not target.exists():
-            return None
-        return torch.load(target, map_location="cpu", weights_only=True)
 
     def truncate_rows(self, run_id: str, last_step: int, last_eval_step: int | None = None) -> None:
         """Drop the metrics.csv rows after last_step and the eval.csv and samples.jsonl rows after

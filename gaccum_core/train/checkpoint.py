@@ -1,133 +1,207 @@
-"""checkpoint.pt: everything a run's future depends on, so that a resumed run equals the uninterrupted one.
+"""A run's checkpoint, owned here: what it must hold, writing it, reading it back, whether a run with changed
+settings may go on from it, and removing its stale parts (torchtitan's CheckpointManager is the model).
 
-Model, optimizer, LR schedule, GradScaler, every RNG the run uses (torch's CPU and CUDA generators
-and Python's `random`; the sample order has its own generator fixed by (seed, epoch), and NumPy is
-not used), the position (epoch, window, micro-batches of that window done), the counters, and for a
-run stopped mid-window the gradients accumulated so far with those micro-batches' losses. Plain
-tensors, numbers, strings and lists only, so it loads with torch.load(weights_only=True). A file that
-loads is still checked to hold all of that, each part of its kind (check_whole), before a run resumes.
+checkpoint.pt in the run directory holds what gaccum_core.train.checkpoint_state captures. A sharded (FSDP) run
+keeps its model and optimizer state apart, through torch.distributed.checkpoint (DCP): each rank writes its part
+into a directory of its own per checkpoint (checkpoint.dcp/step-N-ID), and rank 0's checkpoint.pt, which names
+that directory, is written after it, atomically: a kill at any moment leaves checkpoint.pt naming a whole
+directory, and the older ones are removed once it does. model.pt is the full, unsharded state_dict gathered on
+rank 0.
+
+DCP reads a directory's .metadata, and the non-tensor items of its .distcp files, with pickle: loading them can
+run code. So checkpoint.pt (read with weights_only=True) records the SHA-256 of every file of the directory, and
+each file is checked against it before DCP opens any: before the ranks start, and on each rank again. A
+checkpoint.pt that loads is still checked to hold all that a checkpoint holds, each part of its kind
+(check_whole), before a run resumes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Iterator
+import re
+import shutil
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import IO, Any, Callable, Iterator
 
 import torch
 
-from gaccum_core.config import RunConfig
+from gaccum_core.config import RunConfig, first_line
+from gaccum_core.train.checkpoint_state import FORMAT, Counters, Position
 
-FORMAT = 1
+CHECKPOINT_FILE = "checkpoint.pt"  # in the run directory
+SHARDS_DIR = "checkpoint.dcp"  # in the run directory
+_NAME_RE = re.compile(rf"{re.escape(SHARDS_DIR)}/step-\d{{9,}}-[0-9a-f]+")  # what shard_dir_name writes
+LENGTH_FIELDS = ("epochs", "max_steps")  # a resumed run may be planned longer; nothing else may change
+FileReplacer = Callable[[Path, Callable[[IO[bytes]], Any]], None]
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot resume this run exactly; the message names what differs."""
 
 
-@dataclass
-class Counters:
-    """Running totals across optimizer steps."""
+class CheckpointManager:
+    """One run's checkpoint in its directory: checkpoint.pt and a sharded run's checkpoint.dcp/, written, read,
+    checked before a resume, and pruned."""
 
-    step: int = 0
-    samples_seen: int = 0
-    skipped_total: int = 0
-    last_eval_step: int = -1
-    tokens_seen: int = 0  # target tokens of a language run
+    def __init__(self, run_dir: Path, replace_file: FileReplacer) -> None:
+        """replace_file(path, write): write() into a temporary file beside path, then rename it over path (the run
+        store's replace_atomically, which also names a full disk)."""
+        self.run_dir, self._replace_file = Path(run_dir), replace_file
 
-    def count_step(self, samples: int, tokens: int, skipped: bool) -> None:
-        """Add one optimizer step over these samples (and target tokens: 0 for images)."""
-        self.step += 1
-        self.samples_seen += samples
-        self.tokens_seen += tokens
-        self.skipped_total += int(skipped)
+    @property
+    def path(self) -> Path:
+        """checkpoint.pt."""
+        return self.run_dir / CHECKPOINT_FILE
+
+    def save(self, state: dict[str, Any]) -> None:
+        """Write checkpoint.pt atomically, so a kill at any moment leaves the old checkpoint or the new one; then
+        remove the shard directories it no longer names."""
+        self._replace_file(self.path, lambda f: torch.save(state, f))
+        if "sharded" in state:
+            self.prune(state["sharded"])
+
+    def prune(self, kept: str) -> None:
+        """Remove a sharded run's checkpoint directories but `kept`, the one checkpoint.pt names (older ones, and
+        any a kill left half-written)."""
+        kept_path = (self.run_dir / kept).resolve()
+        for old in kept_path.parent.iterdir():
+            if old.resolve() != kept_path:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def load(self) -> dict[str, Any] | None:
+        """checkpoint.pt (weights_only=True: tensors, numbers and strings only), or None when there is none.
+        A temporary file a kill left behind is never read."""
+        if not self.path.exists():
+            return None
+        return torch.load(self.path, map_location="cpu", weights_only=True)
+
+    def read(self) -> dict[str, Any]:
+        """checkpoint.pt to resume from; CheckpointError when there is none or it does not load as a checkpoint."""
+        run_id = self.run_dir.name
+        try:
+            state = self.load()
+        except Exception as exc:  # a torn or foreign file: torch.load's errors have many types
+            raise CheckpointError(f"checkpoint.pt of run {run_id} cannot be read ({first_line(exc)})") from None
+        if state is None:
+            raise CheckpointError(f"run {run_id} has no checkpoint.pt: it stopped before its first checkpoint, "
+                                  "or was written before checkpoints existed")
+        if not isinstance(state, dict):
+            raise CheckpointError(f"checkpoint.pt of run {run_id} holds a {type(state).__name__}, "
+                                  "not a gaccum checkpoint")
+        return state
+
+    def check(self, state: dict[str, Any], config: RunConfig, shapes: dict[str, torch.Size] | None) -> None:
+        """Refuse, before any rank starts, a checkpoint a run of these settings cannot go on from (check_resumable,
+        against the model's tensor shapes where known), or a sharded run's files other than those it wrote."""
+        sharded = config.sharding == "fsdp"
+        check_resumable(state, config, sharded, None if sharded else shapes)
+        if sharded:
+            self.checked_shard_dir(state)
+
+    def save_shards(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, name: str,
+                    digest: bool) -> dict[str, Any]:
+        """Every rank writes its part of the model's and optimizer's state into the directory `name`
+        (shard_dir_name, a collective); what checkpoint.pt records of it: the name and, where digest (rank 0),
+        every file's SHA-256."""
+        import torch.distributed.checkpoint as dcp  # imported here: only sharded runs need it (~0.5 s)
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=self.run_dir / name)
+        # dcp.save returns on the coordinator (rank 0) after every rank's files and then .metadata are written.
+        return {"sharded": name, "sharded_sha256": _digests(self.run_dir / name) if digest else {}}
+
+    def load_shards(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        """Every rank reads its part of the model's and optimizer's state from the directory checkpoint.pt names
+        (a collective), once its files are the ones recorded."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        source = self.checked_shard_dir(state)  # before DCP unpickles anything in it
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        shards = {"model": model_state, "optimizer": optimizer_state}
+        dcp.load(shards, checkpoint_id=source)
+        set_state_dict(model, optimizer, model_state_dict=shards["model"], optim_state_dict=shards["optimizer"])
+
+    def checked_shard_dir(self, state: dict[str, Any]) -> Path:
+        """The directory checkpoint.pt's `sharded` names in the run directory, once each of its files has the
+        SHA-256 recorded when it was written; CheckpointError naming the first that has not (nothing is unpickled)."""
+        name = state.get("sharded")
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+            raise CheckpointError(f"checkpoint.pt's sharded is {name!r}: not a directory {SHARDS_DIR}/step-N-ID "
+                                  "inside the run directory, where the run writes its sharded state")
+        directory = self.run_dir / name
+        if not directory.is_dir():
+            what = "is a file, not a directory" if directory.exists() else "is missing"
+            raise CheckpointError(f"{name} {what}: checkpoint.pt names it as the run's sharded weights and "
+                                  "optimizer state")
+        recorded = state.get("sharded_sha256")
+        if not recorded or not isinstance(recorded, dict):
+            raise CheckpointError(f"checkpoint.pt records no SHA-256 of {name}'s files (written before gaccum "
+                                  "recorded them), so its pickled .metadata cannot be verified before loading: "
+                                  "start the run again")
+        _check_digests(directory, name, recorded)
+        return directory
 
 
-@dataclass(frozen=True)
-class Position:
-    """Where training goes on: epoch, window of that epoch, and micro-batches of it already in .grad."""
-
-    epoch: int = 0
-    window: int = 0
-    micro: int = 0
+def shard_dir_name(step: int) -> str:
+    """A new directory's name (relative to the run directory) for a checkpoint at this step: never an old one's."""
+    return f"{SHARDS_DIR}/step-{step:09d}-{time.time_ns():x}"
 
 
-@dataclass
-class TrainingState:
-    """What a checkpoint holds beyond the model and optimization objects."""
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A sharded model's whole, unsharded state_dict on rank 0 (on the CPU), empty on the others (a collective)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    position: Position = field(default_factory=Position)
-    counters: Counters = field(default_factory=Counters)
-    in_flight: list[torch.Tensor] = field(default_factory=list)  # losses of the window's micro-batches done
-    wall_time_s: float = 0.0  # training time so far (the pause between segments not counted)
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def _rng_state(device: torch.device) -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _python_rng()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
+def _digests(directory: Path) -> dict[str, str]:
+    """The SHA-256 of every file in a checkpoint's directory, by its name there."""
+    return {name: _sha256(directory / name) for name in _file_names(directory)}
 
 
-def _python_rng() -> list[Any]:
-    version, internal, gauss = random.getstate()
-    return [version, list(internal), gauss]
+def _file_names(directory: Path) -> list[str]:
+    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if not p.is_dir())
 
 
-def _restore_rng(state: dict[str, Any], device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
-def capture(model: torch.nn.Module, opt: Any, params: list[torch.nn.Parameter], training: TrainingState,
-            config: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """A checkpoint of the run as it is now (the in-flight gradients are copied off .grad)."""
-    return {**capture_progress(opt, params, training, config, device),
-            "model": model.state_dict(), "optimizer": opt.optimizer.state_dict()}
+def _check_digests(directory: Path, name: str, recorded: dict[str, str]) -> None:
+    """CheckpointError naming the first file of the directory that is not the one recorded (its SHA-256)."""
+    found = _file_names(directory)
+    changed = sorted(set(recorded) ^ set(found))
+    if changed:
+        what = "is missing" if changed[0] in recorded else "is not one of the files checkpoint.pt recorded"
+        raise CheckpointError(f"{name}/{changed[0]} {what}: the sharded checkpoint was changed after it was written")
+    for file in found:
+        if not (directory / file).is_file():  # a device or a pipe would never end reading
+            raise CheckpointError(f"{name}/{file} is not a regular file: the sharded checkpoint was changed after "
+                                  "it was written")
+        if _sha256(directory / file) != recorded[file]:
+            size = (directory / file).stat().st_size
+            raise CheckpointError(f"{name}/{file} ({size} bytes) does not match the SHA-256 checkpoint.pt "
+                                  "recorded when it was written: damaged or replaced since")
 
 
-def capture_progress(opt: Any, params: list[torch.nn.Parameter], training: TrainingState, config: dict[str, Any],
-                     device: torch.device) -> dict[str, Any]:
-    """Everything a checkpoint holds but the model's and optimizer's tensors (which a sharded run writes apart)."""
-    return {
-        "format": FORMAT, "torch_version": str(torch.__version__), "config": config,
-        "scheduler": opt.scheduler.state_dict() if opt.scheduler is not None else None,
-        "scaler": opt.precision.state_dict(), "rng": _rng_state(device),
-        "position": asdict(training.position), "counters": asdict(training.counters),
-        "grads": [None if p.grad is None else p.grad.detach().clone() for p in params],
-        "in_flight": [loss.detach().clone() for loss in training.in_flight],
-        "wall_time_s": training.wall_time_s,
-    }
+def check_resumable(state: dict[str, Any], config: RunConfig, sharded: bool,
+                    shapes: dict[str, torch.Size] | None = None) -> None:
+    """Refuse a checkpoint a run of these settings cannot continue exactly (check_compatible) or that is not
+    whole (check_whole)."""
+    check_compatible(state, config)
+    check_whole(state, sharded, shapes)
 
 
-def restore(state: dict[str, Any], model: torch.nn.Module, opt: Any, params: list[torch.nn.Parameter],
-            device: torch.device) -> TrainingState:
-    """Put a checkpoint's model, optimizer, schedule, scaler, RNGs and gradients back; its training state."""
-    model.load_state_dict(state["model"])
-    opt.optimizer.load_state_dict(state["optimizer"])
-    return restore_progress(state, opt, params, device)
-
-
-def restore_progress(state: dict[str, Any], opt: Any, params: list[torch.nn.Parameter],
-                     device: torch.device) -> TrainingState:
-    """Put a checkpoint's schedule, scaler, RNGs and gradients back (not the model and optimizer); its training state."""
-    if opt.scheduler is not None and state["scheduler"] is not None:
-        opt.scheduler.load_state_dict(state["scheduler"])
-    if state["scaler"]:
-        opt.precision.load_state_dict(state["scaler"])
-    for param, grad in zip(params, state["grads"]):
-        param.grad = None if grad is None else grad.to(device)
-    _restore_rng(state["rng"], device)
-    return TrainingState(Position(**state["position"]), Counters(**state["counters"]),
-                         [loss.to(device) for loss in state["in_flight"]], float(state["wall_time_s"]))
-
-
-def check_compatible(state: dict[str, Any], config: dict[str, Any], length_fields: tuple[str, ...]) -> None:
-    """Refuse a checkpoint this run cannot continue exactly: other format, torch or settings."""
+def check_compatible(state: dict[str, Any], config: RunConfig) -> None:
+    """Refuse a checkpoint this run cannot continue exactly: other format, torch or settings (only the run's
+    length, LENGTH_FIELDS, may change)."""
     if state.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint.pt has format {state.get('format')!r}, this gaccum reads {FORMAT}")
     if state.get("torch_version") != torch.__version__:
@@ -136,13 +210,13 @@ def check_compatible(state: dict[str, Any], config: dict[str, Any], length_field
     if not isinstance(state.get("config", {}), dict):
         raise CheckpointError(f"checkpoint.pt's config is {_shown(state['config'])}, not the run's settings (a dict)")
     # A setting added since the checkpoint was written reads as its default, as config.json's does.
-    saved = {**RunConfig().to_dict(), **state.get("config", {})}
-    changed = sorted(k for k in set(saved) | set(config)
-                     if k not in length_fields and saved.get(k) != config.get(k))
+    saved, wanted = {**RunConfig().to_dict(), **state.get("config", {})}, config.to_dict()
+    changed = sorted(k for k in set(saved) | set(wanted)
+                     if k not in LENGTH_FIELDS and saved.get(k) != wanted.get(k))
     if changed:
-        details = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in changed[:4])
+        details = ", ".join(f"{k}: {saved.get(k)!r} -> {wanted.get(k)!r}" for k in changed[:4])
         raise CheckpointError(f"the settings changed since the checkpoint ({details}); only the run's length "
-                              f"({', '.join(length_fields)}) may change on resume")
+                              f"({', '.join(LENGTH_FIELDS)}) may change on resume")
 
 
 # What a part of checkpoint.pt is called when it is missing.
@@ -151,8 +225,8 @@ _PARTS = {"model": "model weights", "optimizer": "optimizer state", "rng": "rand
 
 
 def check_whole(state: dict[str, Any], sharded: bool, shapes: dict[str, torch.Size] | None = None) -> None:
-    """Refuse a checkpoint.pt that loads but does not hold what capture() writes, each part of its kind;
-    CheckpointError naming the first part that is not, its value and what belongs there. sharded: the run
+    """Refuse a checkpoint.pt that loads but does not hold what checkpoint_state.capture writes, each part of its
+    kind; CheckpointError naming the first part that is not, its value and what belongs there. sharded: the run
     keeps its model and optimizer in checkpoint.dcp (else in checkpoint.pt); shapes: the model's tensors'
     shapes, where known."""
     problem = next(_problems(state, sharded, shapes), None)

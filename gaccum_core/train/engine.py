@@ -13,20 +13,20 @@ import itertools
 import math
 import time
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
 
 from gaccum_core import faults
-from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.data import load_data
+from gaccum_core.config import ConfigError, RunConfig, first_line
+from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.states import RunState
 from gaccum_core.train.accumulation import (MicroBatch, Window, epoch_order, micro_batch_divisors, plan_epoch,
                                             planned_steps)
-from gaccum_core.train.checkpoint import (Counters, Position, TrainingState, capture, capture_progress,
-                                          check_compatible, check_whole, restore, restore_progress)
+from gaccum_core.train.checkpoint import CheckpointManager, check_resumable, full_state_dict, shard_dir_name
+from gaccum_core.train.checkpoint_state import (Counters, Position, TrainingState, capture, capture_progress, restore,
+                                                restore_progress)
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.distributed import Parallel, Ranks, Replicated, share, share_from_rank0
 from gaccum_core.train.fsdp import Sharded
@@ -37,11 +37,9 @@ from gaccum_core.train.memory import MB, MemoryProbe, SavedBytesPeak, TrainingMe
 from gaccum_core.train.metrics import MetricSink, Row
 from gaccum_core.train.checks import check_micro_batch
 from gaccum_core.train.rows import StepRows, StepWork
-from gaccum_core.train.shards import full_state_dict, load_shards, save_shards, shard_dir_name
 from gaccum_core.train.step import Divisor, Optimization, StopCheck, accumulate_step, never
 
 CheckpointSink = Callable[[dict], None]
-LENGTH_FIELDS = ("epochs", "max_steps")  # a resumed run may be planned longer; nothing else may change
 
 
 def _parallel(config: RunConfig, model: torch.nn.Module, device: torch.device, ranks: Ranks) -> Parallel | None:
@@ -63,9 +61,9 @@ class Engine:
     """One run's data, model, optimizer and precision on one device (one rank of a data-parallel job)."""
 
     def __init__(self, config: RunConfig, device: torch.device | None = None, ranks: Ranks = Ranks(),
-                 run_dir: Path | None = None) -> None:
-        """run_dir: where a sharded run's ranks each write their part of a checkpoint (the run directory)."""
-        self.config, self.ranks, self.run_dir = config, ranks, run_dir
+                 checkpoints: CheckpointManager | None = None) -> None:
+        """checkpoints: the run's, in its directory, where a sharded run's ranks each write their part of one."""
+        self.config, self.ranks, self.checkpoints = config, ranks, checkpoints
         self.device = device or resolve_device(config.device)
         self.data = load_data(config)
         self.num_train = len(self.data.train)
@@ -93,35 +91,38 @@ class Engine:
         return isinstance(self.parallel, Sharded)
 
     def checkpoint(self) -> dict:
-        """A checkpoint of the run where it is now (see gaccum_core.train.checkpoint); a sharded run's ranks
-        each write their part of it first (train.shards), all of them calling this at the same step."""
+        """A checkpoint of the run where it is now (what it holds: gaccum_core.train.checkpoint_state); a sharded
+        run's ranks each write their part of it first (CheckpointManager.save_shards), all at the same step."""
         self.training.wall_time_s = time.perf_counter() - self._start
         if not self.sharded:
             return capture(self.model, self.opt, self.opt.params, self.training, self.config.to_dict(), self.device)
         name = share_from_rank0(shard_dir_name(self.training.counters.step))
         # Rank 0, which writes checkpoint.pt, records every shard file's SHA-256 in it.
-        shards = save_shards(self.model, self.optimizer, self.shared_run_dir(), name, digest=self.ranks.is_main)
+        shards = self.shared_checkpoints().save_shards(self.model, self.optimizer, name, digest=self.ranks.is_main)
         state = capture_progress(self.opt, self.opt.params, self.training, self.config.to_dict(), self.device)
         return {**state, **shards}
 
     def resume_from(self, state: dict) -> None:
-        """Continue from a checkpoint: weights, optimizer, schedule, scaler, RNGs, position, in-flight gradients."""
-        check_compatible(state, self.config.to_dict(), LENGTH_FIELDS)
+        """Continue from a checkpoint: weights, optimizer, schedule, scaler, RNGs, position, in-flight gradients.
+        Each rank checks it first, against its own model (CheckpointError naming what would not fit)."""
         shapes = None if self.sharded else {k: v.shape for k, v in self.model.state_dict().items()}
-        check_whole(state, self.sharded, shapes)
+        check_resumable(state, self.config, self.sharded, shapes)
         if self.sharded:  # each rank checks the shard files' SHA-256 before DCP unpickles them
-            load_shards(self.model, self.optimizer, self.shared_run_dir(), state)
+            self.shared_checkpoints().load_shards(self.model, self.optimizer, state)
             self.training = restore_progress(state, self.opt, self.opt.params, self.device)
         else:
             self.training = restore(state, self.model, self.opt, self.opt.params, self.device)
 
-    def shared_run_dir(self) -> Path:
-        """The run directory, which every rank of a sharded run must reach (one machine, or a shared file system)."""
-        if self.run_dir is None or not self.run_dir.is_dir():
-            raise ValueError(f"sharding fsdp: rank {self.ranks.rank} cannot reach the run directory {self.run_dir} "
+    def shared_checkpoints(self) -> CheckpointManager:
+        """The run's checkpoints, whose directory every rank of a sharded run must reach (one machine, or a shared
+        file system)."""
+        checkpoints = self.checkpoints
+        if checkpoints is None or not checkpoints.run_dir.is_dir():
+            run_dir = None if checkpoints is None else checkpoints.run_dir
+            raise ValueError(f"sharding fsdp: rank {self.ranks.rank} cannot reach the run directory {run_dir} "
                              "to write its part of the checkpoint; with several machines, put --runs-dir on a "
                              "file system every machine mounts at the same path")
-        return self.run_dir
+        return checkpoints
 
     def saved_state_dict(self) -> dict[str, torch.Tensor]:
         """The model's whole state_dict for model.pt (gathered on rank 0 by every rank of a sharded run)."""
@@ -216,9 +217,8 @@ class Engine:
             origin = type(exc).__module__
             if self.config.compile == "off" or not origin.startswith(("torch._dynamo", "torch._inductor")):
                 raise
-            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise CompileError(f"torch.compile(mode={self.config.compile!r}) failed on {self.device}: "
-                               f"{first_line[:300]}. Set compile to off.") from exc
+                               f"{first_line(exc, 300)}. Set compile to off.") from exc
 
     def _measure_activations(self, micro_batch_size: int) -> bool:
         """Whether this micro-batch's saved tensors must be counted: the saved bytes depend only on

@@ -15,14 +15,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from gaccum_core.cli import main
+from gaccum_core.cli.main import main
 from gaccum_core.config import RunConfig
+from gaccum_core.runs.resume import checkpoints_in, run_checkpoints
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.store import RunStore
 from gaccum_core.states import RunState
-from gaccum_core.train.checkpoint import CheckpointError, capture_progress
+from gaccum_core.train.checkpoint import SHARDS_DIR, CheckpointError, shard_dir_name
+from gaccum_core.train.checkpoint_state import capture_progress
 from gaccum_core.train.engine import Engine
-from gaccum_core.train.shards import SHARDS_DIR, load_shards, save_shards, shard_dir_name
 
 SHARDED = RunConfig(model="mlp", dataset="digits", micro_batch_size=8, accum_steps=2, max_steps=6, device="cpu",
                     nproc=2, sharding="fsdp", optimizer="sgd", momentum=0.9)
@@ -41,17 +42,17 @@ def sharded_engine(tmp_path_factory) -> tuple[Engine, Path]:
     """A sharded run stopped at step 2, as rank 0 leaves it: rows, checkpoint.pt and its checkpoint.dcp directory."""
     store = RunStore(tmp_path_factory.mktemp("runs"))
     run_id = store.create(SHARDED)
-    run_dir = store.path(run_id)
-    engine = Engine(SHARDED, torch.device("cpu"), run_dir=run_dir)
+    checkpoints = run_checkpoints(store, run_id)
+    engine = Engine(SHARDED, torch.device("cpu"), checkpoints=checkpoints)
     writer = store.writer(run_id)
     engine.run(writer, steps=2, evaluate=False)
     writer.close()
-    shards = _without_process_group(lambda: save_shards(engine.model, engine.optimizer, run_dir,
-                                                        shard_dir_name(2), digest=True))
+    shards = _without_process_group(lambda: checkpoints.save_shards(engine.model, engine.optimizer,
+                                                                    shard_dir_name(2), digest=True))
     progress = capture_progress(engine.opt, engine.opt.params, engine.training, SHARDED.to_dict(), engine.device)
-    store.save_checkpoint(run_id, {**progress, **shards})
+    checkpoints.save({**progress, **shards})
     store.update_status(run_id, state=RunState.STOPPED, message="stopped by the user")
-    return engine, run_dir
+    return engine, checkpoints.run_dir
 
 
 @pytest.fixture(scope="module")
@@ -192,8 +193,8 @@ def test_save_shards_records_the_sha256_of_every_file_it_wrote(sharded_engine):
 
 
 def test_each_rank_checks_the_files_again_before_dcp_unpickles_them(sharded_engine, tmp_path):
-    """load_shards, as each rank calls it: the intact directory loads the saved weights; one whose .metadata
-    was replaced by a pickle that runs code is refused naming it, the code never run."""
+    """CheckpointManager.load_shards, as each rank calls it: the intact directory loads the saved weights; one
+    whose .metadata was replaced by a pickle that runs code is refused naming it, the code never run."""
     engine, finished_dir = sharded_engine
     run_dir = tmp_path / finished_dir.name
     shutil.copytree(finished_dir, run_dir)
@@ -202,11 +203,12 @@ def test_each_rank_checks_the_files_again_before_dcp_unpickles_them(sharded_engi
     with torch.no_grad():
         for param in engine.model.parameters():
             param.zero_()
-    _without_process_group(lambda: load_shards(engine.model, engine.optimizer, run_dir, state))
+    checkpoints = checkpoints_in(run_dir)
+    _without_process_group(lambda: checkpoints.load_shards(engine.model, engine.optimizer, state))
     assert all(torch.equal(saved[k], v) for k, v in engine.model.state_dict().items())
     _code_running_metadata(run_dir)
     with pytest.raises(CheckpointError, match=r"step-\d+-[0-9a-f]+/\.metadata \(\d+ bytes\) does not match"):
-        load_shards(engine.model, engine.optimizer, run_dir, state)
+        checkpoints.load_shards(engine.model, engine.optimizer, state)
     assert not (tmp_path / "pickle-ran").exists()
 
 

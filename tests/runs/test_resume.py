@@ -20,6 +20,7 @@ import torch
 from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.integrity import DamagedRun
+from gaccum_core.runs.resume import run_checkpoints
 from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
 from workers import close_now
@@ -56,7 +57,7 @@ def _assert_same_run(store, reference: str, resumed: str) -> None:
     """torch.equal parameters, optimizer state and scale; identical loss and grad_norm columns."""
     a, b = store.load_model(reference), resumed_store(resumed).load_model(resumed)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    ca, cb = store.load_checkpoint(reference), resumed_store(resumed).load_checkpoint(resumed)
+    ca, cb = run_checkpoints(store, reference).load(), run_checkpoints(resumed_store(resumed), resumed).load()
     for sa, sb in zip(ca["optimizer"]["state"].values(), cb["optimizer"]["state"].values()):
         assert all(torch.equal(torch.as_tensor(sa[k]), torch.as_tensor(sb[k])) for k in sa)
     assert ca["scaler"] == cb["scaler"] and ca["scheduler"] == cb["scheduler"]
@@ -90,10 +91,10 @@ def test_a_stopped_and_resumed_run_equals_the_uninterrupted_run(references, tmp_
         runner.stop(run_id)
         gate.release()
         assert _ended(runner, run_id).state == RunState.STOPPED
-        position = runner.store.load_checkpoint(run_id)["position"]
+        position = run_checkpoints(runner.store, run_id).load()["position"]
         done_micro = micro + 1  # the held micro-batch finishes; the stop is seen before the next
         assert position["micro"] == (done_micro % CONFIGS[name].accum_steps)
-        assert len(runner.store.load_checkpoint(run_id)["in_flight"]) == position["micro"]
+        assert len(run_checkpoints(runner.store, run_id).load()["in_flight"]) == position["micro"]
     runner.resume(run_id)
     assert _ended(runner, run_id).state == RunState.FINISHED
     _STORES[run_id] = runner.store
@@ -121,7 +122,7 @@ def test_a_sigkilled_worker_resumes_from_its_last_checkpoint_exactly(references,
         os.kill(runner.worker_pid(run_id), signal.SIGKILL)
         assert _ended(runner, run_id).state == RunState.FAILED
         rows_before = len(runner.store.read_metrics(run_id))
-        at = runner.store.load_checkpoint(run_id)["counters"]["step"]
+        at = run_checkpoints(runner.store, run_id).load()["counters"]["step"]
         assert at % 5 == 0 and at <= rows_before, (at, rows_before)
         monkeypatch.delenv("GACCUM_FAULTS")
         runner.resume(run_id)
@@ -161,8 +162,8 @@ def test_what_cannot_resume_exactly_is_refused_with_a_message_naming_it(tmp_path
     with pytest.raises(CheckpointError, match=r"settings changed.*lr: 0.05 -> 0.1"):
         runner.resume(finished, max_steps=6)
     path.write_text(path.read_text().replace('"lr": 0.1', '"lr": 0.05'))
-    state = runner.store.load_checkpoint(finished)
-    runner.store.save_checkpoint(finished, {**state, "torch_version": "1.13.0"})
+    checkpoints = run_checkpoints(runner.store, finished)
+    checkpoints.save({**checkpoints.load(), "torch_version": "1.13.0"})
     with pytest.raises(CheckpointError, match="torch 1.13.0"):
         runner.resume(finished, max_steps=6)
     runner.store.checkpoint_path(finished).write_bytes(b"not a checkpoint")

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from gaccum_core.config import RunConfig
-from gaccum_core.data import load_data
+from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
+from gaccum_core.runs.resume import run_checkpoints
 from gaccum_core.states import RunState
 from gaccum_core.train.distributed import Ranks, share
 from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,
@@ -178,7 +179,7 @@ def test_a_stop_agreed_by_every_rank_keeps_the_rows_and_resumes_to_the_uninterru
     wait_for_rows(runner, run_id, rows=5, timeout=WAIT_S)
     assert not runner.snapshot(run_id).done, runner.snapshot(run_id).message
     stop_and_assert_stopped(runner, run_id, procs, killed=False)
-    assert 5 <= runner.store.load_checkpoint(run_id)["counters"]["step"] < 24
+    assert 5 <= run_checkpoints(runner.store, run_id).load()["counters"]["step"] < 24
 
     monkeypatch.delenv("GACCUM_FAULTS")
     runner.resume(run_id)

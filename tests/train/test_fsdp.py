@@ -16,13 +16,14 @@ import pytest
 import torch
 
 from gaccum_core.config import RunConfig
-from gaccum_core.data import load_data
+from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
+from gaccum_core.runs.resume import run_checkpoints
 from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
+from gaccum_core.train.checkpoint import SHARDS_DIR
 from gaccum_core.train.fsdp import blocks
 from gaccum_core.train.memory import MB
-from gaccum_core.train.shards import SHARDS_DIR
 from hfmodels import saved_model
 from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,
                   last_windows, max_diff, one_process_references, reference, stop_and_assert_stopped, wait_for_rows)
@@ -249,7 +250,7 @@ def test_a_stopped_then_killed_sharded_run_resumes_bit_exact(make_runner, monkey
     monkeypatch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.25" for s in range(1, 21)))
     run_id = runner.submit(RESUMED)
     stop_and_assert_stopped(runner, run_id, _running_job(runner, run_id, rows=3), killed=False)
-    checkpoint = runner.store.load_checkpoint(run_id)
+    checkpoint = run_checkpoints(runner.store, run_id).load()
     stopped_at = checkpoint["counters"]["step"]
     assert 3 <= stopped_at < 20 and "model" not in checkpoint  # the weights are in the shards
     assert _shard_dirs(runner, run_id) == [checkpoint["sharded"].split("/")[-1]]  # older ones pruned
@@ -263,7 +264,7 @@ def test_a_stopped_then_killed_sharded_run_resumes_bit_exact(make_runner, monkey
     killed = runner.wait(run_id, timeout=WAIT_S)
     assert killed.state == RunState.FAILED, (killed.state, killed.message)
     assert_none_survive(procs)
-    resumed_at = runner.store.load_checkpoint(run_id)["counters"]["step"]
+    resumed_at = run_checkpoints(runner.store, run_id).load()["counters"]["step"]
     assert stopped_at < resumed_at < 20 and resumed_at % RESUMED.checkpoint_every == 0
 
     monkeypatch.delenv("GACCUM_FAULTS")

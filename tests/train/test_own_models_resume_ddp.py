@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gaccum_core.config import RunConfig
+from gaccum_core.runs.resume import run_checkpoints
 from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
 from gaccum_core.train.engine import Engine
@@ -63,7 +64,7 @@ def test_stopped_mid_window_and_resumed_equals_the_uninterrupted_run_bit_for_bit
     runner.stop(run_id)
     gate.release()
     assert _ended(runner, run_id).state == RunState.STOPPED
-    assert runner.store.load_checkpoint(run_id)["position"]["micro"] == 3  # mid-window: 3 of 4 micro-batches in
+    assert run_checkpoints(runner.store, run_id).load()["position"]["micro"] == 3  # mid-window: 3 of 4 micro-batches in
     runner.resume(run_id)
     assert _ended(runner, run_id).state == RunState.FINISHED
     a, b = runner.store.load_model(reference), runner.store.load_model(run_id)

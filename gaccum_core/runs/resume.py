@@ -1,0 +1,72 @@
+"""A run made ready to go on from its checkpoint: before the runner queues it again, and as its process starts.
+
+Before any worker or rank starts, prepare_resume checks that checkpoint.pt loads, is whole, names a sharded run's
+own files and fits the run's settings (longer ones where asked), then cuts the run's rows back to its step. In the
+run's process, resume_engine puts the checkpoint into the engine, each rank checking it again against its own
+model. How a checkpoint is written, read and checked: gaccum_core.train.checkpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gaccum_core.config import RunConfig
+from gaccum_core.runs.files import replace_atomically
+from gaccum_core.runs.store import RunStore
+from gaccum_core.states import RunState
+from gaccum_core.train.checkpoint import CheckpointError, CheckpointManager
+from gaccum_core.train.distributed import Ranks, share_from_rank0
+from gaccum_core.train.engine import Engine
+
+
+def checkpoints_in(run_dir: Path) -> CheckpointManager:
+    """The checkpoints of the run in run_dir, each file replaced atomically as the run store writes its files."""
+    return CheckpointManager(run_dir, replace_atomically)
+
+
+def run_checkpoints(store: RunStore, run_id: str) -> CheckpointManager:
+    """A run's checkpoints, in its directory."""
+    return checkpoints_in(store.path(run_id))
+
+
+def prepare_resume(store: RunStore, run_id: str, config: RunConfig, status: dict[str, Any], epochs: int | None,
+                   max_steps: int | None, again: bool) -> tuple[RunConfig, int]:
+    """The settings the run goes on with (a larger epochs or max_steps where given) and the step it resumes at,
+    once its checkpoint is checked; its rows after that step are dropped. CheckpointError says why it cannot go on.
+    again: a run with no checkpoint.pt yet (killed or stopped before its first) trains again from its first step."""
+    longer = config.extended(epochs, max_steps)  # before anything is written: a shorter run is refused
+    unsaved = again and not store.checkpoint_path(run_id).exists()
+    step, last_eval_step = (0, -1) if unsaved else resumable_at(store, run_id, longer)
+    if status.get("state") == RunState.FINISHED and longer == config:
+        raise CheckpointError(f"run {run_id} finished all its steps: give a larger epochs or max_steps to extend it")
+    if longer != config:
+        store.change_config(run_id, longer, step)
+    store.truncate_rows(run_id, step, last_eval_step)
+    return longer, step
+
+
+def resumable_at(store: RunStore, run_id: str, config: RunConfig) -> tuple[int, int]:
+    """The step the run's checkpoint resumes at and the last step it had evaluated; CheckpointError naming what
+    makes it impossible."""
+    checkpoints = run_checkpoints(store, run_id)
+    state = checkpoints.read()
+    # Whole, and a sharded run's files those it wrote, before any rank starts (and loads them).
+    checkpoints.check(state, config, store.model_shapes(run_id))
+    counters = state["counters"]
+    return counters["step"], counters.get("last_eval_step", counters["step"])
+
+
+def resume_engine(store: RunStore | None, run_id: str, engine: Engine, ranks: Ranks) -> None:
+    """A run with a checkpoint continues from it, its rows after it dropped. A data-parallel run's ranks all take
+    rank 0's checkpoint (its ranks stop only at a step's end, so it holds no gradients in flight, and the ranks'
+    weights, optimizer states and RNGs are the same). store: on global rank 0 only."""
+    checkpoint = run_checkpoints(store, run_id).load() if store is not None else None
+    if ranks.distributed:
+        checkpoint = share_from_rank0(checkpoint)
+    if checkpoint is None:
+        return
+    engine.resume_from(checkpoint)
+    if store is not None:
+        counters = engine.training.counters
+        store.truncate_rows(run_id, counters.step, counters.last_eval_step)
