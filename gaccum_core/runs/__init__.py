@@ -2,7 +2,8 @@
 
 files (atomic writes, CSV rows appended whole and followed, a full disk named) → store (the runs
 directory) → claim (which process owns a run) and integrity (damaged files named) → catalog (the
-runs on disk as a table); execute (one run in this process) → worker (a run in a child process) and
+runs on disk as a table); resume (a stopped run made ready to go on, for the runner and for the run's
+own process, through train.checkpoint's manager); execute (one run in this process) → worker (a run in a child process) and
 supervisor (watching that child; rank_failures: which rank failed a torchrun job) → executors (thread or
 process, the warm spare) → runner (queues per device, snapshot: what a UI polls). aside runs a page's
 computation on your own code in a process of its own. Imports the shared vocabulary and train.

@@ -4,6 +4,8 @@ accumulation (windows and weights, pure) → step (one accumulated optimizer ste
 loss and optim → engine (a run's loop: data, model, checkpoints), which calls rows (each step's metrics
 row, into metrics' sinks), evaluation (test split, sample text) and errors; checks (preflight) tests a
 config before a run, with device (what this machine can run); memory, distributed (DDP), fsdp (FSDP2
-sharding) and checkpoint (with shards, a sharded run's state) sit beside them.
+sharding) and checkpoint (the one checkpoint manager: checkpoint.pt and a sharded run's DCP directories,
+written atomically, read, checked against a changed config, pruned; checkpoint_state: what it captures)
+sit beside them.
 Imports the shared vocabulary, models and data.
 """

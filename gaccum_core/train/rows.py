@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from gaccum_core.train.accumulation import Window
-from gaccum_core.train.checkpoint import Counters
+from gaccum_core.train.checkpoint_state import Counters
 from gaccum_core.train.distributed import CollectiveCount, Ranks, combine_ranks
 from gaccum_core.train.metrics import Row
 from gaccum_core.train.step import StepResult, StopCheck
