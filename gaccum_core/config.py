@@ -24,7 +24,10 @@ ON_OFF = ("on", "off")
 MODELS = ("mlp", "cnn", "cnn_bn", "cnn_gn", "resnet18", "resnet50",
           "mobilenet_v3_small", "efficientnet_b0", "vit_b_16", "gpt")
 IMAGE_DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake", "imagefolder")
-TEXT_DATASETS = ("pydoc", "text")
+# pydoc (bundled), text (your .txt/.jsonl files), tokens (nanoGPT's train.bin/val.bin of token ids),
+# hf-dataset (a datasets save_to_disk folder or a folder of .parquet files)
+TEXT_DATASETS = ("pydoc", "text", "tokens", "hf-dataset")
+TOKEN_DTYPES = ("uint16", "uint32")  # the width of a tokens data set's ids (nanoGPT writes uint16)
 DATASETS = IMAGE_DATASETS + TEXT_DATASETS
 TEXT_MODELS = ("gpt",)
 TIMM_PREFIX = "timm:"  # timm:NAME, any timm image model, untrained
@@ -134,6 +137,10 @@ class RunConfig:
     max_seq_len: int = 128
     gpt_preset: str = _one_of("tiny", GPT_PRESET_NAMES)
     no_dropout: bool = False
+    packing: str = _one_of("off", ON_OFF)
+    token_dtype: str = _one_of("uint16", TOKEN_DTYPES)
+    cache_dir: str = ""
+    eval_batches: int = 50
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -279,6 +286,7 @@ def _check_ranges(cfg: RunConfig) -> None:
     _int_range(cfg, "nnodes", 1, MAX_PROCESSES)
     _int_range(cfg, "checkpoint_every", 0, 10**9, " (0 = only on Stop and at the end)")
     _int_range(cfg, "text_file_max_mb", 1, 1024**2)
+    _int_range(cfg, "eval_batches", 0, 10**9, " (0 = the whole test split)")
     _positive_float(cfg, "lr", allow_zero=False, high=1e3)
     _positive_float(cfg, "init_scale", allow_zero=False, high=2.0**126)
     _positive_float(cfg, "grad_clip", allow_zero=True)
@@ -300,7 +308,10 @@ def _check_task(cfg: RunConfig) -> None:
         raise ConfigError("model", cfg.model, f"a language model for the {cfg.dataset} text data set: "
                           + ", ".join(TEXT_MODELS) + " or hf:DIR")
     if cfg.dataset == "text" and not cfg.text_file.strip():
-        raise ConfigError("text_file", cfg.text_file, "the path of a UTF-8 text or .jsonl file (required with dataset text)")
+        raise ConfigError("text_file", cfg.text_file, "the path of a UTF-8 text or .jsonl file, or a folder or glob of "
+                          "them (required with dataset text)")
+    if cfg.packing == "on" and not cfg.is_text:
+        raise ConfigError("packing", cfg.packing, "off for an image data set (packing joins text documents)")
     if cfg.model == "gpt":
         most = GPT_PRESETS[cfg.gpt_preset].max_len
         _int_range(cfg, "max_seq_len", 1, most, f" (the positions gpt {cfg.gpt_preset} embeds)")

@@ -12,7 +12,9 @@ FIELD_HELP = {
     "dataset": "data set: digits (bundled, no download), mnist, fashionmnist, cifar10 (from data_dir), fake, "
                "imagefolder (your images in data_dir, one sub-folder per class), MODULE:FUNCTION / "
                "FILE.py:FUNCTION (your function returning (train, test) datasets of (image tensor, int label)); "
-               "text for gpt and hf:DIR: pydoc (Python's documentation topics, bundled) or text (text_file)",
+               "text for gpt and hf:DIR: pydoc (Python's documentation topics, bundled), text (text_file), tokens "
+               "(nanoGPT's data_dir/train.bin and val.bin of token ids) or hf-dataset (a folder datasets' "
+               "save_to_disk wrote, or of .parquet files, in data_dir; its text_field)",
     "micro_batch_size": "samples per forward/backward pass (b)",
     "accum_steps": "micro-batches accumulated per optimizer step (k); effective batch = b*k",
     "reduction": "loss reduction: mean (exact: each micro-batch's summed loss over the window's samples, or "
@@ -35,7 +37,8 @@ FIELD_HELP = {
     "seed": "seed for the initial weights and the sample order",
     "device": "auto, cpu, cuda or cuda:N",
     "data_dir": "where mnist, fashionmnist and cifar10 are read from; for imagefolder, the folder of class "
-                "folders (or of train/ and val/ each holding them)",
+                "folders (or of train/ and val/ each holding them); for tokens, the folder of train.bin (and "
+                "val.bin); for hf-dataset, the folder datasets' save_to_disk wrote, or of .parquet files",
     "download": "download mnist/fashionmnist/cifar10 into data_dir when missing",
     "image_size": "resize images to this size for the model (0 = the data set's own size; fake: generated size)",
     "fake_samples": "training samples of the fake data set (its test split is a fifth of that)",
@@ -46,12 +49,25 @@ FIELD_HELP = {
     "checkpoint_every": "write checkpoint.pt every N optimizer steps, besides on Stop and at the end "
                         "(0 = only then); a killed run resumes from the last one",
     "nnodes": "machines in a data-parallel job (the command line's --node-rank and --rdzv-endpoint join them)",
-    "text_file": "the file the text data set reads: UTF-8 text split on blank lines into documents, or .jsonl, "
-                 "one JSON object a line whose text_field is a document",
+    "text_file": "what the text data set reads: a UTF-8 text file split on blank lines into documents, or .jsonl, "
+                 "one JSON object a line whose text_field is a document; or a folder or glob of such files (shards, "
+                 "read in sorted order). Tokenised once into the token cache (cache_dir), of any size",
     "text_field": "the field of each .jsonl line that holds its document's text",
     "no_dropout": "turn the model's dropout off (every dropout layer's p, and an hf: model's dropout settings, "
                   "set to 0): accumulated and big-batch steps then compute the same function",
-    "text_file_max_mb": "the largest text file read, in MB (checked before reading: a larger one is refused)",
+    "text_file_max_mb": "the most text read into memory at once, in MB: a larger document (a paragraph or a "
+                        ".jsonl line) is refused; the corpus itself may be of any size",
+    "packing": "off: each document cut into sequences of max_seq_len, its last one padded (micro-batches hold "
+               "different numbers of target tokens); on: documents joined with an end-of-text token and cut into "
+               "full sequences (nanoGPT), so every micro-batch holds the same number. A tokens data set is packed "
+               "by nature",
+    "token_dtype": "the width of a tokens data set's ids in train.bin and val.bin: uint16 (as nanoGPT writes them, "
+                   "for a vocabulary of at most 65,536 ids) or uint32",
+    "cache_dir": "where text is kept tokenised (one flat file of token ids per corpus and tokenizer, reused by "
+                 "later runs, other ranks and the planner); empty: GACCUM_CACHE_DIR, else token-cache beside the "
+                 "runs directory",
+    "eval_batches": "batches of the test split each evaluation reads: the same ones every time, so evaluations "
+                    "compare (0 = the whole split)",
     "max_seq_len": "longest sequence (tokens) of the text data sets: documents are cut into chunks of this length "
                    "(at most the positions the model embeds)",
     "gpt_preset": "size of the gpt model: " + ", ".join(preset_words(name) for name in GPT_PRESETS)
