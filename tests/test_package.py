@@ -33,3 +33,15 @@ def test_readme_starts_with_two_commands_and_ci_runs_the_test_command():
 def test_requirements_pin_torch_and_torchvision():
     lines = (ROOT / "requirements.txt").read_text().splitlines()
     assert "torch==2.14.1" in lines and "torchvision==0.29.1" in lines
+
+
+def test_no_two_test_files_share_a_name():
+    """tests/ has no __init__.py: pytest imports each test file by its name alone, so two files of one name in
+    different folders fail to collect under xdist ("import file mismatch") on a clean clone."""
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        if path.name in seen:
+            clashes.append(f"{path.relative_to(ROOT)} and {seen[path.name].relative_to(ROOT)}")
+        seen[path.name] = path
+    assert len(seen) > 50 and not clashes, clashes
