@@ -9,7 +9,6 @@ docstring alone: a name is imported from the module that defines it, and a priva
 import ast
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "gaccum_core"
