@@ -7,6 +7,7 @@ from gaccum_core.data.folders import describe_folder, folder_sources
 from gaccum_core.data.images import describe_images, image_sources
 from gaccum_core.data.sources import DataBundle, DataError
 from gaccum_core.data.text import describe_text, text_sources
+from gaccum_core.data.token_files import describe_tokens, tokens_sources
 from gaccum_core.data.tokens import tokens_for
 from gaccum_core.data.user import describe_user, user_sources
 
@@ -15,7 +16,7 @@ def load_data(config: RunConfig) -> DataBundle:
     """The train/test sources of config.dataset; raises DataError (or ConfigError) if they cannot be had."""
     name = config.dataset
     if name in TEXT_DATASETS:
-        train, test = text_sources(config)
+        train, test = tokens_sources(config) if name == "tokens" else text_sources(config)
         tokens = tokens_for(config)
         return DataBundle(name, train, test, tokens.vocab_size, (config.max_seq_len,), tokens)
     if is_factory(name):
@@ -30,6 +31,8 @@ def load_data(config: RunConfig) -> DataBundle:
 def describe_dataset(config: RunConfig) -> str:
     """One line such as 'digits: 1437 train / 360 test, 1×8×8, 10 classes' (reads no image files but an
     image folder's, decoded once and cached for the run that follows)."""
+    if config.dataset == "tokens":
+        return describe_tokens(config)
     if config.dataset in TEXT_DATASETS:
         return describe_text(config)
     if config.dataset == "imagefolder":

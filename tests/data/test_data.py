@@ -207,7 +207,7 @@ def test_describe_dataset() -> None:
     assert f"{len(bundle.train)} train / {len(bundle.test)} test" in describe_dataset(fake)
 
 
-@pytest.mark.parametrize("name", config.TEXT_DATASETS)
+@pytest.mark.parametrize("name", ["pydoc", "text"])  # tokens, hf-dataset: test_token_files, test_hf_datasets
 def test_every_text_dataset_loads_and_matches_its_description(name: str, tmp_path: Path) -> None:
     """Text: sequences of different lengths padded per batch, padding without targets; the description
     counts the same sequences and target tokens that load_data gives."""
