@@ -20,7 +20,8 @@ from gaccum_core.views.plan import (memory_figure, plan_csv, plan_table, progres
 LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)",
           "nproc": "Processes N (ranks)", "sharding": "Sharding"}
 BASE_FIELDS = ("model", "dataset", "data_dir", "image_size", "fake_samples", "text_file", "text_field",
-               "text_file_max_mb", "max_seq_len", "gpt_preset", "optimizer", "device")
+               "text_file_max_mb", "max_seq_len", "gpt_preset", "packing", "token_dtype", "cache_dir", "optimizer",
+               "device")
 TRAIN_FIELDS = (*BASE_FIELDS, "micro_batch_size", "accum_steps", "amp", "clear_cache", "compile", "sharding",
                 "fsdp_sync", "nproc")  # what "Use these settings" sets on Train
 DEFAULT = default_request()

@@ -99,16 +99,26 @@ def _preset_caption(preset: str) -> str:
 
 
 def text_settings(fields: FieldWidgets, model: str, dataset: str) -> None:
-    """A language run's settings: the text file (and the field of a .jsonl file's lines), gpt's size, the
-    sequence length."""
+    """A language run's settings: where its text is (a text file, folder or glob and the field of .jsonl lines;
+    a tokens or hf-dataset folder), where it is kept tokenised, gpt's size, the sequence length, packing."""
     if dataset == "text":
         path = fields.add("text_file", st.text_input,
-                          placeholder="notes.txt (paragraphs split by blank lines) or notes.jsonl")
-        if path.strip().lower().endswith(".jsonl"):
+                          placeholder="notes.txt (paragraphs split by blank lines), notes.jsonl, a folder or a glob")
+        if not path.strip().lower().endswith(".txt"):  # .jsonl, or a folder or glob that may hold .jsonl shards
             fields.add("text_field", st.text_input)
         fields.add("text_file_max_mb", st.number_input, step=64)
+    elif dataset == "tokens":
+        fields.add("data_dir", st.text_input, help="the folder of nanoGPT's train.bin (and val.bin) of token ids")
+        fields.add("token_dtype", st.radio, options=cfg.TOKEN_DTYPES, horizontal=True)
+    elif dataset == "hf-dataset":
+        fields.add("data_dir", st.text_input, help="a folder datasets' save_to_disk wrote, or of .parquet files")
+        fields.add("text_field", st.text_input)
+    if dataset in ("text", "hf-dataset"):
+        fields.add("cache_dir", st.text_input, placeholder="token-cache beside the runs directory")
     if model == "gpt":
         preset = fields.add("gpt_preset", st.selectbox, options=cfg.GPT_PRESET_NAMES, format_func=_preset_label)
         if preset in GPT_PRESETS:
             st.caption(_preset_caption(preset))
     fields.add("max_seq_len", st.number_input, step=16)
+    if dataset != "tokens":  # a tokens data set is packed by nature
+        fields.add("packing", st.radio, options=cfg.ON_OFF[::-1], horizontal=True)

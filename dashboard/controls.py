@@ -36,6 +36,9 @@ LABELS = {
     "text_file_max_mb": "Largest text file (MB)",
     "gpt_preset": "GPT size",
     "max_seq_len": "Sequence length (tokens)",
+    "packing": "Packing (documents joined into full sequences)",
+    "token_dtype": "Token id width",
+    "cache_dir": "Token cache folder (empty = beside the runs)",
     "fake_samples": "Fake samples",
     "fake_classes": "Fake classes",
     "data_dir": "Data directory",
@@ -60,6 +63,7 @@ LABELS = {
     "epochs": "Epochs",
     "max_steps": "Max optimizer steps (0 = no limit)",
     "eval_every": "Evaluate every N steps (0 = each epoch)",
+    "eval_batches": "Batches per evaluation (0 = the whole test split)",
     "seed": "Seed",
     "nproc": "Processes N (data-parallel)",
     "checkpoint_every": "Checkpoint every N steps (0 = on Stop and at the end)",
@@ -206,6 +210,7 @@ class Controls(FieldWidgets):
         self.add("epochs", st.number_input, step=1)
         self.add("max_steps", st.number_input, step=1)
         self.add("eval_every", st.number_input, step=1)
+        self.add("eval_batches", st.number_input, step=10)
         self.add("checkpoint_every", st.number_input, step=10)
         self.add("seed", st.number_input, step=1)
 
