@@ -65,12 +65,14 @@ def _check_dtype(config: RunConfig, vocab_size: int) -> None:
 
 
 def largest_id(path: Path, dtype: str, info: os.stat_result) -> int:
-    """The largest id in the file, read in chunks of SCAN_IDS; remembered per (path, size, mtime_ns)."""
+    """The largest id in the file, read SCAN_IDS at a time; remembered per (path, size, mtime_ns). Read, not
+    memory-mapped: a map's pages, once touched, would count in the process's resident memory."""
     key = (str(path.resolve()), info.st_size, info.st_mtime_ns)
     if key not in _MAX_IDS:
-        ids = np.memmap(path, dtype=dtype, mode="r")
-        found = max(int(ids[i:i + SCAN_IDS].max()) for i in range(0, len(ids), SCAN_IDS))
-        del ids  # the map closes with its last reference
+        found = 0
+        with open(path, "rb") as file:
+            while len(chunk := np.fromfile(file, dtype=dtype, count=SCAN_IDS)):
+                found = max(found, int(chunk.max()))
         if len(_MAX_IDS) >= _MAX_REMEMBERED:
             _MAX_IDS.clear()
         _MAX_IDS[key] = found
