@@ -118,3 +118,16 @@ def test_the_same_sweep_going_in_another_process_is_said_so_under_start(runs_dir
     assert not at.exception, [e.value for e in at.exception]
     (message,) = [e.value for e in at.error if e.value.startswith("Cannot start:")]
     assert "owned by process 4242" in message and "\n" not in message
+
+
+def test_a_text_sweep_crosses_packing_with_the_reductions(runs_dir):
+    at = sweeps_page()
+    assert "sweep_packing" not in [m.key for m in at.multiselect]  # cnn on digits: nothing to pack
+    at.selectbox(key="sweep_model").select("gpt")
+    at.selectbox(key="sweep_dataset").select("pydoc").run()
+    at.multiselect(key="sweep_packing").set_value(["off", "on"]).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    caption = " ".join(c.value for c in at.caption)
+    assert "gpt on pydoc, E=64: b × reduction × packing, 3 repeats (24 runs)" in caption, caption
+    at.selectbox(key="sweep_dataset").select("digits").run()  # an image data set: no packing to cross
+    assert "sweep_packing" not in [m.key for m in at.multiselect]
