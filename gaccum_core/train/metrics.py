@@ -22,16 +22,19 @@ COLLECTIVE_COLUMNS = ("allreduce_calls", "allreduce_bytes", "reduce_scatter_call
 # The training memory the planner counts (train.memory.TrainingMemory): weights + gradients + optimizer
 # state + activation_mb = train_mem_mb, the same figure on every device.
 TRAINING_MEMORY_COLUMNS = ("weights_mb", "gradients_mb", "optimizer_mb", "train_mem_mb")
-EVAL_COLUMNS = ("epoch", "step", "test_loss", "test_accuracy", "wall_time_s", "perplexity")
+# eval_samples: the test images or sequences an evaluation read (RunConfig.eval_batches caps them); eval_tokens:
+# a language run's target tokens among them, what its test_loss is the mean over.
+EVAL_COLUMNS = ("epoch", "step", "test_loss", "test_accuracy", "wall_time_s", "perplexity", "eval_samples",
+                "eval_tokens")
 # Columns added after runs were first written, with the value every row of an older run had.
 ADDED_COLUMNS = {"world_size": 1, "allreduce_calls": 0, "allreduce_bytes": 0,
                  "tokens": math.nan, "tokens_seen": math.nan, "tokens_per_s": math.nan,
                  **{column: math.nan for column in TRAINING_MEMORY_COLUMNS},
                  **{column: 0 for column in COLLECTIVE_COLUMNS[2:]}, "grad_kept_mb": math.nan}
-ADDED_EVAL_COLUMNS = {"perplexity": math.nan}
+ADDED_EVAL_COLUMNS = {"perplexity": math.nan, "eval_samples": math.nan, "eval_tokens": math.nan}
 # Columns holding counts; every other metric is a float. An empty cell is None.
 _INT_COLUMNS = frozenset({"step", "epoch", "micro_batches", "samples", "samples_seen", "skipped", "skipped_total",
-                          "world_size", "tokens", "tokens_seen", *COLLECTIVE_COLUMNS})
+                          "world_size", "tokens", "tokens_seen", *COLLECTIVE_COLUMNS, "eval_samples", "eval_tokens"})
 
 Row = dict[str, Any]
 

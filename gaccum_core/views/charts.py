@@ -127,8 +127,18 @@ def _eval_points(run: RunSeries, x: str) -> pd.DataFrame:
     return evals.assign(step=evals["step"].astype(float)).merge(seen, on="step", how="inner")
 
 
-def _eval_traces(drawn: list[tuple[int, RunSeries]], x: str, column: str, suffix: Callable[[RunSeries], str]
-                 ) -> list[dict[str, Any]]:
+def _coverage(run: RunSeries, points: pd.DataFrame, y_format: str) -> dict[str, Any]:
+    """A hover saying what each evaluation covered ('0.412 over 6,400 target tokens'); nothing for a run
+    written before eval.csv counted it."""
+    column, unit = ("eval_tokens", "target tokens") if is_language(run) else ("eval_samples", "test images")
+    covered = pd.to_numeric(points.get(column, pd.Series(dtype=float)), errors="coerce").to_numpy(dtype=float)
+    if len(covered) != len(points) or not np.isfinite(covered).all():
+        return {}
+    return {"customdata": covered, "hovertemplate": f"%{{y:{y_format}}} over %{{customdata:,.0f}} {unit}"}
+
+
+def _eval_traces(drawn: list[tuple[int, RunSeries]], x: str, column: str, suffix: Callable[[RunSeries], str],
+                 y_format: str = ".3f") -> list[dict[str, Any]]:
     """One lines+markers trace of an evals column per run that has evaluations with a value there."""
     traces = []
     for i, run in drawn:
@@ -140,7 +150,7 @@ def _eval_traces(drawn: list[tuple[int, RunSeries]], x: str, column: str, suffix
             continue
         traces.append(_scatter(points[x].to_numpy(dtype=float), ys, mode="lines+markers",
                                name=run.label + suffix(run), legendgroup=run.run_id, line={"color": _colour(i, run)},
-                               uid=_uid(run, column)))
+                               uid=_uid(run, column), **_coverage(run, points, y_format)))
     return traces
 
 
@@ -167,7 +177,7 @@ def perplexity_figure(runs: list[RunSeries], x: str, log_y: bool = True, **_othe
     each language run; on a log axis by default, since it falls from about the vocabulary size (256)."""
     axis = resolve_axis(runs, x)
     language = [(i, run) for i, run in axis.drawn if is_language(run)]
-    traces = _eval_traces(language, axis.x, "perplexity", lambda run: "")
+    traces = _eval_traces(language, axis.x, "perplexity", lambda run: "", ".4g")
     note = WAITING if not axis.drawn else NO_LANGUAGE if not language else None if traces else NO_EVALS
     # Image runs are never drawn here, whatever the x axis: no note about leaving them out.
     return chart_figure("perplexity", "validation perplexity", replace(axis, left_out=False), "perplexity",

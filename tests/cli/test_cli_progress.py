@@ -23,3 +23,22 @@ def test_a_second_ctrl_c_advises_resuming_only_a_run_that_has_a_checkpoint(tmp_p
     follow(runner, "r1")
     assert said == [f"{SECOND_CTRL_C}: it has no checkpoint to resume from, start it again",
                     f"{SECOND_CTRL_C}: it resumes from its last checkpoint"]
+
+
+def test_the_progress_line_says_the_latest_evaluation_and_what_it_covered(capsys):
+    from gaccum_core.config import RunConfig
+
+    step = {"loss": 2.0, "skipped_total": 0, "scale": None, "tokens_per_s": 5000.0}
+
+    def snap(config, evals):
+        return SimpleNamespace(run_id="r1", state=RunState.FINISHED, steps_done=4, total_steps=4, eta_s=None,
+                               metrics=(step,), evals=evals, config=config, done=True, message="")
+
+    language = snap(RunConfig(model="gpt", dataset="pydoc"), ({"perplexity": 12.345, "eval_tokens": 6400},))
+    image = snap(RunConfig(model="mlp"), ({"test_accuracy": 0.91234, "eval_samples": 1600},))
+    old = snap(RunConfig(model="mlp"), ({"test_accuracy": 0.5},))  # eval.csv from before the coverage columns
+    for shown in (language, image, old):
+        follow(SimpleNamespace(wait=lambda run_id, timeout=None, shown=shown: shown), "r1")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].endswith("· perplexity 12.35 over 6,400 tokens")
+    assert lines[1].endswith("· test acc 0.912 over 1,600 images") and lines[2].endswith("· test acc 0.500")

@@ -100,7 +100,7 @@ def test_a_data_parallel_job_listed_as_running_elsewhere_stops_when_its_command_
 def test_a_stop_during_the_final_evaluation_stops_it_and_a_resume_evaluates_once():
     """#4: the stop request reaches an evaluation (a long one is not waited for); the checkpoint's
     last_eval_step is before it, so the resumed run evaluates that step, once."""
-    config = CONFIG.replace(micro_batch_size=2, max_steps=3)  # 180 digits to evaluate in batches of 2
+    config = CONFIG.replace(micro_batch_size=2, max_steps=3)  # eval_batches 50: 50 batches of 2 to evaluate
     engine, rows, saved, batches = Engine(config), RowKeeper(), [], []
     real_batch = engine.data.test.batch
 
@@ -110,7 +110,7 @@ def test_a_stop_during_the_final_evaluation_stops_it_and_a_resume_evaluates_once
         return real_batch(indices)
 
     engine.data.test.batch = batch
-    # The stop request arrives during the evaluation, after its third batch of 90.
+    # The stop request arrives during the evaluation, after its third batch of 50.
     state = engine.run(rows, should_stop=lambda: len(batches) >= 3, on_checkpoint=saved.append)
     assert state == RunState.STOPPED and [r["step"] for r in rows.steps] == [1, 2, 3] and rows.evals == []
     assert len(batches) == 3  # stopped at the next batch, not after all of them

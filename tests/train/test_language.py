@@ -10,6 +10,7 @@ from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data.load import load_data
 from gaccum_core.data.text import pydoc_documents
 from gaccum_core.train.engine import Engine
+from gaccum_core.train.evaluation import eval_indices
 from gaccum_core.runs.files import RunWriter
 from gaccum_core.runs.store import RunStore
 from training import trained
@@ -83,6 +84,9 @@ def test_rows_count_tokens_and_evaluations_give_perplexity_and_a_sample(tmp_path
     assert (metrics["tokens"] > 0).all() and metrics["tokens_seen"].is_monotonic_increasing
     assert metrics["tokens_per_s"].gt(0).all()
     assert evals["perplexity"].iloc[-1] == pytest.approx(torch.tensor(evals["test_loss"].iloc[-1]).exp().item())
+    test = engine.data.test  # eval_batches 50 of 4 sequences: 200, fewer than the split's
+    assert evals["eval_samples"].tolist() == [200] and len(test) > 200
+    assert evals["eval_tokens"].tolist() == [test.target_tokens(eval_indices(len(test), 4, 50))]
     samples = store.samples(run_id)
     assert [s["step"] for s in samples] == [3] and samples[0]["text"].startswith("The ")
     from gaccum_core.runs.catalog import describe_run

@@ -48,7 +48,8 @@ def metrics(n, fp16=False, cuda=False, seed=0):
 def evals(steps):
     return pd.DataFrame({"epoch": 0, "step": steps, "test_loss": 1.0,
                          "test_accuracy": np.linspace(0.5, 0.9, len(steps)),
-                         "wall_time_s": np.asarray(steps) * 0.01 + 0.5, "perplexity": np.nan})[list(EVAL_COLUMNS)]
+                         "wall_time_s": np.asarray(steps) * 0.01 + 0.5, "perplexity": np.nan, "eval_samples": 64,
+                         "eval_tokens": np.nan})[list(EVAL_COLUMNS)]
 
 
 def run(n, label="run", evals_at=(), **kind):
@@ -306,7 +307,7 @@ def lm_run(n, label="lm", evals_at=(), seed=0, fp16=False):
     frame = metrics(n, seed=seed, fp16=fp16).assign(tokens=tokens, tokens_seen=np.cumsum(tokens),
                                          tokens_per_s=rng.uniform(5000, 6000, n))
     losses = np.linspace(5.0, 2.0, len(evals_at))
-    ev = evals(list(evals_at)).assign(test_loss=losses, perplexity=np.exp(losses))
+    ev = evals(list(evals_at)).assign(test_loss=losses, perplexity=np.exp(losses), eval_tokens=6400)
     return RunSeries(run_id=label, label=label, metrics=frame, evals=ev)
 
 
@@ -336,6 +337,19 @@ def test_image_runs_keep_their_charts_and_get_no_perplexity():
     old = RunSeries("old", "old", metrics(5).drop(columns=["tokens", "tokens_seen", "tokens_per_s"]), evals([5]))
     assert not is_language(old) and list(build_figures([old], "step", 0.6)) == list(CHARTS)  # rows from before tokens
     assert annotations(perplexity_figure([run(5)], "step")) == [NO_LANGUAGE]
+
+
+def test_the_evaluation_hover_says_how_much_each_evaluation_covered():
+    image, lm = run(30, "img", evals_at=[10, 30]), lm_run(30, "lm", evals_at=[10, 30])
+    figures = build_figures([image, lm], "step", 0.6)
+    accuracy = {trace.legendgroup: trace for trace in figures["accuracy"].data}
+    assert accuracy["img"].hovertemplate == "%{y:.3f} over %{customdata:,.0f} test images"
+    assert list(accuracy["img"].customdata) == [64, 64]
+    assert accuracy["lm"].hovertemplate.endswith("over %{customdata:,.0f} target tokens")
+    assert figures["perplexity"].data[0].hovertemplate == "%{y:.4g} over %{customdata:,.0f} target tokens"
+    old = RunSeries("old", "old", metrics(30), evals([10]).drop(columns=["eval_samples", "eval_tokens"]))
+    trace = accuracy_figure([old], "samples_seen").data[0]  # written before eval.csv counted it: plotly's own hover
+    assert trace.hovertemplate is None and trace.customdata is None
 
 
 def test_tokens_seen_is_an_x_axis_of_every_chart_of_a_language_run():
