@@ -53,11 +53,12 @@ def synthetic_run(steps: int, seed: int, skips: int = 50, eval_every: int = 500)
         "mem_peak_mb": 1410 + rng.normal(0, 5, steps), "activation_mb": 540.0,
         "cache_clear_s": 0.0, "step_time_s": step_time, "samples_per_s": samples / step_time,
         "wall_time_s": np.cumsum(step_time),
-    })[list(STEP_COLUMNS)]
+    }).reindex(columns=list(STEP_COLUMNS))  # columns a synthetic run has no figure for stay empty
     at = step[eval_every - 1::eval_every]
     evals = pd.DataFrame({"epoch": at // 470, "step": at, "test_loss": loss[at - 1],
                           "test_accuracy": 0.98 - 0.8 * np.exp(-at / (steps / 5)),
-                          "wall_time_s": metrics["wall_time_s"].to_numpy()[at - 1] + 0.2})[list(EVAL_COLUMNS)]
+                          "wall_time_s": metrics["wall_time_s"].to_numpy()[at - 1] + 0.2})
+    evals = evals.reindex(columns=list(EVAL_COLUMNS))  # columns a synthetic run has no figure for stay empty
     return RunSeries(f"run{seed}", f"b=32 k=4 fp16 #{seed}", metrics, evals)
 
 

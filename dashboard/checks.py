@@ -4,6 +4,7 @@ refusal in the page's words under the control that holds the value."""
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Mapping
 
@@ -27,10 +28,26 @@ def file_stamp(path: str) -> tuple[int, int] | None:
     return info.st_mtime_ns, info.st_size
 
 
+def folder_stamp(path: str) -> tuple:
+    """The versions of a folder's files (name, modification time, size), so a cached check follows a file
+    written, replaced or removed there; empty if it cannot be listed."""
+    try:
+        names = sorted(os.listdir(path))
+    except (OSError, ValueError):
+        return ()
+    return tuple((name, file_stamp(os.path.join(path, name))) for name in names[:1000])
+
+
 def file_stamps(config: RunConfig) -> tuple:
-    """The versions of the files that settings read, for a cache key: the text file, an hf: model's
-    directory, your model's and data set's FILE.py (ConfigError naming model for an hf: directory that is not one)."""
-    text = file_stamp(config.text_file) if config.dataset == "text" else None
+    """The versions of the files that settings read, for a cache key: the text file (or the folder of a text,
+    tokens or hf-dataset corpus), an hf: model's directory, your model's and data set's FILE.py (ConfigError
+    naming model for an hf: directory that is not one)."""
+    if config.dataset == "text":
+        path = config.text_file
+        text = (folder_stamp(path) if os.path.isdir(path) else file_stamp(path) if not glob.has_magic(path)
+                else tuple((name, file_stamp(name)) for name in sorted(glob.glob(path))[:1000]))
+    else:
+        text = folder_stamp(config.data_dir) if config.dataset in ("tokens", "hf-dataset") else None
     tokenizer = directory_version(hf_directory(config.model)) if is_hf(config.model) else None
     mine = tuple(file_version(getattr(config, f)) for f in ("model", "dataset") if is_factory(getattr(config, f)))
     return text, tokenizer, mine

@@ -34,7 +34,9 @@ def short_model(model: str) -> str:
 # (fsdp/last, reshard off; ddp beside an fsdp run), any other setting as field=value (clear_cache=step).
 _USUAL = ("amp", "reduction", "clear_cache", "compile", "world_size", "sharding")  # named whenever not the default
 _ALWAYS = ("model", "micro_batch_size", "accum_steps")
-_NEVER = ("device", "data_dir", "download", "text_file_max_mb")  # where a run ran, not what it trained
+_NEVER = ("device", "data_dir", "download", "text_file_max_mb", "cache_dir")  # where a run ran, not what it trained
+# The data sets whose data_dir is what they train on (not where a named data set is kept): it tells runs apart.
+_DATA_IN_DATA_DIR = ("imagefolder", "tokens", "hf-dataset")
 # Said by the model's name (gpt-tiny), by N, and by the sharding's text (fsdp/last reshard off).
 _IN_OTHERS = ("gpt_preset", "nproc", "nnodes", "fsdp_sync", "fsdp_reshard_after_backward")
 _DEFAULT = RunConfig()
@@ -80,7 +82,9 @@ def run_label(config: RunConfig) -> str:
 def _differing(configs: Sequence[RunConfig]) -> list[str]:
     """The settings (RunConfig's order) in which these runs differ, but those a label names anyway (the
     usual ones are named where not the default: fp16 against nothing says amp=off)."""
-    skip = (*_ALWAYS, *_USUAL, *_NEVER, *_IN_OTHERS)
+    skip = {*_ALWAYS, *_USUAL, *_NEVER, *_IN_OTHERS}
+    if any(c.dataset in _DATA_IN_DATA_DIR for c in configs):
+        skip.discard("data_dir")
     fields = [f.name for f in dataclasses.fields(RunConfig) if f.name not in skip]
     return [name for name in fields if len({getattr(c, name) for c in configs}) > 1]
 

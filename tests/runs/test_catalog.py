@@ -120,3 +120,11 @@ def test_labels_name_the_sharding_and_its_sync_not_the_field_names():
                                                     "mlp b=32 k=4 N=2 fsdp/last reshard off"]
     assert run_labels([ddp, ddp.replace(seed=1)]) == ["mlp b=32 k=4 N=2 seed=0", "mlp b=32 k=4 N=2 seed=1"]
     assert run_label(last) == "mlp b=32 k=4 N=2 fsdp/last"  # named whenever not the default
+
+
+def test_a_folder_a_run_trains_on_tells_runs_apart_and_the_cache_folder_never_does():
+    a = RunConfig(model="gpt", dataset="tokens", data_dir="corpus_a", max_seq_len=16)
+    b = a.replace(data_dir="corpus_b", cache_dir="elsewhere")
+    assert run_labels([a, b]) == ["gpt-tiny b=32 k=4 data_dir=corpus_a", "gpt-tiny b=32 k=4 data_dir=corpus_b"]
+    digits = RunConfig(model="cnn")  # data_dir is only where mnist would be kept: not named
+    assert run_labels([digits, digits.replace(data_dir="elsewhere", lr=0.01)])[1] == "cnn b=32 k=4 lr=0.01"
