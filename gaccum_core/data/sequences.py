@@ -70,6 +70,12 @@ class PaddedSequences:
         _, lengths = self._spans(_indices(indices))
         return int((lengths - 1).sum())
 
+    @property
+    def targets(self) -> torch.Tensor:
+        """Next-token targets of every sequence (int64, one per sequence: made when asked, for small corpora)."""
+        _, lengths = self._spans(np.arange(self.count))
+        return torch.from_numpy(lengths - 1)
+
     def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs (N, T) padded with pad and targets (N, T) with IGNORE where padded; T = longest - 1."""
         starts, lengths = self._spans(_indices(indices))
@@ -90,6 +96,11 @@ class PackedSequences:
     def target_tokens(self, indices: torch.Tensor) -> int:
         """Next-token targets the sequences at these indices hold: max_seq_len each."""
         return len(_indices(indices)) * self.length
+
+    @property
+    def targets(self) -> torch.Tensor:
+        """Next-token targets of every sequence: max_seq_len each (made when asked, for small corpora)."""
+        return torch.full((self.count,), self.length, dtype=torch.int64)
 
     def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs and targets (N, max_seq_len): sequence i is the stream's tokens i·L to i·L + L, shifted by one."""

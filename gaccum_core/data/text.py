@@ -1,66 +1,42 @@
-"""Text as token sequences of different lengths, offline: bytes for gpt, the model's tokenizer for hf:DIR.
+"""Text as token sequences read by index from flat arrays of token ids: bytes for gpt, the model's tokenizer for hf:DIR.
 
-`pydoc`: the Python documentation topics every Python ships (`pydoc_data.topics`, 79 documents);
-`text`: any UTF-8 file, split on blank lines into documents, or a .jsonl file, one document a line
-(its text_field). Each document's tokens (see tokens.py) are cut into chunks of at most
-max_seq_len + 1 (a chunk of L tokens gives L - 1 next-token targets), so a document's last chunk is
-shorter: micro-batches hold different numbers of target tokens, which is where a mean of
-per-micro-batch means goes wrong. Every tenth document (by sorted title for pydoc, by position for a
-file) is held out for validation: a fixed split.
+`pydoc`: the Python documentation topics every Python ships (`pydoc_data.topics`, 79 documents), tokenised in
+memory; `text`: the documents of text_file (a file, folder or glob of .txt and .jsonl shards: corpus.py) and
+`hf-dataset`: the rows of a saved data set (hf_datasets.py), each tokenised once into the token cache
+(token_cache.py) and memory-mapped by every run after. Every tenth document (by sorted title for pydoc, by
+position for a corpus) is held out for validation, unless a data set has its own validation split.
+
+Packing off: each document's tokens are cut into sequences of max_seq_len + 1 (L tokens give L - 1 next-token
+targets), so a document's last one is shorter: micro-batches hold different numbers of target tokens, which is
+where a mean of per-micro-batch means goes wrong. Packing on: each split's documents, joined by an end-of-text
+token, are cut into full sequences of max_seq_len targets, never across the split (sequences.py).
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import os
-import re
-import stat
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
-import torch
-
-from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.config import RunConfig
+from gaccum_core.data import hf_datasets
+from gaccum_core.data.corpus import VALIDATION_EVERY, Corpus
+from gaccum_core.data.sequences import IGNORE, PackedSequences, PaddedSequences
+from gaccum_core.data.token_cache import (DocumentSource, Progress, StopCheck, TokenCache, cache_folder,
+                                          default_cache_dir, estimate_seconds, open_cache, read_cache,
+                                          tokenise_in_memory)
 from gaccum_core.data.tokens import BYTE_PAD, ByteTokens, ModelTokens, tokens_for
 
+# IGNORE (cross_entropy's ignore_index: padding has no target) is imported from here by the loss and evaluation.
+__all__ = ["IGNORE", "PAD", "Tokens", "Sequences", "CORPUS_DATASETS", "CacheStatus", "pydoc_documents", "corpus_source",
+           "cache_root", "text_sources", "tokenise_corpus", "cache_status", "check_corpus", "describe_text"]
+
 PAD = BYTE_PAD   # input id of gpt's padding
-IGNORE = -100    # cross_entropy's ignore_index: padding has no target
-VALIDATION_EVERY = 10
 Tokens = ByteTokens | ModelTokens
-
-
-class TokenSequences:
-    """Token sequences addressed by index; batch() pads to the micro-batch's longest with `pad`."""
-
-    def __init__(self, chunks: list[list[int]], pad: int = PAD) -> None:
-        self.chunks = [torch.tensor(c, dtype=torch.long) for c in chunks]
-        self.targets = torch.tensor([len(c) - 1 for c in chunks], dtype=torch.long)  # per sequence
-        self.pad = pad
-
-    def __len__(self) -> int:
-        return len(self.chunks)
-
-    def target_tokens(self, indices: torch.Tensor) -> int:
-        """Next-token targets the sequences at these indices hold."""
-        return int(self.targets[indices].sum())
-
-    def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs (N, T) padded with self.pad and targets (N, T) with IGNORE where padded; T = longest - 1."""
-        rows = [self.chunks[int(i)] for i in indices]
-        width = max((len(r) for r in rows), default=2) - 1  # no rows: a data-parallel rank's empty share
-        inputs = torch.full((len(rows), width), self.pad, dtype=torch.long)
-        targets = torch.full((len(rows), width), IGNORE, dtype=torch.long)
-        for n, row in enumerate(rows):
-            inputs[n, :len(row) - 1] = row[:-1]
-            targets[n, :len(row) - 1] = row[1:]
-        return inputs, targets
-
-
-def chunked(documents: list[list[int]], max_seq_len: int) -> list[list[int]]:
-    """Each document's tokens cut into pieces of max_seq_len + 1 (its last piece shorter); pieces of
-    fewer than 2 tokens, which hold no target, are dropped."""
-    size = max_seq_len + 1
-    pieces = [doc[i:i + size] for doc in documents for i in range(0, len(doc), size)]
-    return [p for p in pieces if len(p) >= 2]
+Sequences = PaddedSequences | PackedSequences
+CORPUS_DATASETS = ("text", "hf-dataset")  # tokenised into the token cache
 
 
 def pydoc_documents() -> list[str]:
@@ -70,119 +46,117 @@ def pydoc_documents() -> list[str]:
     return [topics[title] for title in sorted(topics)]
 
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-# The kernel's own files look regular (of size 0) but are made as they are read, or fail (/proc/self/mem).
-# /dev needs no entry: its devices are refused by kind, and /dev/shm holds real files.
-_KERNEL_ROOTS = ("/proc", "/sys")
+class _SavedDataset:
+    """An hf-dataset's rows as the token cache reads them (its size: its files')."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config, self.name, self.bytes_read = config, Path(config.data_dir).name, 0
+        self._identity = hf_datasets.identity(config)  # ConfigError naming data_dir when it is no such folder
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for _, size, _ in self._identity["files"])
+
+    def identity(self) -> dict:
+        return hf_datasets.identity(self.config)
+
+    def documents(self) -> Iterator[tuple[str, str]]:
+        self.bytes_read = 0
+        for split, text in hf_datasets.documents(self.config):
+            self.bytes_read += len(text) + 1  # characters: about its bytes on disk
+            yield split, text
 
 
-def _refuse_kernel_file(path: str) -> None:
-    """ConfigError naming text_file for a path that is, or leads to, a file under /proc or /sys."""
-    try:
-        real = os.path.realpath(path)
-    except ValueError:  # a NUL byte, which no path holds
-        raise ConfigError("text_file", path, "a path without NUL bytes") from None
-    root = next((r for r in _KERNEL_ROOTS if real == r or real.startswith(r + "/")), None)
-    if root is not None:
-        raise ConfigError("text_file", path, f"a file of text on disk: {real} is under {root}, the kernel's own "
-                          "files, never training text")
+def corpus_source(config: RunConfig) -> DocumentSource:
+    """The documents config's corpus holds (ConfigError naming text_file, or data_dir, when it names none)."""
+    if config.dataset == "hf-dataset":
+        return _SavedDataset(config)
+    return Corpus(config.text_file, config.text_field, config.text_file_max_mb)
 
 
-def _read_regular_file(path: str, max_mb: int) -> bytes:
-    """The bytes of a regular file of at most max_mb MB, checked on the open file before reading: a FIFO
-    would block for ever and /dev/zero never end (the Train page reads it in the server's process)."""
-    _refuse_kernel_file(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO's open does not block
-    except FileNotFoundError:
-        raise ConfigError("text_file", path, "an existing file: there is no such file") from None
-    except PermissionError:
-        raise ConfigError("text_file", path, "a readable file: permission denied") from None
-    except OSError as exc:
-        raise ConfigError("text_file", path, f"a readable file: {exc.strerror}") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise ConfigError("text_file", path, "a file: this is a directory")
-        kind = next((words for test, words in _KINDS if test(info.st_mode)), "not a regular file")
-        raise ConfigError("text_file", path, f"a regular file: this is {kind}")
-    with os.fdopen(fd, "rb") as file:
-        limit = max_mb * 1024 * 1024
-        if info.st_size > limit:
-            raise ConfigError("text_file", path, f"a file of at most {max_mb} MB: this one has "
-                              f"{info.st_size / 2**20:.1f} MB (raise text_file_max_mb, --text-file-max-mb, to read it)")
-        try:
-            return file.read(limit)
-        except OSError as exc:  # a failing disk, a network file system gone
-            raise ConfigError("text_file", path, f"a readable file: it cannot be read ({exc.strerror})") from None
+def cache_root(config: RunConfig) -> Path:
+    """Where config's token caches are kept: cache_dir, else token_cache.default_cache_dir()."""
+    return Path(config.cache_dir).expanduser() if config.cache_dir else default_cache_dir()
 
 
-def file_documents(path: str, max_mb: int = 256, field: str = "text") -> list[str]:
-    """The documents of a UTF-8 file: its paragraphs (split on blank lines), or a .jsonl file's lines'
-    `field`; ConfigError naming text_file (or text_field) when unusable."""
-    try:
-        text = _read_regular_file(path, max_mb).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError("text_file", path, f"UTF-8 text: byte {exc.start} is not UTF-8") from None
-    if path.lower().endswith(".jsonl"):
-        documents = [d.strip() for d in _jsonl_documents(path, text, field) if len(d.strip()) >= 2]
-        unit = "lines with text"
-    else:
-        documents = [p.strip() for p in re.split(r"\n\s*\n", text) if len(p.strip()) >= 2]
-        unit = "paragraphs separated by a blank line"
-    if len(documents) < 2:
-        raise ConfigError("text_file", path, f"a file with at least 2 {unit}, one for training and one for "
-                          f"validation: it has {len(documents)}")
-    return documents
-
-
-def _jsonl_documents(path: str, text: str, field: str) -> list[str]:
-    """Each non-blank line's `field`: ConfigError naming the first line that is not a JSON object with it."""
-    documents = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError("text_file", path, f"JSON Lines, one JSON object a line: line {number} is not "
-                              f"JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(record, dict) or not isinstance(record.get(field), str):
-            has = (f"its fields are {', '.join(map(repr, list(record)[:8]))}" if isinstance(record, dict)
-                   else f"it is a JSON {type(record).__name__}")
-            raise ConfigError("text_field", field, f"a text field of every line of {path}: line {number} has no "
-                              f"string {field!r} ({has}; set text_field, --text-field, to the one holding the text)")
-        documents.append(record[field])
-    return documents
-
-
-def split(documents: list[list[int]], max_seq_len: int, pad: int = PAD) -> tuple[TokenSequences, TokenSequences]:
-    """(train, validation) sequences of tokenised documents: every VALIDATION_EVERY-th is held out (at least one)."""
-    held = set(range(0, len(documents), VALIDATION_EVERY)) if len(documents) >= VALIDATION_EVERY else {0}
-    train = [d for i, d in enumerate(documents) if i not in held]
-    validation = [d for i, d in enumerate(documents) if i in held]
-    return TokenSequences(chunked(train, max_seq_len), pad), TokenSequences(chunked(validation, max_seq_len), pad)
-
-
-def text_sources(config: RunConfig) -> tuple[TokenSequences, TokenSequences]:
-    """(train, validation) token sequences of pydoc (cached per tokenizer and length) or of config.text_file."""
+def text_sources(config: RunConfig, progress: Progress | None = None,
+                 should_stop: StopCheck | None = None) -> tuple[Sequences, Sequences]:
+    """(train, validation) sequences of pydoc, or of config's corpus from its token cache (built first when there
+    is none, with progress and should_stop: token_cache.open_cache)."""
     tokens = tokens_for(config)  # ConfigError naming model for an hf: directory without a usable tokenizer
     if config.dataset == "pydoc":
-        return _pydoc(tokens, config.max_seq_len)
-    documents = file_documents(config.text_file, config.text_file_max_mb, config.text_field)
-    return split(tokens.encode_many(documents), config.max_seq_len, tokens.pad)
+        cache = _pydoc(tokens)
+    else:
+        cache = open_cache(cache_root(config), corpus_source(config), tokens, progress, should_stop)
+    return _sequences(cache, "train", config, tokens.pad), _sequences(cache, "val", config, tokens.pad)
+
+
+def _sequences(cache: TokenCache, split: str, config: RunConfig, pad: int) -> Sequences:
+    ids, spans = cache.splits[split]
+    if config.packing == "on":
+        return PackedSequences(ids, config.max_seq_len, pad)
+    return PaddedSequences(ids, spans[:, 0], spans[:, 1], config.max_seq_len, pad)
 
 
 @functools.lru_cache(maxsize=4)
-def _pydoc(tokens: Tokens, max_seq_len: int) -> tuple[TokenSequences, TokenSequences]:
-    return split(tokens.encode_many(pydoc_documents()), max_seq_len, tokens.pad)
+def _pydoc(tokens: Tokens) -> TokenCache:
+    split = (("val" if i % VALIDATION_EVERY == 0 else "train", text) for i, text in enumerate(pydoc_documents()))
+    return tokenise_in_memory(split, tokens)
+
+
+def tokenise_corpus(config: RunConfig, progress: Progress | None = None, should_stop: StopCheck | None = None) -> None:
+    """Build config's token cache now unless it is there (a run does, before its first step, showing progress);
+    nothing for a data set that needs none. token_cache.TokenisingStopped when should_stop asks."""
+    if config.dataset in CORPUS_DATASETS:
+        open_cache(cache_root(config), corpus_source(config), tokens_for(config), progress, should_stop)
+
+
+@dataclass(frozen=True)
+class CacheStatus:
+    """Whether a corpus is tokenised yet; its size, and the seconds its tokenisation should take."""
+
+    cached: bool
+    megabytes: float
+    seconds: float | None  # at the last speed measured for its tokenizer; None when none was
+
+    def words(self) -> str:
+        """'12.3 MB to tokenise on Start (about 4 s at the last measured speed)', or that it is cached."""
+        if self.cached:
+            return f"{self.megabytes:.1f} MB, tokenised"
+        about = (f"about {max(self.seconds, 1):.0f} s at the last measured speed" if self.seconds is not None
+                 else "no speed measured here yet")
+        return f"{self.megabytes:.1f} MB to tokenise on Start ({about})"
+
+
+def cache_status(config: RunConfig) -> CacheStatus:
+    """Whether config's corpus is in its token cache (cheap: the files' identity, no reading); pydoc: always."""
+    if config.dataset not in CORPUS_DATASETS:
+        return CacheStatus(True, 0.0, 0.0)
+    source, tokens, root = corpus_source(config), tokens_for(config), cache_root(config)
+    cached = read_cache(cache_folder(root, source.name, source.identity(), tokens)) is not None
+    total = source.total_bytes or 0
+    return CacheStatus(cached, total / 2**20, 0.0 if cached else estimate_seconds(root, tokens, total))
+
+
+def check_corpus(config: RunConfig) -> None:
+    """What can be checked of config's corpus without tokenising it: its files, its first two documents (read
+    and tokenised) and the tokenizer; ConfigError naming the field otherwise."""
+    tokens = tokens_for(config)
+    if config.dataset in CORPUS_DATASETS:
+        first = [text for _, text in itertools.islice(corpus_source(config).documents(), 2)]
+        tokens.encode_arrays(first)
 
 
 def describe_text(config: RunConfig) -> str:
-    """One line: sequences and target tokens of each split."""
+    """One line: sequences and target tokens of each split; for a corpus not yet tokenised, its size and the time
+    its tokenisation should take (it is never tokenised here)."""
+    tokens = tokens_for(config)
+    status = cache_status(config)
+    if not status.cached:
+        rows = f"{hf_datasets.describe_hf_dataset(config)}; " if config.dataset == "hf-dataset" else ""
+        return f"{rows or config.dataset + ': '}{status.words()}, {tokens.name}"
     train, test = text_sources(config)
-    return (f"{config.dataset}: {len(train)} train / {len(test)} validation sequences of up to "
-            f"{config.max_seq_len} tokens, {int(train.targets.sum()):,} / {int(test.targets.sum()):,} "
-            f"target tokens, {tokens_for(config).name}")
+    length = config.max_seq_len
+    shape = f"of {length} tokens, packed" if config.packing == "on" else f"of up to {length} tokens"
+    return (f"{config.dataset}: {len(train)} train / {len(test)} validation sequences {shape}, "
+            f"{train.total_targets:,} / {test.total_targets:,} target tokens, {tokens.name}")

@@ -1,7 +1,9 @@
 """How text becomes token ids: bytes for gpt, the model's own tokenizer for an hf:DIR model.
 
 ByteTokens and ModelTokens turn a document into ids (a model's with its EOS after it), ids back into
-text, and say which id pads a batch: byte 0, which never occurs in text, or hfdir.MASKED (-1).
+text, and say which id pads a batch: byte 0, which never occurs in text, or hfdir.MASKED (-1). Each says
+which id ends a document (byte 0 for bytes, which the token cache puts after each document when packing
+joins them; a model's EOS, already in its ids) and what identifies it in a token cache's key.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gaccum_core.config import ConfigError, RunConfig, first_line, is_hf
 from gaccum_core.hfdir import MASKED, directory_version, hf_directory
 
@@ -18,6 +22,9 @@ BYTE_PAD = 0   # byte 0 never occurs in text
 BYTES = 256
 # What a saved tokenizer leaves in its directory: a fast tokenizer's one file, or a slow one's vocabulary.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+# The files whose versions identify a saved tokenizer (its model's weights may change without it).
+_TOKENIZER_VERSION = (*TOKENIZER_FILES, "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                      "merges.txt")
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,13 @@ class ByteTokens:
     pad: int = BYTE_PAD
     vocab_size: int = BYTES
     name: str = "bytes"
+    eos: int = BYTE_PAD  # what packing puts between documents: byte 0, never in text
+    appends_eos: bool = False  # encode() gives the text's bytes alone
+
+    @property
+    def identity(self) -> dict:
+        """What a token cache's key holds of this tokenizer."""
+        return {"kind": "bytes"}
 
     def encode(self, text: str) -> list[int]:
         """The document's UTF-8 bytes."""
@@ -35,6 +49,10 @@ class ByteTokens:
     def encode_many(self, texts: list[str]) -> list[list[int]]:
         """encode() of each document."""
         return [self.encode(text) for text in texts]
+
+    def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
+        """encode_many() as arrays (uint8), without a Python int per byte."""
+        return [np.frombuffer(text.encode("utf-8"), dtype=np.uint8) for text in texts]
 
     def prompt(self, text: str) -> tuple[str, list[int]]:
         """(the text, its ids) to continue."""
@@ -49,11 +67,15 @@ class ModelTokens:
     """A Hugging Face tokenizer saved beside its model: each document ends with its EOS."""
 
     pad = MASKED
+    appends_eos = True  # encode() ends each document with its EOS
 
-    def __init__(self, tokenizer: Any, name: str) -> None:
+    def __init__(self, tokenizer: Any, name: str, version: tuple = ()) -> None:
+        """version: the tokenizer's files and their modification times (hfdir.directory_version)."""
         self.tokenizer, self.name = tokenizer, name
         self.eos: int = tokenizer.eos_token_id  # never None: _model_tokens refuses a tokenizer without one
         self.vocab_size = len(tokenizer)
+        files = [[file, mtime] for file, mtime in version if file in _TOKENIZER_VERSION]
+        self.identity = {"kind": "hf", "name": name, "vocab_size": self.vocab_size, "files": files}
 
     def encode(self, text: str) -> list[int]:
         """The tokenizer's ids of the document (its own BOS, if it adds one), then EOS."""
@@ -62,6 +84,10 @@ class ModelTokens:
     def encode_many(self, texts: list[str]) -> list[list[int]]:
         """encode() of each document, in one batched call of the fast tokenizer."""
         return [list(ids) + [self.eos] for ids in self.tokenizer(texts)["input_ids"]] if texts else []
+
+    def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
+        """encode_many() as arrays (int64), from the same batched call."""
+        return [np.array(ids, dtype=np.int64) for ids in self.encode_many(texts)]
 
     def prompt(self, text: str) -> tuple[str, list[int]]:
         """(the text without trailing space, its ids without EOS) to continue: a word-piece vocabulary
@@ -96,4 +122,4 @@ def _model_tokens(model: str, path: str, version: tuple) -> ModelTokens:
     if tokenizer.eos_token_id is None:
         raise ConfigError("model", model, "a tokenizer with an end-of-text token (eos_token), which gaccum puts "
                           "between documents: this one has none")
-    return ModelTokens(tokenizer, f"the tokenizer of {path}")
+    return ModelTokens(tokenizer, f"the tokenizer of {path}", version)

@@ -6,6 +6,8 @@ import torch
 
 from gaccum_core.config import ConfigError, RunConfig, is_hf
 from gaccum_core.data.load import load_data
+from gaccum_core.data.text import CORPUS_DATASETS, cache_status, check_corpus
+from gaccum_core.data.tokens import tokens_for
 from gaccum_core.models.hf import check_hf  # imports transformers only when it checks a model
 from gaccum_core.models.vision import build_model
 from gaccum_core.train.device import max_processes, option_unavailable, resolve_device
@@ -53,6 +55,13 @@ def preflight(config: RunConfig, whole_window: bool = False) -> None:
     for field, value in unread.items():
         check_named(field, value)
     if "dataset" in unread:
+        return
+    if config.dataset in CORPUS_DATASETS and not cache_status(config).cached:
+        # Tokenised on Start, never here (the Train page checks in the server's process): its files, first
+        # documents and tokenizer now; the micro-batch against its sequences once the run has them.
+        check_corpus(config)
+        if is_hf(config.model):
+            check_hf(config, tokens_for(config).vocab_size)
         return
     data = load_data(config)
     if is_hf(config.model):  # its config, positions, vocabulary and weights file, without loading the weights

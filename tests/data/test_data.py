@@ -256,7 +256,7 @@ def test_digits_read_without_scikit_learn_equal_load_digits():
     ("/sys/kernel/uevent_seqnum", "is under /sys, the kernel's own files"),
     ("/dev/zero", "a regular file: this is a character device"),
     ("{tmp}/pipe.txt", "a regular file: this is a FIFO"),
-    ("{tmp}", "a file: this is a directory"),
+    ("{tmp}/empty", "a directory of .txt or .jsonl files (its shards): this is a directory with none"),
 ], ids=["proc-mem", "proc-environ", "link-to-proc", "sys", "dev-zero", "fifo", "directory"])
 def test_a_text_file_that_is_no_file_of_text_is_one_line_naming_text_file(tmp_path: Path, capsys, where, words):
     """On the command line (in this process): exit 2, one line, no run directory."""
@@ -264,6 +264,7 @@ def test_a_text_file_that_is_no_file_of_text_is_one_line_naming_text_file(tmp_pa
 
     (tmp_path / "mem.txt").symlink_to("/proc/self/mem")
     os.mkfifo(tmp_path / "pipe.txt")
+    (tmp_path / "empty").mkdir()
     path = where.replace("{tmp}", str(tmp_path))
     code = main(["run", "--model", "gpt", "--dataset", "text", "--text-file", path, "--device", "cpu",
                  "--runs-dir", str(tmp_path / "runs")])
@@ -275,7 +276,7 @@ def test_a_text_file_that_is_no_file_of_text_is_one_line_naming_text_file(tmp_pa
 
 def test_a_text_file_that_fails_as_it_is_read_is_one_line_naming_text_file(tmp_path: Path, monkeypatch) -> None:
     """A read that fails (a disk's EIO, a network file system gone) after the checks passed."""
-    from gaccum_core.data import text
+    from gaccum_core.data import corpus
 
     class FailingFile(io.FileIO):
         def read(self, size: int = -1) -> bytes:
@@ -283,7 +284,7 @@ def test_a_text_file_that_fails_as_it_is_read_is_one_line_naming_text_file(tmp_p
 
     notes = tmp_path / "notes.txt"
     notes.write_text("one paragraph\n\nanother one\n", encoding="utf-8")
-    monkeypatch.setattr(text.os, "fdopen", lambda fd, mode: FailingFile(fd, "rb"))
+    monkeypatch.setattr(corpus.os, "fdopen", lambda fd, mode: FailingFile(fd, "rb"))
     with pytest.raises(config.ConfigError) as caught:
         load_data(RunConfig(model="gpt", dataset="text", text_file=str(notes)))
     assert caught.value.field == "text_file" and "cannot be read (Input/output error)" in str(caught.value)

@@ -133,7 +133,8 @@ def test_text_files_that_cannot_be_used_say_so(tmp_path):
 
 def test_only_a_regular_file_within_the_size_limit_is_read_and_the_command_line_says_so(tmp_path, capsys):
     """Issue 19 #11: a FIFO would block the reader for ever and /dev/zero never end; both are refused at
-    once, before reading, as is a file over text_file_max_mb (the message names the flag that raises it)."""
+    once, before reading, as is a document over text_file_max_mb, the most read into memory at once (the message
+    names the flag that raises it)."""
     import os
     import threading
 
@@ -142,9 +143,9 @@ def test_only_a_regular_file_within_the_size_limit_is_read_and_the_command_line_
     fifo = tmp_path / "pipe.txt"
     os.mkfifo(fifo)
     big = tmp_path / "big.txt"
-    big.write_text(("words " * 20 + "\n\n") * 20_000)  # 2.3 MB (MiB)
+    big.write_text("words " * 400_000 + "\n\nand a second paragraph")  # a paragraph of 2.3 MB (MiB)
     cases = ((fifo, {}, "a regular file: this is a FIFO"), ("/dev/zero", {}, "a regular file: this is a character device"),
-             (big, {"text_file_max_mb": 2}, "a file of at most 2 MB: this one has 2.3 MB (raise text_file_max_mb"))
+             (big, {"text_file_max_mb": 2}, "paragraphs of at most 2 MB each: one goes on past that before byte "))
     for path, limit, words in cases:
         outcome = []
         reader = threading.Thread(target=lambda: outcome.append(_refusal(lm(dataset="text", text_file=str(path),

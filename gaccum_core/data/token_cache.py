@@ -1,0 +1,371 @@
+"""The token cache: a corpus tokenised once into flat files of token ids that every later run memory-maps.
+
+Per corpus and tokenizer, a folder <cache_dir>/<name>-<key>/ in nanoGPT's layout:
+  train.bin, val.bin          each split's token ids, its documents one after another: uint16 when the
+                              vocabulary has fewer than 65,536 ids, else uint32. Bytes put byte 0 after each
+                              document; a model's tokenizer ends each with its EOS: packing joins documents
+                              with an end-of-text token.
+  train_docs.npy, val_docs.npy  int64 (documents, 2): where each document starts and ends in its split's ids,
+                              an added byte 0 left out (so padded sequences are each document's own chunks).
+  meta.json                   sources, tokenizer, dtype, counts, the build's seconds and MB/s.
+key: sha256 of the corpus's identity (its files' resolved paths, sizes and modification times, the field read)
+and the tokenizer's. A build streams (split, text) documents in batches through the tokenizer's batched encode
+into a temporary folder renamed at the end, under a lock (fcntl.flock) that concurrent runs and the ranks of a
+job wait on, so nothing is tokenised twice; stopped, interrupted or killed, it leaves no folder a later run
+would take for whole. speed.json in the cache folder keeps the last build's MB/s per tokenizer, for estimates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+import numpy as np
+
+from gaccum_core.data.tokens import ByteTokens, ModelTokens
+
+FORMAT = 1  # of the folder's files: a change makes new keys
+SPLITS = ("train", "val")
+BATCH_CHARS = 1 << 20  # text encoded in one batched call (about 1 MB)
+BATCH_DOCUMENTS = 4096
+LOCK_POLL_S = 0.1
+META, SPEED = "meta.json", "speed.json"
+CACHE_ENV = "GACCUM_CACHE_DIR"
+TOKENISING = "tokenising "  # how a build's progress line begins (a run's message while it tokenises)
+Tokens = ByteTokens | ModelTokens
+
+
+class DocumentSource(Protocol):
+    """A corpus as the cache reads it (corpus.Corpus is one): its documents, and what identifies them."""
+
+    name: str  # what progress names
+    bytes_read: int  # read so far by documents()
+
+    @property
+    def total_bytes(self) -> int | None: ...
+
+    def identity(self) -> dict: ...
+
+    def documents(self) -> Iterator[tuple[str, str]]:
+        """("train" or "val", text) of each document."""
+        ...
+
+
+class TokenisingStopped(Exception):
+    """A build stopped when asked to (should_stop): nothing was cached."""
+
+
+@dataclass(frozen=True)
+class BuildProgress:
+    """Where a build is: text read, its speed and the time left (None where the total is unknown)."""
+
+    name: str
+    bytes_done: int
+    bytes_total: int | None
+    tokens_per_s: float
+    seconds: float
+    waiting: bool = False  # for another process's build of the same corpus
+
+    @property
+    def seconds_left(self) -> float | None:
+        """At the speed so far."""
+        if self.bytes_total is None or not self.bytes_done:
+            return None
+        return max(self.bytes_total - self.bytes_done, 0) * self.seconds / self.bytes_done
+
+    def words(self) -> str:
+        """'tokenising corpus.jsonl: 12 of 100 MB · 3.1 MB/s · 28 s left'."""
+        if self.waiting:
+            return f"{TOKENISING}{self.name}: waiting for another process that tokenises it"
+        digits = 0 if (self.bytes_total or self.bytes_done) >= 10 * 2**20 else 1  # 0.4 MB, 12 MB
+        done = f"{self.bytes_done / 2**20:.{digits}f}"
+        size = f"{done} of {self.bytes_total / 2**20:.{digits}f} MB" if self.bytes_total else f"{done} MB"
+        parts = [f"{TOKENISING}{self.name}: {size}"]
+        if self.seconds > 0:
+            parts += [f"{self.bytes_done / 2**20 / self.seconds:.1f} MB/s", f"{self.tokens_per_s:,.0f} tokens/s"]
+        if self.seconds_left is not None:
+            parts.append(f"{self.seconds_left:.0f} s left")
+        return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class TokenCache:
+    """A tokenised corpus: per split, its ids (memory-mapped from folder, or in memory) and document spans (n, 2)."""
+
+    meta: dict
+    splits: dict[str, tuple[np.ndarray, np.ndarray]]
+    folder: Path | None = None
+
+
+Progress = Callable[[BuildProgress], None]
+StopCheck = Callable[[], bool]
+
+
+def _never() -> bool:
+    return False
+
+
+def _ignore(progress: BuildProgress) -> None:
+    return None
+
+
+def default_cache_dir() -> Path:
+    """GACCUM_CACHE_DIR, else token-cache beside the runs directory (GACCUM_RUNS_DIR, default ./runs)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    return Path(os.environ.get("GACCUM_RUNS_DIR") or "runs").expanduser().absolute().parent / "token-cache"
+
+
+def ids_dtype(vocab_size: int) -> np.dtype:
+    """uint16 for a vocabulary of fewer than 65,536 ids, else uint32 (nanoGPT's uint16 overflows past 65,535)."""
+    return np.dtype(np.uint16 if vocab_size < 1 << 16 else np.uint32)
+
+
+def cache_key(identity: dict, tokens: Tokens) -> str:
+    """sha256 of the corpus's identity, the tokenizer's and the format."""
+    text = json.dumps({"corpus": identity, "tokenizer": tokens.identity, "format": FORMAT}, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def cache_folder(root: Path, name: str, identity: dict, tokens: Tokens) -> Path:
+    """The folder of this corpus (its name, made readable; its identity) and tokenizer."""
+    readable = re.sub(r"[^\w.-]+", "_", name)[:40] or "corpus"
+    return root / f"{readable}-{cache_key(identity, tokens)[:24]}"
+
+
+def open_cache(root: Path, source: DocumentSource, tokens: Tokens, progress: Progress | None = None,
+               should_stop: StopCheck | None = None) -> TokenCache:
+    """The cache of source under root, built first if there is none (or waited for, while another process builds
+    it). TokenisingStopped when should_stop asks; KeyboardInterrupt and any error leave no cache."""
+    identity = source.identity()
+    folder = cache_folder(root, source.name, identity, tokens)
+    cache = read_cache(folder)
+    if cache is not None:
+        return cache
+    progress, should_stop = progress or _ignore, should_stop or _never
+    root.mkdir(parents=True, exist_ok=True)
+    waiting = BuildProgress(source.name, 0, source.total_bytes, 0.0, 0.0, waiting=True)
+    with _locked(root / f"{folder.name}.lock", should_stop, lambda: progress(waiting)):
+        cache = read_cache(folder)  # built by the process this one waited for
+        if cache is None:
+            _build(folder, source, identity, tokens, progress, should_stop)
+            cache = read_cache(folder)
+    if cache is None:
+        raise OSError(f"the token cache {folder} was built but cannot be read back")
+    return cache
+
+
+def read_cache(folder: Path) -> TokenCache | None:
+    """The cache in folder, memory-mapped; None when there is none whole (no meta.json, or files of other sizes)."""
+    try:
+        meta = json.loads((folder / META).read_text(encoding="utf-8"))
+        dtype = np.dtype(meta["dtype"])
+        splits = {}
+        for split in SPLITS:
+            count = meta["tokens"][split]
+            path = folder / f"{split}.bin"
+            if path.stat().st_size != count * dtype.itemsize:
+                return None
+            ids = np.memmap(path, dtype=dtype, mode="r") if count else np.zeros(0, dtype)
+            spans = np.load(folder / f"{split}_docs.npy", mmap_mode="r")
+            if spans.shape != (meta["documents"][split], 2):
+                return None
+            splits[split] = (ids, spans)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return TokenCache(meta, splits, folder)
+
+
+def tokenise_in_memory(documents: Iterable[tuple[str, str]], tokens: Tokens) -> TokenCache:
+    """The same cache, in memory (no disk): for a small bundled corpus."""
+    files = {split: (io.BytesIO(), io.BytesIO()) for split in SPLITS}
+    dtype = ids_dtype(tokens.vocab_size)
+    writers = {split: _SplitWriter(*files[split], dtype) for split in SPLITS}
+    _tokenise(documents, tokens, writers, lambda: 0)
+    splits = {split: (np.frombuffer(ids.getvalue(), dtype=dtype),
+                      np.frombuffer(spans.getvalue(), dtype=np.int64).reshape(-1, 2))
+              for split, (ids, spans) in files.items()}
+    meta = {"dtype": dtype.name, "tokens": {s: w.tokens for s, w in writers.items()},
+            "documents": {s: w.documents for s, w in writers.items()}}
+    return TokenCache(meta, splits)
+
+
+class _SplitWriter:
+    """One split's ids and document spans, appended a batch at a time to two binary files."""
+
+    def __init__(self, ids: BinaryIO, spans: BinaryIO, dtype: np.dtype) -> None:
+        self.ids, self.spans, self.dtype = ids, spans, dtype
+        self.tokens = self.documents = 0
+
+    def add(self, arrays: list[np.ndarray], separator: int | None) -> None:
+        """Each document's ids, then the separator (when not None), which its span leaves out."""
+        lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+        steps = lengths + (separator is not None)
+        starts = self.tokens + np.cumsum(steps) - steps
+        if separator is not None:
+            end = np.array([separator], dtype=self.dtype)
+            arrays = [part for ids in arrays for part in (ids, end)]
+        self.ids.write(np.concatenate(arrays).astype(self.dtype, copy=False).tobytes())
+        self.spans.write(np.stack([starts, starts + lengths], axis=1).tobytes())
+        self.tokens += int(steps.sum())
+        self.documents += len(lengths)
+
+
+def _tokenise(documents: Iterable[tuple[str, str]], tokens: Tokens, writers: dict[str, _SplitWriter],
+              bytes_read: Callable[[], int], progress: Callable[[int, float], None] = lambda chars, s: None,
+              should_stop: StopCheck = _never) -> None:
+    """Every document through tokens.encode_arrays in batches of about BATCH_CHARS, into its split's writer;
+    progress(text read, seconds) and should_stop asked after each batch."""
+    separator = None if tokens.appends_eos else tokens.eos
+    start, batch, chars = time.perf_counter(), [], 0
+
+    def flush() -> None:
+        arrays = tokens.encode_arrays([text for _, text in batch])
+        for split in SPLITS:
+            mine = [ids for (where, _), ids in zip(batch, arrays) if where == split]
+            if mine:
+                writers[split].add(mine, separator)
+        batch.clear()
+
+    for split, text in documents:
+        if split not in writers:
+            raise ValueError(f"a document's split must be one of {', '.join(SPLITS)}, not {split!r}")
+        batch.append((split, text))
+        chars += len(text)
+        if chars >= BATCH_CHARS or len(batch) >= BATCH_DOCUMENTS:
+            flush()
+            chars = 0
+            if should_stop():
+                raise TokenisingStopped("stopped while tokenising: nothing was cached")
+            progress(bytes_read(), time.perf_counter() - start)
+    if batch:
+        flush()
+        progress(bytes_read(), time.perf_counter() - start)
+
+
+def _build(folder: Path, source: DocumentSource, identity: dict, tokens: Tokens, progress: Progress,
+           should_stop: StopCheck) -> None:
+    """Tokenise source into a temporary folder beside folder, then rename it folder (called under the lock)."""
+    for stale in folder.parent.glob(f"{folder.name}.tmp-*"):  # left by a killed build
+        shutil.rmtree(stale, ignore_errors=True)
+    temporary = folder.parent / f"{folder.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    temporary.mkdir()
+    try:
+        seconds, writers = _write(temporary, source, tokens, progress, should_stop)
+        if source.identity() != identity:
+            raise ValueError(f"{source.name} changed while it was tokenised: nothing was cached, start again")
+        total = source.bytes_read
+        meta = {"format": FORMAT, "source": source.name, "identity": identity, "tokenizer": tokens.identity,
+                "dtype": ids_dtype(tokens.vocab_size).name, "bytes": total,
+                "tokens": {s: w.tokens for s, w in writers.items()},
+                "documents": {s: w.documents for s, w in writers.items()},
+                "seconds": round(seconds, 3), "mb_per_s": round(total / 2**20 / max(seconds, 1e-9), 3)}
+        (temporary / META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        if folder.exists():  # a cache that read_cache found broken
+            shutil.rmtree(folder)
+        os.rename(temporary, folder)
+    except BaseException:  # a stop, Ctrl-C, a full disk: no folder left that looks whole
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    remember_speed(folder.parent, tokens, meta["mb_per_s"])
+
+
+def _write(temporary: Path, source: DocumentSource, tokens: Tokens, progress: Progress,
+           should_stop: StopCheck) -> tuple[float, dict[str, _SplitWriter]]:
+    """The split files in temporary: seconds taken and the writers (their counts)."""
+    dtype, start = ids_dtype(tokens.vocab_size), time.perf_counter()
+    total = source.total_bytes
+
+    def report(done: int, seconds: float) -> None:
+        written = sum(w.tokens for w in writers.values())
+        progress(BuildProgress(source.name, done, total, written / max(seconds, 1e-9), seconds))
+
+    with contextlib.ExitStack() as files:
+        opened = {s: tuple(files.enter_context(open(temporary / f"{s}{suffix}", "wb")) for suffix in (".bin", ".raw"))
+                  for s in SPLITS}
+        writers = {s: _SplitWriter(*opened[s], dtype) for s in SPLITS}
+        _tokenise(source.documents(), tokens, writers, lambda: source.bytes_read, report, should_stop)
+        for ids, spans in opened.values():
+            ids.flush()
+            os.fsync(ids.fileno())  # on disk before the rename makes it the cache
+    for split, writer in writers.items():
+        _to_npy(temporary / f"{split}.raw", temporary / f"{split}_docs.npy", writer.documents)
+    return time.perf_counter() - start, writers
+
+
+def _to_npy(raw: Path, npy: Path, count: int) -> None:
+    """The raw int64 spans as an .npy file of shape (count, 2), copied a block at a time."""
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.int64)), "fortran_order": False, "shape": (count, 2)}
+    with open(npy, "wb") as out, open(raw, "rb") as data:
+        np.lib.format.write_array_header_1_0(out, header)
+        shutil.copyfileobj(data, out, 1 << 22)
+        out.flush()
+        os.fsync(out.fileno())
+    raw.unlink()
+
+
+@contextlib.contextmanager
+def _locked(path: Path, should_stop: StopCheck, waiting: Callable[[], None]) -> Iterator[None]:
+    """Hold an exclusive flock on path (released when this process ends, however it ends); while another
+    holds it, wait, telling waiting() once and asking should_stop."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if should_stop():
+                    raise TokenisingStopped("stopped while waiting for the corpus to be tokenised") from None
+                if not told:
+                    waiting()
+                    told = True
+                time.sleep(LOCK_POLL_S)
+        yield
+    finally:
+        os.close(fd)
+
+
+def remember_speed(root: Path, tokens: Tokens, mb_per_s: float) -> None:
+    """Keep the last build's MB/s for this kind of tokenizer in root/speed.json (for estimates)."""
+    speeds = measured_speeds(root)
+    speeds[_speed_key(tokens)] = mb_per_s
+    temporary = root / f"{SPEED}.{os.getpid()}.tmp"
+    try:
+        temporary.write_text(json.dumps(speeds, indent=1), encoding="utf-8")
+        os.replace(temporary, root / SPEED)
+    except OSError:
+        temporary.unlink(missing_ok=True)  # only an estimate is lost
+
+
+def measured_speeds(root: Path) -> dict[str, float]:
+    """MB/s of the last build per tokenizer, {} when none was measured."""
+    try:
+        speeds = json.loads((root / SPEED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: float(v) for k, v in speeds.items() if isinstance(v, (int, float)) and v > 0} \
+        if isinstance(speeds, dict) else {}
+
+
+def _speed_key(tokens: Tokens) -> str:
+    return tokens.name if tokens.identity["kind"] != "bytes" else "bytes"
+
+
+def estimate_seconds(root: Path, tokens: Tokens, total_bytes: int) -> float | None:
+    """Seconds to tokenise total_bytes at the last speed measured for this tokenizer; None when never measured."""
+    speed = measured_speeds(root).get(_speed_key(tokens))
+    return None if speed is None else total_bytes / 2**20 / speed
