@@ -11,6 +11,7 @@ import streamlit as st
 
 from dashboard import server
 from dashboard.markdown import plain
+from gaccum_core.data.tokenising import TOKENISING
 from gaccum_core.runs.catalog import created_text, run_label, run_labels
 from gaccum_core.states import FAILURE_STATES, RunState, state_line
 from gaccum_core.train.metrics import time_left_words
@@ -62,6 +63,8 @@ def _progress_text(snapshot: RunSnapshot) -> str:
     starting = snapshot.state == RunState.RUNNING and not snapshot.steps_done
     if snapshot.state == RunState.QUEUED:
         return f"{name} — queued: position {snapshot.queue_position} on this device"
+    if starting and snapshot.message.startswith(TOKENISING):
+        return f"{name} — {plain(snapshot.message)}"
     if starting and config.compile != "off":
         return f"{name} — compiling the model (torch.compile, mode {config.compile})…"
     if starting and config.world_size > 1:

@@ -8,6 +8,7 @@ import time
 
 from tqdm import tqdm
 
+from gaccum_core.data.tokenising import TOKENISING
 from gaccum_core.plan.planner import Plan, PlanRequest, make_plan
 from gaccum_core.plan.search import Candidate
 from gaccum_core.runs.runner import Runner
@@ -90,7 +91,10 @@ class _Bar:
         if snap.total_steps and self.bar.total != snap.total_steps:
             self.bar.reset(total=snap.total_steps)
         self.bar.n = snap.steps_done
-        self.bar.set_postfix(_figures(snap), refresh=False)
+        if _tokenising(snap):
+            self.bar.set_postfix_str(snap.message, refresh=False)
+        else:
+            self.bar.set_postfix(_figures(snap), refresh=False)
         self.bar.set_description(f"{snap.run_id} [{snap.state}]", refresh=False)
         self.bar.refresh()
 
@@ -108,15 +112,18 @@ class _Lines:
     one when the state changes, else at most one every `every_s` seconds, and one at the end."""
 
     def __init__(self, every_s: float) -> None:
-        self.every_s, self._said_at, self._said = every_s, -math.inf, ("", -1)
+        self.every_s, self._said_at, self._said = every_s, -math.inf, ("", -1, False)
 
     def draw(self, snap: RunSnapshot, last: bool = False) -> None:
-        """A line on the run's step, of how many, its figures and the time left, when one is due."""
+        """A line on the run's step, of how many, its figures and the time left (or how its tokenising goes),
+        when one is due."""
         now = time.monotonic()
-        news = (snap.state, snap.steps_done) != self._said
-        if last or (news and (snap.state != self._said[0] or now - self._said_at >= self.every_s)):
+        tokenising = _tokenising(snap)
+        news = (snap.state, snap.steps_done) != self._said[:2] or tokenising
+        changed = (snap.state, tokenising) != (self._said[0], self._said[2])
+        if last or (news and (changed or now - self._said_at >= self.every_s)):
             self.say(_line(snap))
-            self._said_at, self._said = now, (snap.state, snap.steps_done)
+            self._said_at, self._said = now, (snap.state, snap.steps_done, tokenising)
 
     @staticmethod
     def say(text: str) -> None:
@@ -127,8 +134,16 @@ class _Lines:
         """Nothing is left open."""
 
 
+def _tokenising(snap: RunSnapshot) -> bool:
+    """Whether the run is tokenising its corpus before its first step (its message says how far)."""
+    return snap.state == RunState.RUNNING and not snap.steps_done and snap.message.startswith(TOKENISING)
+
+
 def _line(snap: RunSnapshot) -> str:
-    """'RUN_ID [running] step 40 of 200 (20%) · loss 1.2345 · skipped 0 · 00:12 left'."""
+    """'RUN_ID [running] step 40 of 200 (20%) · loss 1.2345 · skipped 0 · 00:12 left', or while it tokenises
+    'RUN_ID [running] tokenising corpus.jsonl: 12 of 100 MB · 3.1 MB/s · ...'."""
+    if _tokenising(snap):
+        return f"{snap.run_id} [{snap.state}] {snap.message}"
     step = f"step {snap.steps_done} of {snap.total_steps or '?'}"
     if snap.total_steps:
         step += f" ({snap.steps_done / snap.total_steps:.0%})"

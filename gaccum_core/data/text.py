@@ -24,9 +24,9 @@ from gaccum_core.config import RunConfig
 from gaccum_core.data import hf_datasets
 from gaccum_core.data.corpus import VALIDATION_EVERY, Corpus
 from gaccum_core.data.sequences import IGNORE, PackedSequences, PaddedSequences
-from gaccum_core.data.token_cache import (DocumentSource, Progress, StopCheck, TokenCache, cache_folder,
-                                          default_cache_dir, estimate_seconds, open_cache, read_cache,
-                                          tokenise_in_memory)
+from gaccum_core.data.token_cache import (DocumentSource, TokenCache, cache_folder, default_cache_dir,
+                                          estimate_seconds, open_cache, read_cache, tokenise_in_memory)
+from gaccum_core.data.tokenising import Progress, StopCheck
 from gaccum_core.data.tokens import BYTE_PAD, ByteTokens, ModelTokens, tokens_for
 
 # IGNORE (cross_entropy's ignore_index: padding has no target) is imported from here by the loss and evaluation.
@@ -106,7 +106,7 @@ def _pydoc(tokens: Tokens) -> TokenCache:
 
 def tokenise_corpus(config: RunConfig, progress: Progress | None = None, should_stop: StopCheck | None = None) -> None:
     """Build config's token cache now unless it is there (a run does, before its first step, showing progress);
-    nothing for a data set that needs none. token_cache.TokenisingStopped when should_stop asks."""
+    nothing for a data set that needs none. tokenising.TokenisingStopped when should_stop asks."""
     if config.dataset in CORPUS_DATASETS:
         open_cache(cache_root(config), corpus_source(config), tokens_for(config), progress, should_stop)
 

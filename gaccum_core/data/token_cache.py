@@ -12,7 +12,8 @@ key: sha256 of the corpus's identity (its files' resolved paths, sizes and modif
 and the tokenizer's. A build streams (split, text) documents in batches through the tokenizer's batched encode
 into a temporary folder renamed at the end, under a lock (fcntl.flock) that concurrent runs and the ranks of a
 job wait on, so nothing is tokenised twice; stopped, interrupted or killed, it leaves no folder a later run
-would take for whole. speed.json in the cache folder keeps the last build's MB/s per tokenizer, for estimates.
+would take for whole (tokenising.py turns documents into ids). speed.json in the cache folder keeps the last
+build's MB/s per tokenizer, for estimates.
 """
 
 from __future__ import annotations
@@ -30,21 +31,17 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Protocol
 
 import numpy as np
 
-from gaccum_core.data.tokens import ByteTokens, ModelTokens
+from gaccum_core.data.tokenising import (SPLITS, BuildProgress, Progress, SplitWriter, StopCheck, Tokens,
+                                         TokenisingStopped, ids_dtype, ignore, never, tokenise)
 
 FORMAT = 1  # of the folder's files: a change makes new keys
-SPLITS = ("train", "val")
-BATCH_CHARS = 1 << 20  # text encoded in one batched call (about 1 MB)
-BATCH_DOCUMENTS = 4096
 LOCK_POLL_S = 0.1
 META, SPEED = "meta.json", "speed.json"
 CACHE_ENV = "GACCUM_CACHE_DIR"
-TOKENISING = "tokenising "  # how a build's progress line begins (a run's message while it tokenises)
-Tokens = ByteTokens | ModelTokens
 
 
 class DocumentSource(Protocol):
@@ -63,43 +60,6 @@ class DocumentSource(Protocol):
         ...
 
 
-class TokenisingStopped(Exception):
-    """A build stopped when asked to (should_stop): nothing was cached."""
-
-
-@dataclass(frozen=True)
-class BuildProgress:
-    """Where a build is: text read, its speed and the time left (None where the total is unknown)."""
-
-    name: str
-    bytes_done: int
-    bytes_total: int | None
-    tokens_per_s: float
-    seconds: float
-    waiting: bool = False  # for another process's build of the same corpus
-
-    @property
-    def seconds_left(self) -> float | None:
-        """At the speed so far."""
-        if self.bytes_total is None or not self.bytes_done:
-            return None
-        return max(self.bytes_total - self.bytes_done, 0) * self.seconds / self.bytes_done
-
-    def words(self) -> str:
-        """'tokenising corpus.jsonl: 12 of 100 MB · 3.1 MB/s · 28 s left'."""
-        if self.waiting:
-            return f"{TOKENISING}{self.name}: waiting for another process that tokenises it"
-        digits = 0 if (self.bytes_total or self.bytes_done) >= 10 * 2**20 else 1  # 0.4 MB, 12 MB
-        done = f"{self.bytes_done / 2**20:.{digits}f}"
-        size = f"{done} of {self.bytes_total / 2**20:.{digits}f} MB" if self.bytes_total else f"{done} MB"
-        parts = [f"{TOKENISING}{self.name}: {size}"]
-        if self.seconds > 0:
-            parts += [f"{self.bytes_done / 2**20 / self.seconds:.1f} MB/s", f"{self.tokens_per_s:,.0f} tokens/s"]
-        if self.seconds_left is not None:
-            parts.append(f"{self.seconds_left:.0f} s left")
-        return " · ".join(parts)
-
-
 @dataclass(frozen=True)
 class TokenCache:
     """A tokenised corpus: per split, its ids (memory-mapped from folder, or in memory) and document spans (n, 2)."""
@@ -109,28 +69,12 @@ class TokenCache:
     folder: Path | None = None
 
 
-Progress = Callable[[BuildProgress], None]
-StopCheck = Callable[[], bool]
-
-
-def _never() -> bool:
-    return False
-
-
-def _ignore(progress: BuildProgress) -> None:
-    return None
-
 
 def default_cache_dir() -> Path:
     """GACCUM_CACHE_DIR, else token-cache beside the runs directory (GACCUM_RUNS_DIR, default ./runs)."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser()
     return Path(os.environ.get("GACCUM_RUNS_DIR") or "runs").expanduser().absolute().parent / "token-cache"
-
-
-def ids_dtype(vocab_size: int) -> np.dtype:
-    """uint16 for a vocabulary of fewer than 65,536 ids, else uint32 (nanoGPT's uint16 overflows past 65,535)."""
-    return np.dtype(np.uint16 if vocab_size < 1 << 16 else np.uint32)
 
 
 def cache_key(identity: dict, tokens: Tokens) -> str:
@@ -154,7 +98,7 @@ def open_cache(root: Path, source: DocumentSource, tokens: Tokens, progress: Pro
     cache = read_cache(folder)
     if cache is not None:
         return cache
-    progress, should_stop = progress or _ignore, should_stop or _never
+    progress, should_stop = progress or ignore, should_stop or never
     root.mkdir(parents=True, exist_ok=True)
     waiting = BuildProgress(source.name, 0, source.total_bytes, 0.0, 0.0, waiting=True)
     with _locked(root / f"{folder.name}.lock", should_stop, lambda: progress(waiting)):
@@ -192,8 +136,8 @@ def tokenise_in_memory(documents: Iterable[tuple[str, str]], tokens: Tokens) -> 
     """The same cache, in memory (no disk): for a small bundled corpus."""
     files = {split: (io.BytesIO(), io.BytesIO()) for split in SPLITS}
     dtype = ids_dtype(tokens.vocab_size)
-    writers = {split: _SplitWriter(*files[split], dtype) for split in SPLITS}
-    _tokenise(documents, tokens, writers, lambda: 0)
+    writers = {split: SplitWriter(*files[split], dtype) for split in SPLITS}
+    tokenise(documents, tokens, writers, lambda: 0)
     splits = {split: (np.frombuffer(ids.getvalue(), dtype=dtype),
                       np.frombuffer(spans.getvalue(), dtype=np.int64).reshape(-1, 2))
               for split, (ids, spans) in files.items()}
@@ -202,64 +146,10 @@ def tokenise_in_memory(documents: Iterable[tuple[str, str]], tokens: Tokens) -> 
     return TokenCache(meta, splits)
 
 
-class _SplitWriter:
-    """One split's ids and document spans, appended a batch at a time to two binary files."""
-
-    def __init__(self, ids: BinaryIO, spans: BinaryIO, dtype: np.dtype) -> None:
-        self.ids, self.spans, self.dtype = ids, spans, dtype
-        self.tokens = self.documents = 0
-
-    def add(self, arrays: list[np.ndarray], separator: int | None) -> None:
-        """Each document's ids, then the separator (when not None), which its span leaves out."""
-        lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
-        steps = lengths + (separator is not None)
-        starts = self.tokens + np.cumsum(steps) - steps
-        if separator is not None:
-            end = np.array([separator], dtype=self.dtype)
-            arrays = [part for ids in arrays for part in (ids, end)]
-        self.ids.write(np.concatenate(arrays).astype(self.dtype, copy=False).tobytes())
-        self.spans.write(np.stack([starts, starts + lengths], axis=1).tobytes())
-        self.tokens += int(steps.sum())
-        self.documents += len(lengths)
-
-
-def _tokenise(documents: Iterable[tuple[str, str]], tokens: Tokens, writers: dict[str, _SplitWriter],
-              bytes_read: Callable[[], int], progress: Callable[[int, float], None] = lambda chars, s: None,
-              should_stop: StopCheck = _never) -> None:
-    """Every document through tokens.encode_arrays in batches of about BATCH_CHARS, into its split's writer;
-    progress(text read, seconds) and should_stop asked after each batch."""
-    separator = None if tokens.appends_eos else tokens.eos
-    start, batch, chars = time.perf_counter(), [], 0
-
-    def flush() -> None:
-        arrays = tokens.encode_arrays([text for _, text in batch])
-        for split in SPLITS:
-            mine = [ids for (where, _), ids in zip(batch, arrays) if where == split]
-            if mine:
-                writers[split].add(mine, separator)
-        batch.clear()
-
-    for split, text in documents:
-        if split not in writers:
-            raise ValueError(f"a document's split must be one of {', '.join(SPLITS)}, not {split!r}")
-        batch.append((split, text))
-        chars += len(text)
-        if chars >= BATCH_CHARS or len(batch) >= BATCH_DOCUMENTS:
-            flush()
-            chars = 0
-            if should_stop():
-                raise TokenisingStopped("stopped while tokenising: nothing was cached")
-            progress(bytes_read(), time.perf_counter() - start)
-    if batch:
-        flush()
-        progress(bytes_read(), time.perf_counter() - start)
-
-
 def _build(folder: Path, source: DocumentSource, identity: dict, tokens: Tokens, progress: Progress,
            should_stop: StopCheck) -> None:
     """Tokenise source into a temporary folder beside folder, then rename it folder (called under the lock)."""
-    for stale in folder.parent.glob(f"{folder.name}.tmp-*"):  # left by a killed build
-        shutil.rmtree(stale, ignore_errors=True)
+    _remove_killed_builds(folder.parent, folder.name)
     temporary = folder.parent / f"{folder.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     temporary.mkdir()
     try:
@@ -283,7 +173,7 @@ def _build(folder: Path, source: DocumentSource, identity: dict, tokens: Tokens,
 
 
 def _write(temporary: Path, source: DocumentSource, tokens: Tokens, progress: Progress,
-           should_stop: StopCheck) -> tuple[float, dict[str, _SplitWriter]]:
+           should_stop: StopCheck) -> tuple[float, dict[str, SplitWriter]]:
     """The split files in temporary: seconds taken and the writers (their counts)."""
     dtype, start = ids_dtype(tokens.vocab_size), time.perf_counter()
     total = source.total_bytes
@@ -295,8 +185,8 @@ def _write(temporary: Path, source: DocumentSource, tokens: Tokens, progress: Pr
     with contextlib.ExitStack() as files:
         opened = {s: tuple(files.enter_context(open(temporary / f"{s}{suffix}", "wb")) for suffix in (".bin", ".raw"))
                   for s in SPLITS}
-        writers = {s: _SplitWriter(*opened[s], dtype) for s in SPLITS}
-        _tokenise(source.documents(), tokens, writers, lambda: source.bytes_read, report, should_stop)
+        writers = {s: SplitWriter(*opened[s], dtype) for s in SPLITS}
+        tokenise(source.documents(), tokens, writers, lambda: source.bytes_read, report, should_stop)
         for ids, spans in opened.values():
             ids.flush()
             os.fsync(ids.fileno())  # on disk before the rename makes it the cache
@@ -316,27 +206,50 @@ def _to_npy(raw: Path, npy: Path, count: int) -> None:
     raw.unlink()
 
 
+def _remove_killed_builds(root: Path, mine: str) -> None:
+    """Remove the temporary folders killed builds left in root: this key's (its lock is held here), and another
+    key's when nobody holds its lock (a build in progress does)."""
+    for stale in root.glob("*.tmp-*"):
+        name = stale.name.split(".tmp-")[0]
+        if name == mine:
+            shutil.rmtree(stale, ignore_errors=True)
+            continue
+        with contextlib.suppress(OSError), _held(root / f"{name}.lock") as held:
+            if held:
+                shutil.rmtree(stale, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _held(path: Path) -> Iterator[bool]:
+    """Whether path's flock could be taken at once (held meanwhile); False when another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def _locked(path: Path, should_stop: StopCheck, waiting: Callable[[], None]) -> Iterator[None]:
     """Hold an exclusive flock on path (released when this process ends, however it ends); while another
     holds it, wait, telling waiting() once and asking should_stop."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        told = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if should_stop():
-                    raise TokenisingStopped("stopped while waiting for the corpus to be tokenised") from None
-                if not told:
-                    waiting()
-                    told = True
-                time.sleep(LOCK_POLL_S)
-        yield
-    finally:
-        os.close(fd)
+    told = False
+    while True:
+        with _held(path) as held:
+            if held:
+                yield
+                return
+        if should_stop():
+            raise TokenisingStopped("stopped while waiting for the corpus to be tokenised")
+        if not told:
+            waiting()
+            told = True
+        time.sleep(LOCK_POLL_S)
 
 
 def remember_speed(root: Path, tokens: Tokens, mb_per_s: float) -> None:

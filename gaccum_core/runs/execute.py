@@ -9,7 +9,9 @@ failure to release it (a CUDA error surfaces at the next synchronisation) fails 
 from __future__ import annotations
 
 import errno
+import math
 import os
+import time
 import traceback
 from pathlib import Path
 from typing import Callable
@@ -18,6 +20,8 @@ import torch
 
 from gaccum_core import faults
 from gaccum_core.config import RunConfig
+from gaccum_core.data.text import tokenise_corpus
+from gaccum_core.data.tokenising import BuildProgress, TokenisingStopped
 from gaccum_core.runs.resume import checkpoints_in, resume_engine
 from gaccum_core.train.checkpoint import CheckpointManager
 from gaccum_core.train.device import device_name
@@ -30,6 +34,9 @@ from gaccum_core.runs.store import RunStore, now_iso
 from gaccum_core.runs.supervisor import stopped_before_first_step
 from gaccum_core.states import Outcome, RunState
 from gaccum_core.train.metrics import FanOut, MetricSink, NullSink, RowKeeper, skipped_warning
+
+PROGRESS_EVERY_S = 0.5  # how often tokenising progress is written as the run's message
+STOPPED_TOKENISING = "stopped while tokenising its corpus, before its first step (nothing was cached)"
 
 
 def failure_message(exc: BaseException, config: RunConfig) -> str:
@@ -49,17 +56,20 @@ def failure_message(exc: BaseException, config: RunConfig) -> str:
 
 def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torch.device, should_stop: StopCheck,
             sink: MetricSink = NullSink(), on_start: Callable[[Engine], None] = lambda engine: None,
-            ranks: Ranks = Ranks()) -> Outcome:
+            ranks: Ranks = Ranks(), on_message: Callable[[str], None] = lambda text: None) -> Outcome:
     """Train one run and release its memory; its final state and message.
 
     store is the runs directory on global rank 0, which alone writes the run's files, and None on the
-    other ranks of a data-parallel job, where an exception propagates (torchrun reports it and ends the job)."""
+    other ranks of a data-parallel job, where an exception propagates (torchrun reports it and ends the job).
+    A text corpus not yet in the token cache is tokenised first, its progress the run's message meanwhile
+    (in status.json, and on_message for a run tracked in this process); should_stop stops that too."""
     writer, engine, kept = None, None, RowKeeper()  # kept: the step rows this process saw, for the warning
     try:
         if store is not None:
             store.remove_temporaries(run_id)  # left by a kill or a full disk: this process alone writes the run
             store.update_status(run_id, state=RunState.RUNNING, started=now_iso(), device=device_name(device),
                                 world_size=ranks.world_size, pid=os.getpid())
+        _tokenise_first(store, run_id, config, should_stop, on_message)
         checkpoints = _checkpoints(store, run_id, ranks)
         engine = Engine(config, device, ranks, checkpoints)
         if engine.sharded:
@@ -79,6 +89,8 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
         outcome = state, _message(state, from_step, engine.training.counters.step, kept)
     except Diverged as exc:  # every rank sees the same loss: all of them end here together
         outcome = RunState.DIVERGED, str(exc)
+    except TokenisingStopped:
+        outcome = RunState.STOPPED, STOPPED_TOKENISING
     except Exception as exc:  # every failure ends the run with a message, never a dead thread
         if store is None:
             raise
@@ -95,6 +107,32 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
         clear_cache(device)  # an error here propagates: torchrun reports this rank's failure
         return outcome
     return release(store, run_id, device, *outcome)
+
+
+def _tokenise_first(store: RunStore | None, run_id: str, config: RunConfig, should_stop: StopCheck,
+                    on_message: Callable[[str], None]) -> None:
+    """Build the run's token cache unless it is there (the ranks of a job wait for the one that builds it), saying
+    'tokenising corpus.jsonl: 12 of 100 MB · 3.1 MB/s · ... · 28 s left' as the run's message at most every
+    PROGRESS_EVERY_S, and the message it had again when done."""
+    said_at = -math.inf
+
+    def say(text: str) -> None:
+        if store is not None:
+            store.update_status(run_id, message=text)
+        on_message(text)
+
+    def progress(where: BuildProgress) -> None:
+        nonlocal said_at
+        if where.waiting or time.monotonic() - said_at >= PROGRESS_EVERY_S:
+            said_at = time.monotonic()
+            say(where.words())
+
+    before = store.read_status(run_id).get("message", "") if store is not None else ""
+    try:
+        tokenise_corpus(config, progress, should_stop)
+    finally:
+        if said_at > -math.inf:
+            say(before)
 
 
 def _checkpoints(store: RunStore | None, run_id: str, ranks: Ranks) -> CheckpointManager | None:

@@ -43,7 +43,11 @@ def train_here(store: RunStore, run: TrackedRun, lock: threading.Lock) -> Outcom
         with lock:
             run.total_steps = engine.total_steps
 
-    return execute(store, run.run_id, run.config, device, run.stop_event.is_set, run.rows, started)
+    def say(text: str) -> None:  # what the run does before its first step (tokenising its corpus)
+        with lock:
+            run.message = text
+
+    return execute(store, run.run_id, run.config, device, run.stop_event.is_set, run.rows, started, on_message=say)
 
 
 def supervise(child: Child, run: TrackedRun, lock: threading.Lock, grace_s: float) -> Outcome:
@@ -64,6 +68,7 @@ def supervise(child: Child, run: TrackedRun, lock: threading.Lock, grace_s: floa
         with lock:
             run.total_steps = fields.get("total_steps", run.total_steps)
             run.device = fields.get("device", run.device)
+            run.message = fields.get("message", run.message)  # tokenising progress, before the first step
 
     try:
         return child.supervise(run.stop_event, rows, status, grace_s)

@@ -316,7 +316,7 @@ def test_progress_lines_say_the_time_left_and_come_at_most_every_few_seconds(cap
 
     def snap(steps, state=RunState.RUNNING, eta=None):
         return SimpleNamespace(run_id="r1", state=state, steps_done=steps, total_steps=100, eta_s=eta,
-                               metrics=(), done=state == RunState.FINISHED)
+                               metrics=(), done=state == RunState.FINISHED, message="")
 
     shown = iter([snap(0), snap(1, eta=75.0), snap(2, eta=70.0), snap(100, RunState.FINISHED)])
     runner = SimpleNamespace(wait=lambda run_id, timeout=None: next(shown))

@@ -18,12 +18,12 @@ import pytest
 import torch
 
 from gaccum_core.config import RunConfig
-from gaccum_core.data import token_cache
+from gaccum_core.data import tokenising
 from gaccum_core.data.corpus import Corpus
 from gaccum_core.data.sequences import IGNORE
 from gaccum_core.data.text import cache_status, describe_text, text_sources
-from gaccum_core.data.token_cache import (TokenisingStopped, cache_folder, ids_dtype, open_cache, read_cache,
-                                          tokenise_in_memory)
+from gaccum_core.data.token_cache import cache_folder, open_cache, read_cache, tokenise_in_memory
+from gaccum_core.data.tokenising import TokenisingStopped, ids_dtype
 from gaccum_core.data.tokens import ByteTokens
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,7 +156,7 @@ def test_ids_are_uint16_below_65536_ids_else_uint32(tmp_path):
 
 
 def test_a_stopped_or_interrupted_build_leaves_no_cache_and_a_later_one_works(tmp_path, monkeypatch):
-    monkeypatch.setattr(token_cache, "BATCH_DOCUMENTS", 5)
+    monkeypatch.setattr(tokenising, "BATCH_DOCUMENTS", 5)
     path = _corpus(tmp_path)
     source, root = Corpus(str(path)), tmp_path / "cache"
     with pytest.raises(TokenisingStopped):
@@ -176,12 +176,13 @@ def test_a_stopped_or_interrupted_build_leaves_no_cache_and_a_later_one_works(tm
 
 
 def test_a_killed_build_leaves_no_cache_and_the_next_build_clears_what_it_left(tmp_path):
-    """A build killed with SIGKILL (no cleanup runs): its temporary folder is never read as a cache."""
+    """A build killed with SIGKILL (no cleanup runs; a process run's Stop before its first step kills its worker):
+    its temporary folder is never read as a cache, and the next build removes it."""
     path = _corpus(tmp_path, documents=2000)
     root = tmp_path / "cache"
-    code = (f"import time; from pathlib import Path\nfrom gaccum_core.data import token_cache\n"
+    code = (f"import time; from pathlib import Path\nfrom gaccum_core.data import token_cache, tokenising\n"
             f"from gaccum_core.data.corpus import Corpus\nfrom gaccum_core.data.tokens import ByteTokens\n"
-            f"token_cache.BATCH_DOCUMENTS = 50\n"
+            f"tokenising.BATCH_DOCUMENTS = 50\n"
             f"token_cache.open_cache(Path({str(root)!r}), Corpus({str(path)!r}), ByteTokens(),"
             f" progress=lambda p: (print('batch', flush=True), time.sleep(60)))\n")
     child = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
@@ -191,7 +192,10 @@ def test_a_killed_build_leaves_no_cache_and_the_next_build_clears_what_it_left(t
     source = Corpus(str(path))
     folder = cache_folder(root, source.name, source.identity(), ByteTokens())
     assert list(root.glob(f"{folder.name}.tmp-*")) and read_cache(folder) is None and not folder.exists()
-    assert open_cache(root, source, ByteTokens()).folder == folder and not list(root.glob(f"{folder.name}.tmp-*"))
+    other = _corpus(tmp_path, documents=20, name="other.txt")
+    open_cache(root, Corpus(str(other)), ByteTokens())  # a build of any corpus clears what a killed one left
+    assert not list(root.glob("*.tmp-*"))
+    assert open_cache(root, source, ByteTokens()).folder == folder and folder.is_dir()
 
 
 def test_concurrent_openers_wait_for_one_build(tmp_path, monkeypatch):
@@ -204,7 +208,7 @@ def test_concurrent_openers_wait_for_one_build(tmp_path, monkeypatch):
         return real(self, texts)
 
     monkeypatch.setattr(ByteTokens, "encode_arrays", slow)
-    monkeypatch.setattr(token_cache, "BATCH_DOCUMENTS", 10)
+    monkeypatch.setattr(tokenising, "BATCH_DOCUMENTS", 10)
     path, root = _corpus(tmp_path), tmp_path / "cache"
     caches, waited = [], []
 
