@@ -2,11 +2,12 @@
 
 import streamlit as st
 
-from gaccum_core.views.lab import (fsdp_csv, fsdp_measures, pitfall_csv, pitfall_figure, pitfall_table,
-                                   pitfall_table_formats)
+from gaccum_core.views.lab import (fsdp_csv, fsdp_measures, packing_measures, pitfall_csv, pitfall_figure,
+                                   pitfall_table, pitfall_table_formats)
 from gaccum_core.lab.pitfalls.catalog import FSDP_PITFALLS, PITFALLS, pitfall, setup_words
 from gaccum_core.lab.pitfalls.fsdp_job import FSDP_STEPS, FsdpJobError, run_fsdp_pitfalls
 from gaccum_core.lab.pitfalls.harness import run_pitfall
+from gaccum_core.lab.pitfalls.sequences import KEY as SEQUENCES
 
 STEPS = 20
 
@@ -21,6 +22,8 @@ if st.button("Run all nine", type="primary", key="pitfalls_run"):
     for i, key in enumerate(PITFALLS):
         bar.progress(i / len(PITFALLS), text=f"{i + 1} of {len(PITFALLS)}: {PITFALLS[key].title}")
         results[key] = run_pitfall(key, STEPS)
+    bar.progress(1.0, text=f"{PITFALLS[SEQUENCES].title} again, with packing on")
+    st.session_state["pitfall_packed"] = run_pitfall(SEQUENCES, STEPS, packing="on")
     bar.progress(1.0, text="done")
 
 if results:
@@ -48,7 +51,8 @@ def show_case(number: int, key: str, result, steps: int, measures: list[tuple[st
 
 
 for number, key in enumerate(PITFALLS, start=1):
-    show_case(number, key, results.get(key), STEPS)
+    packed = st.session_state.get("pitfall_packed") if key == SEQUENCES else None
+    show_case(number, key, results.get(key), STEPS, packing_measures(packed) if packed is not None else [])
 
 st.header("FSDP (2 processes)")
 st.write("FSDP2 shards the mlp over 2 processes (gloo): fully_shard on each Linear, then on the root. Each trap is "

@@ -87,6 +87,14 @@ def fsdp_measures(gallery: FsdpGallery) -> dict[str, list[tuple[str, str]]]:
     }
 
 
+def packing_measures(packed: PitfallResult) -> list[tuple[str, str]]:
+    """What the mean of means on sequences does once documents are packed into full sequences, as (label, value)
+    lines: every micro-batch then holds as many target tokens, and the textbook weighting is the exact one."""
+    return [("With packing on (documents joined into full sequences): weight distance after the last step",
+             f"{packed.final_distance_pitfall:.2e} (correct loop: {packed.final_distance_correct:.1e})"),
+            ("With packing on: gradient-norm ratio (pitfall / reference)", f"{packed.grad_norm_ratio:.4f}")]
+
+
 def pitfall_table(results: Iterable[PitfallResult]) -> pd.DataFrame:
     """One row per pitfall run: its title, its and the correct loop's final weight distance to one big
     batch, and the median gradient-norm ratio (pitfall / reference)."""

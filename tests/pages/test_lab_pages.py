@@ -1,10 +1,13 @@
 """AppTest for the lab pages: the equivalence check and the pitfall gallery, with their CSV exports."""
 
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
+
+from gaccum_core.lab.pitfalls.catalog import PITFALLS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,6 +49,14 @@ def test_pitfall_page_runs_the_gallery_and_exports(runs_dir, downloads):
     assert (summary["distance (pitfall)"] > 10 * summary["distance (correct)"]).all()
     frame = pd.read_csv(pd.io.common.BytesIO(downloads["gaccum-pitfalls.csv"]))
     assert frame["pitfall"].nunique() == 9 and "distance_pitfall" in frame.columns
+    # The mean of means on sequences, run again with packing on: every micro-batch holds as many target tokens,
+    # and the textbook weighting lands where the exact one does.
+    packed = [m.value for m in at.markdown if m.value.startswith("With packing on (documents joined")]
+    assert len(packed) == 1, [m.value for m in at.markdown]
+    pitfall, correct = (float(x) for x in re.findall(r"\d\.\d+e[-+]\d+", packed[0]))
+    assert pitfall < 1e-5 and correct < 1e-5
+    sequences = summary[summary["pitfall"] == PITFALLS["mean_of_means_sequences"].title]
+    assert float(sequences["distance (pitfall)"].iloc[0]) > 1e3 * pitfall  # padded: far off, packed: on it
 
 
 def test_equivalence_page_refuses_a_window_larger_than_the_training_set(runs_dir):
