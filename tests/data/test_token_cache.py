@@ -268,3 +268,40 @@ def test_in_memory_tokenising_gives_the_arrays_the_files_hold(tmp_path):
     in_memory = tokenise_in_memory(Corpus(str(path)).documents(), ByteTokens())
     for split in ("train", "val"):
         assert all(np.array_equal(a, b) for a, b in zip(on_disk.splits[split], in_memory.splits[split]))
+
+
+def test_an_hf_dataset_is_cached_by_the_same_code_and_equals_the_same_rows_as_jsonl(tmp_path):
+    """hf_datasets hands the cache (split, text) documents and an identity; its rows give the text corpus's sequences."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [f"row {i}: " + "words " * (i % 13) + "end" for i in range(45)]
+    (tmp_path / "parquet").mkdir()
+    pq.write_table(pa.table({"text": rows}), tmp_path / "parquet" / "data.parquet")
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"text": r}) + "\n" for r in rows))
+    saved = RunConfig(model="gpt", dataset="hf-dataset", data_dir=str(tmp_path / "parquet"),
+                      cache_dir=str(tmp_path / "cache"), max_seq_len=16)
+    assert "to tokenise on Start" in describe_text(saved) and describe_text(saved).startswith("hf-dataset: 40 train")
+    as_jsonl = text_sources(_config(tmp_path / "rows.jsonl", tmp_path / "cache", max_seq_len=16))
+    for hf_split, text_split in zip(text_sources(saved), as_jsonl):
+        assert _rows(hf_split) == _rows(text_split)
+    assert cache_status(saved).cached and describe_text(saved).startswith("hf-dataset: ")
+    assert len(list((tmp_path / "cache").glob("parquet-*/meta.json"))) == 1
+
+
+def test_preflight_of_an_uncached_corpus_tokenises_two_documents_and_caches_nothing(tmp_path, monkeypatch):
+    from gaccum_core.config import ConfigError
+    from gaccum_core.train.checks import preflight
+
+    encoded = []
+    real = ByteTokens.encode_arrays
+    monkeypatch.setattr(ByteTokens, "encode_arrays", lambda self, texts: encoded.extend(texts) or real(self, texts))
+    config = _config(_corpus(tmp_path), tmp_path / "cache", device="cpu")
+    preflight(config)
+    assert len(encoded) == 2 and not (tmp_path / "cache").exists()
+    (tmp_path / "one.txt").write_text("a single paragraph")
+    with pytest.raises(ConfigError, match="at least 2 paragraphs"):
+        preflight(_config(tmp_path / "one.txt", tmp_path / "cache", device="cpu"))
+    text_sources(config)
+    with pytest.raises(ConfigError, match="micro_batch_size"):  # cached: checked against its sequences
+        preflight(config.replace(micro_batch_size=10**4))
