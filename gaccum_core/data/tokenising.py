@@ -101,8 +101,8 @@ class SplitWriter:
 
 
 def tokenise(documents: Iterable[tuple[str, str]], tokens: Tokens, writers: dict[str, SplitWriter],
-              bytes_read: Callable[[], int], progress: Callable[[int, float], None] = lambda chars, s: None,
-              should_stop: StopCheck = never) -> None:
+             bytes_read: Callable[[], int], progress: Callable[[int, float], None] = lambda chars, s: None,
+             should_stop: StopCheck = never) -> None:
     """Every document through tokens.encode_arrays in batches of about BATCH_CHARS, into its split's writer;
     progress(text read, seconds) and should_stop asked after each batch."""
     separator = None if tokens.appends_eos else tokens.eos
