@@ -10,7 +10,7 @@ from gaccum_core.lab.equivalence import ReferenceTooLarge, compare_gradients, tr
 from gaccum_core.runs.aside import call_for
 from gaccum_core.train.metrics import time_left_words
 from gaccum_core.views.lab import gradient_figure, side_by_side_figures
-from dashboard.checks import refusal
+from dashboard.checks import refusal, tokenise_aside
 from dashboard.choices import choose, model_note, text_settings, wants_text
 from dashboard.controls import LABELS
 from dashboard.messages import explain
@@ -81,6 +81,7 @@ def progress_bar(what: str, unit: str):
 
 if st.button("Compare", type="primary", key="eq_run"):
     try:
+        tokenise_aside(config)  # a corpus not yet tokenised: once, in a worker process, with its progress
         bar, moved = progress_bar("Computing both gradients", "samples")
         # Your own model or data set: compared in a worker process of its own, never in the server.
         st.session_state["eq_report"] = call_for(config, compare_gradients, config, progress=moved)

@@ -3,7 +3,7 @@ combination, measured, and the fastest setting that fits with a margin."""
 
 import streamlit as st
 
-from dashboard.checks import refusal
+from dashboard.checks import refusal, tokenise_aside
 from dashboard.choices import choose, model_note, text_settings, wants_text
 from dashboard.controls import CLEAR_LABELS, LABELS as TRAIN_LABELS
 from dashboard.messages import explain
@@ -94,8 +94,9 @@ if problem:
 if request is not None:  # what Plan will measure, as the server has it: said before anything is measured
     st.caption(request.work_words())
 if st.button("Plan", type="primary", key="plan_run", disabled=problem is not None):
-    bar = st.progress(0.0, text="measuring the first candidate (it loads the data and builds the model)…")
     try:
+        tokenise_aside(request.base)  # a corpus not yet tokenised: once, in a worker process, with its progress
+        bar = st.progress(0.0, text="measuring the first candidate (it loads the data and builds the model)…")
         # Your own model or data set: measured in a worker process of its own, never in the server.
         plan = call_for(request.base, make_plan, request, progress=lambda done, about, candidate, seconds: bar.progress(
             min(done / about, 1.0), text=progress_text(done, about, candidate, seconds)))

@@ -14,7 +14,10 @@ from dashboard.messages import explain, in_page_words
 from gaccum_core.config import ConfigError, RunConfig, is_factory, is_hf
 from gaccum_core.data.load import describe_dataset
 from gaccum_core.data.sources import DataError
+from gaccum_core.data.text import CORPUS_DATASETS, cache_status, tokenise_corpus
+from gaccum_core.data.tokenising import BuildProgress
 from gaccum_core.hfdir import directory_version, hf_directory
+from gaccum_core.runs.aside import call_aside
 from gaccum_core.train.checks import preflight
 from gaccum_core.usercode import file_version
 
@@ -50,7 +53,17 @@ def file_stamps(config: RunConfig) -> tuple:
         text = folder_stamp(config.data_dir) if config.dataset in ("tokens", "hf-dataset") else None
     tokenizer = directory_version(hf_directory(config.model)) if is_hf(config.model) else None
     mine = tuple(file_version(getattr(config, f)) for f in ("model", "dataset") if is_factory(getattr(config, f)))
-    return text, tokenizer, mine
+    return text, tokenizer, mine, _cached(config)
+
+
+def _cached(config: RunConfig) -> bool | None:
+    """Whether a corpus is in its token cache yet (its description changes once a run has tokenised it)."""
+    if config.dataset not in CORPUS_DATASETS:
+        return None
+    try:
+        return cache_status(config).cached
+    except (ValueError, OSError):  # the corpus refused: the check says why
+        return None
 
 
 @st.cache_data(show_spinner="Checking the settings…", max_entries=64)
@@ -84,3 +97,18 @@ def _description(config_json: str, stamps: tuple) -> str:
 def description(config: RunConfig) -> str:
     """A line on the data set of these settings (its size, classes or tokens)."""
     return _description(config.to_json(), file_stamps(config))
+
+
+def tokenise_aside(config: RunConfig) -> None:
+    """Before a page computes on a corpus not yet in its token cache (Plan, Equivalence): tokenise it in a worker
+    process of its own, never in the server's, with a progress bar (MB done, speed, time left)."""
+    if config.dataset not in CORPUS_DATASETS or cache_status(config).cached:
+        return
+    bar = st.progress(0.0, text=f"tokenising {config.text_file or config.data_dir} once into the token cache…")
+
+    def moved(progress: BuildProgress) -> None:
+        done = progress.bytes_done / progress.bytes_total if progress.bytes_total else 0.0
+        bar.progress(min(done, 1.0), text=progress.words())
+
+    call_aside(tokenise_corpus, config, progress=moved)
+    bar.empty()

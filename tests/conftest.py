@@ -36,6 +36,15 @@ def thread_executor_for_pages(monkeypatch):
     monkeypatch.setenv("GACCUM_EXECUTOR", "thread")
 
 
+@pytest.fixture(autouse=True)
+def token_cache_dir(tmp_path_factory, monkeypatch):
+    """GACCUM_CACHE_DIR: a token cache folder of this test's own (and of the processes it starts), never one
+    beside the checkout's runs directory."""
+    folder = tmp_path_factory.mktemp("token-cache")
+    monkeypatch.setenv("GACCUM_CACHE_DIR", str(folder))
+    return folder
+
+
 @pytest.fixture
 def runs_dir(tmp_path, monkeypatch):
     """Each test gets its own runs directory (and so its own per-process runner)."""

@@ -64,3 +64,30 @@ def test_a_packed_run_from_the_train_page_holds_full_sequences(runs_dir):
     assert config.packing == "on" and config.eval_batches == 2
     # Packed: every micro-batch of every window holds b full sequences of max_seq_len targets.
     assert [row["tokens"] for row in runner.snapshot(run_id).metrics] == [2 * 4 * 32] * 3
+
+
+def test_the_equivalence_page_tokenises_a_new_corpus_aside_then_compares(runs_dir, token_cache_dir, tmp_path,
+                                                                         monkeypatch):
+    from gaccum_core.data import token_cache
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("a corpus tokenised in the server's process")
+
+    monkeypatch.setattr(token_cache, "tokenise", not_here)  # this process may read the cache, never build it
+    corpus = tmp_path / "notes.jsonl"
+    corpus.write_text("".join(f'{{"text": "note {i}: {"accumulate the gradient, then step. " * (i % 5 + 1)}"}}\n'
+                              for i in range(60)), encoding="utf-8")
+    st.cache_data.clear()
+    at = AppTest.from_file(str(ROOT / PAGES["eq_"]), default_timeout=240).run()
+    at.selectbox(key="eq_model").select("gpt").run()
+    at.selectbox(key="eq_dataset").select("text").run()
+    at.text_input(key="eq_text_file").input(str(corpus)).run()
+    at.number_input(key="eq_max_seq_len").set_value(16).run()
+    at.number_input(key="eq_steps").set_value(2).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert not any(token_cache_dir.iterdir())  # the page's checks tokenise nothing in the server
+    at.button(key="eq_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.session_state["eq_report"].equal
+    (cache,) = [d for d in token_cache_dir.iterdir() if d.is_dir()]  # built once, by the worker process
+    assert (cache / "train.bin").is_file() and cache.name.startswith("notes.jsonl-")
