@@ -3,9 +3,10 @@
 For each size (synthetic JSONL written here from Python's documentation topics, paragraphs of random
 lengths), and for gpt (bytes) and a saved hf: tokenizer (a byte-level BPE trained here):
 
-- first tokenisation: MB/s of building the token cache (`tokenise_corpus`), against the bare tokenizer's
-  batched encode (`tokens.encode_many`) of the same documents held in memory (the first 32 MB of them),
-  measured alternately in this process;
+- first tokenisation: MB/s of building the token cache (`tokenise_corpus`: reading, splitting, encoding,
+  writing), against the bare tokenizer's batched encode of the same documents held in memory (the first 32 MB of
+  them): `encode_arrays`, the call the build makes, and `encode_many` (lists of ints, as runs tokenised before
+  the cache);
 - cached: in a fresh process per run (the engine's thread executor), the seconds from `Runner.submit` to
   the first optimizer step and the process's peak resident memory (ru_maxrss), torch already imported.
 
@@ -85,18 +86,22 @@ def config_for(model: str, corpus: Path, cache: Path) -> RunConfig:
                      checkpoint_every=0, device="cpu")
 
 
-def bare_mb_per_s(config: RunConfig) -> float:
-    """MB/s of the tokenizer's batched encode alone on the corpus's first BARE_MB MB of documents, in memory."""
+def bare_mb_per_s(config: RunConfig) -> tuple[float, float]:
+    """MB/s of the tokenizer's batched encode alone on the corpus's first BARE_MB MB of documents held in memory:
+    (as arrays, the call the cache's build makes; as lists of ints, the call a run made before the cache)."""
     tokens, texts, size = tokens_for(config), [], 0
     for _, text in Corpus(config.text_file, config.text_field, config.text_file_max_mb).documents():
         texts.append(text)
         size += len(text.encode("utf-8"))
         if size >= BARE_MB << 20:
             break
-    start = time.perf_counter()
-    for begin in range(0, len(texts), 1024):
-        tokens.encode_many(texts[begin:begin + 1024])
-    return size / 2**20 / (time.perf_counter() - start)
+    speeds = []
+    for encode in (tokens.encode_arrays, tokens.encode_many):
+        start = time.perf_counter()
+        for begin in range(0, len(texts), 1024):
+            encode(texts[begin:begin + 1024])
+        speeds.append(size / 2**20 / (time.perf_counter() - start))
+    return speeds[0], speeds[1]
 
 
 def build_mb_per_s(config: RunConfig, megabytes: float) -> float:
@@ -139,11 +144,11 @@ def main() -> None:
                 if models[name] is None:
                     models[name] = hf_model(workdir)
                 config = config_for(models[name], corpus, workdir / f"cache-{name}")
-                bare = bare_mb_per_s(config)
+                bare, lists = bare_mb_per_s(config)
                 built = build_mb_per_s(config, megabytes)
                 starts = [first_step(config, workdir / "runs") for _ in range(args.repeats)]
                 row = {"corpus MB": round(megabytes), "tokenizer": name, "build MB/s": built, "bare MB/s": bare,
-                       "build/bare": built / bare,
+                       "lists MB/s": lists, "build/bare": built / bare,
                        "first step s": statistics.median(s["first_step_s"] for s in starts),
                        "peak MB": statistics.median(s["peak_mb"] for s in starts)}
                 rows.append(row)
@@ -152,11 +157,12 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    print("\n| corpus | tokenizer | build MB/s | bare encode MB/s | build / bare | cached: first step (s) "
-          "| cached: peak RSS (MB) |\n|---|---|---|---|---|---|---|")
+    print("\n| corpus | tokenizer | cache build MB/s | bare batched encode MB/s (arrays) | build / bare | "
+          "encode as lists MB/s (before the cache) | cached: first step (s) | cached: peak RSS (MB) |\n"
+          "|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['corpus MB']} MB | {r['tokenizer']} | {r['build MB/s']:.1f} | {r['bare MB/s']:.1f} | "
-              f"{r['build/bare']:.2f} | {r['first step s']:.2f} | {r['peak MB']:.0f} |")
+              f"{r['build/bare']:.2f} | {r['lists MB/s']:.1f} | {r['first step s']:.2f} | {r['peak MB']:.0f} |")
     for name in args.tokenizers.split(","):
         mine = [r for r in rows if r["tokenizer"] == name]
         if len(mine) > 1:
