@@ -60,20 +60,23 @@ def epoch_order(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(num_samples, generator=generator)
 
 
-def plan_epoch(num_samples: int, micro_batch_size: int, accum_steps: int) -> list[Window]:
-    """Split an epoch into windows of accum_steps micro-batches; the last window may be partial (how each
-    micro-batch is weighted is micro_batch_divisors', from their counts)."""
+def window_at(num_samples: int, micro_batch_size: int, accum_steps: int, index: int) -> Window:
+    """Window `index` of an epoch cut into windows of accum_steps micro-batches; the last window may be partial
+    (how each micro-batch is weighted is micro_batch_divisors', from their counts). Made when asked for: an
+    epoch of a large corpus holds millions of windows."""
     window_size = micro_batch_size * accum_steps
-    windows = []
-    for w_start in range(0, num_samples, window_size):
-        w_stop = min(w_start + window_size, num_samples)
-        starts = range(w_start, w_stop, micro_batch_size)
-        micro = tuple(
-            MicroBatch(s, min(s + micro_batch_size, w_stop), s + micro_batch_size >= w_stop)
-            for s in starts
-        )
-        windows.append(Window(micro))
-    return windows
+    w_start = index * window_size
+    if not 0 <= w_start < num_samples:
+        raise IndexError(f"window {index} of an epoch of {windows_per_epoch(num_samples, micro_batch_size, accum_steps)}")
+    w_stop = min(w_start + window_size, num_samples)
+    return Window(tuple(MicroBatch(s, min(s + micro_batch_size, w_stop), s + micro_batch_size >= w_stop)
+                        for s in range(w_start, w_stop, micro_batch_size)))
+
+
+def plan_epoch(num_samples: int, micro_batch_size: int, accum_steps: int) -> list[Window]:
+    """Every window of an epoch (window_at each), in order."""
+    return [window_at(num_samples, micro_batch_size, accum_steps, index)
+            for index in range(windows_per_epoch(num_samples, micro_batch_size, accum_steps))]
 
 
 def windows_per_epoch(num_samples: int, micro_batch_size: int, accum_steps: int) -> int:

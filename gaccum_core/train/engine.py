@@ -22,8 +22,8 @@ from gaccum_core.config import ConfigError, RunConfig, first_line
 from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.states import RunState
-from gaccum_core.train.accumulation import (MicroBatch, Window, epoch_order, micro_batch_divisors, plan_epoch,
-                                            planned_steps)
+from gaccum_core.train.accumulation import (MicroBatch, Window, epoch_order, micro_batch_divisors, planned_steps,
+                                            window_at, windows_per_epoch)
 from gaccum_core.train.checkpoint import CheckpointManager, check_resumable, full_state_dict, shard_dir_name
 from gaccum_core.train.checkpoint_state import (Counters, Position, TrainingState, capture, capture_progress, restore,
                                                 restore_progress)
@@ -159,12 +159,13 @@ class Engine:
                 return self._stopped_between_windows(save)
         for epoch in itertools.count(begin.epoch) if epochs is None else range(begin.epoch, epochs):
             order = epoch_order(self.num_train, cfg.seed, epoch)
-            windows = plan_epoch(self.num_train, self.global_micro_batch, cfg.accum_steps)
-            for index in range(begin.window if epoch == begin.epoch else 0, len(windows)):
+            windows = windows_per_epoch(self.num_train, self.global_micro_batch, cfg.accum_steps)
+            for index in range(begin.window if epoch == begin.epoch else 0, windows):
                 if counters.step >= target:
                     break
                 training.position = Position(epoch, index, len(training.in_flight))
-                row = self._guarded_window(windows[index], order, epoch, counters, should_stop)
+                window = window_at(self.num_train, self.global_micro_batch, cfg.accum_steps, index)
+                row = self._guarded_window(window, order, epoch, counters, should_stop)
                 if row is None:  # stopped mid-window: .grad and in_flight hold its first micro-batches
                     training.position = Position(epoch, index, len(training.in_flight))
                     if save is not None:

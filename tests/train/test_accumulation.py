@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from gaccum_core.train.accumulation import epoch_order, micro_batch_divisors, plan_epoch, planned_steps, windows_per_epoch
+from gaccum_core.train.accumulation import (epoch_order, micro_batch_divisors, plan_epoch, planned_steps, window_at,
+                                            windows_per_epoch)
 
 
 @pytest.mark.parametrize("b,k", [(32, 1), (8, 4), (1, 32), (5, 3), (7, 7)])
@@ -78,3 +79,14 @@ def test_the_textbook_weighting_on_images_is_exact_until_a_partial_window():
 
     torch.testing.assert_close(weights("mean_per_micro_batch", 3), weights("mean", 3), rtol=0, atol=1e-7)
     assert (weights("mean_per_micro_batch", 4) - weights("mean", 4)).abs().max() > 1e-4
+
+
+def test_a_window_is_made_when_asked_for_and_equals_the_epochs_plan():
+    for n, b, k in [(110, 8, 4), (96, 8, 4), (7, 3, 5), (1, 1, 1)]:
+        plan = plan_epoch(n, b, k)
+        assert [window_at(n, b, k, i) for i in range(windows_per_epoch(n, b, k))] == plan
+        with pytest.raises(IndexError):
+            window_at(n, b, k, len(plan))
+    huge = 10**12  # an epoch of a trillion samples: its last window, made alone
+    last = window_at(huge, 8, 4, windows_per_epoch(huge, 8, 4) - 1)
+    assert last.samples == (huge % 32 or 32) and last.micro_batches[-1].stop == huge
