@@ -180,6 +180,6 @@ def _report(summary: Summary, args: argparse.Namespace, status: int) -> int:
         return status
     print(display_table(summary.table).to_string(index=False))
     for verdict in summary.verdicts:
-        print(("" if verdict.coincide == verdict.expected else "FLAGGED: ") + verdict.text())
+        print(("FLAGGED: " if verdict.surprising else "") + verdict.text())
     print(where.resolve())
     return status

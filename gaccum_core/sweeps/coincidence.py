@@ -1,6 +1,7 @@
 """Whether cells that differ only in b and k, at the same effective batch and seed, train the same losses:
 what exact accumulation promises (reduction mean or sum), and what the textbook mean per micro-batch
-breaks on a partial window. Pure."""
+breaks on a partial window, or on sequences holding different numbers of target tokens (text not packed).
+Pure."""
 
 from __future__ import annotations
 
@@ -28,11 +29,19 @@ class Verdict:
     tolerance: float
     diffs: tuple[float, ...]  # per cell after the reference: its largest relative loss difference to it
     steps: tuple[int | None, ...]  # the step of that difference
+    language: bool = False  # language runs: micro-batches weighed by target tokens
+    packed: bool = False  # text packed into full sequences: every full micro-batch holds as many target tokens
 
     @property
     def expected(self) -> bool:
         """Whether exact accumulation promises these cells coincide."""
         return self.reduction in EXACT_REDUCTIONS
+
+    @property
+    def surprising(self) -> bool:
+        """Whether the outcome is not what the settings explain: exact cells apart, or textbook cells together
+        without packing to explain it."""
+        return self.coincide != self.expected and not (self.coincide and self.packed)
 
     @property
     def coincide(self) -> bool:
@@ -54,15 +63,23 @@ class Verdict:
         if self.coincide:
             return (f"{together} coincide, as exact accumulation promises: their losses differ by at most "
                     f"{diff:.1e} (relative)." if self.expected else
-                    f"{together} coincide (reduction {self.reduction}: no partial window made them differ; "
+                    f"{together} coincide (reduction {self.reduction}: {self._why_together()}; "
                     f"largest difference {diff:.1e}).")
         where = f" at step {step}" if step is not None else ""
         gap = ("not comparable (no repeat done in both, other step counts or a non-finite loss)" if math.isinf(diff)
                else f"{diff:.1e} (relative){where}, above the {self.tolerance:.0e} tolerance")
         why = ("they must coincide under reduction mean or sum: a bug, or rounding grown beyond the tolerance"
                if self.expected else f"expected under reduction {self.reduction}: the textbook loss weighs "
-                                     "a partial window's micro-batches equally")
+                                     + ("micro-batches holding different numbers of target tokens equally"
+                                        if self.language and not self.packed else "a partial window's micro-batches equally"))
         return f"{together} do not coincide: {label} differs from {names[0]} by {gap}; {why}."
+
+    def _why_together(self) -> str:
+        """Why textbook cells coincided: packing (every full micro-batch as many target tokens), or no partial window."""
+        if self.packed:
+            return ("packed, every full micro-batch holds as many target tokens, so the textbook weighting is the exact "
+                    "one wherever no partial window comes")
+        return "no partial window made them differ"
 
 
 def _told_apart(labels: tuple[str, ...]) -> tuple[list[str], str]:
@@ -110,7 +127,8 @@ def verdicts(configs: Mapping[int, RunConfig], labels: Mapping[int, str],
             steps.append(step)
         config = configs[reference]
         found.append(Verdict(tuple(members), tuple(labels[c] for c in members), config.reduction,
-                             TOLERANCE.get(config.amp, TOLERANCE["off"]), tuple(diffs), tuple(steps)))
+                             TOLERANCE.get(config.amp, TOLERANCE["off"]), tuple(diffs), tuple(steps), config.is_text,
+                             config.is_text and (config.packing == "on" or config.dataset == "tokens")))
     return found
 
 

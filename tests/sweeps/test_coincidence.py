@@ -37,3 +37,19 @@ def test_cells_without_a_done_run_are_not_judged_yet():
     assert verdicts(CONFIGS, LABELS, {(0, 0): LOSS}) == []
     (verdict,) = verdicts(CONFIGS, LABELS, {(0, 0): LOSS, (1, 1): LOSS})  # no repeat in common
     assert math.isinf(verdict.diffs[0]) and "not comparable" in verdict.text()
+
+
+def test_text_cells_are_explained_by_their_packing():
+    text = RunConfig(model="gpt", dataset="pydoc", reduction="mean_per_micro_batch", max_seq_len=32)
+    configs = {0: text.replace(micro_batch_size=2, accum_steps=8), 1: text.replace(micro_batch_size=8, accum_steps=2),
+               2: text.replace(micro_batch_size=2, accum_steps=8, packing="on"),
+               3: text.replace(micro_batch_size=8, accum_steps=2, packing="on")}
+    apart = LOSS[:3] + [0.9]
+    found = {v.cells: v for v in verdicts(configs, LABELS, {(0, 0): LOSS, (1, 0): apart, (2, 0): LOSS, (3, 0): LOSS})}
+    padded, packed = found[(0, 1)], found[(2, 3)]
+    assert not padded.coincide and not padded.surprising
+    assert "micro-batches holding different numbers of target tokens equally" in padded.text()
+    assert packed.coincide and not packed.expected and not packed.surprising  # packing explains it: not flagged
+    assert "packed, every full micro-batch holds as many target tokens" in packed.text()
+    images = verdicts(CONFIGS, LABELS, {(3, 0): LOSS, (4, 0): LOSS})[0]  # the textbook on images, together
+    assert images.surprising and "no partial window made them differ" in images.text()
