@@ -1,5 +1,6 @@
 """`check`: is this model ready for exact accumulation? One window's gradient as one batch and
-accumulated, per module, with the causes found when they differ; exit 0 equal, 1 not, 2 bad input."""
+accumulated, per module, with the causes found when they differ; exit 0 equal, 1 not, 2 bad input or a corpus
+not tokenised yet (check writes nothing: `plan` and `run` tokenise it)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import TYPE_CHECKING
 
 from gaccum_core.cli.args import Commands, add_config_flags, config_from_args, flag_error
 from gaccum_core.config import DEFAULT_RUN, ConfigError, RunConfig
+from gaccum_core.data.load import describe_dataset
 from gaccum_core.data.sources import DataError
+from gaccum_core.data.text import CORPUS_DATASETS, cache_status
 from gaccum_core.lab.equivalence import GradientReport, ReferenceTooLarge, compare_gradients
 from gaccum_core.lab.verdict import PRECISION_NAMES
 from gaccum_core.models.vision import ModelInputError
@@ -34,7 +37,8 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
                     "accumulated over k micro-batches of b; print the verdict and, per module, the worst "
                     "relative L2 error and the cause found (BatchNorm, dropout, a buffer updated in forward, "
                     "the textbook weighting, reduced precision). Exit status: 0 equal up to float rounding, "
-                    "1 differs (or the big batch does not fit in memory), 2 bad input. Writes nothing.")
+                    "1 differs (or the big batch does not fit in memory), 2 bad input or a corpus not tokenised yet. "
+                    "Writes nothing (a corpus is tokenised into the token cache by `plan` or `run`).")
     add_config_flags(parser)
     parser.set_defaults(handler=check_command)
     return parser
@@ -54,6 +58,10 @@ def check_command(args: argparse.Namespace) -> int:
         return 2
     try:
         preflight(config, whole_window=True)  # the device, data and model refuse bad input in one line first
+        untokenised = _not_tokenised(config)
+        if untokenised:
+            print(untokenised, file=sys.stderr)
+            return 2
         report = compare_gradients(config)
     except ReferenceTooLarge as exc:
         print(f"gaccum: {exc}", file=sys.stderr)
@@ -71,6 +79,16 @@ def _refuse_processes(config: RunConfig) -> None:
         if getattr(config, field) != 1:
             raise ConfigError(field, getattr(config, field), "1: check compares the two gradients in one process "
                               "(run trains on several; the one-process verdict holds for each rank's window)")
+
+
+def _not_tokenised(config: RunConfig) -> str | None:
+    """The line saying config's corpus is not in its token cache yet (check never tokenises it), else None."""
+    if config.dataset not in CORPUS_DATASETS or cache_status(config).cached:
+        return None
+    flag, value = ("--data-dir", config.data_dir) if config.dataset == "hf-dataset" else ("--text-file", config.text_file)
+    return (f"gaccum: {flag}={value!r} is not tokenised yet ({describe_dataset(config)}); check reads windows of the "
+            "tokenised corpus and writes nothing: `plan` or `run` on it tokenises it once into the token cache, "
+            "then check compares on it")
 
 
 def _input_error(exc: ValueError, config: RunConfig) -> str:

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import time
 
 from gaccum_core.cli.args import Commands, add_config_flags, config_from_args, flag_error, typed
 from gaccum_core.cli.progress import measure_with_progress
 from gaccum_core.config import CHOICES, ConfigError, RunConfig
+from gaccum_core.data.text import CORPUS_DATASETS, cache_status, tokenise_corpus
+from gaccum_core.data.tokenising import BuildProgress
 from gaccum_core.plan.planner import Plan, PlanRequest, config_from_plan, default_budget_mb
 from gaccum_core.plan.search import mb
 from gaccum_core.plan.sharding import DDP, SHARDING_MODES, run_fields
@@ -24,6 +28,8 @@ PLANNED = frozenset({"micro_batch_size", "accum_steps", "amp", "clear_cache", "c
                      "fsdp_sync", "fsdp_reshard_after_backward"})
 CROSSED = ("amp", "clear_cache", "compile")  # the options whose plan flags take a list of values to cross
 FSDP_MODES = tuple(m for m in SHARDING_MODES if m != DDP)  # what --sharding fsdp stands for
+LINE_EVERY_S = 10.0  # away from a terminal: seconds between tokenising progress lines
+REDRAW_EVERY_S = 0.2  # on a terminal: between redraws of the tokenising line
 
 
 def add_parser(commands: Commands) -> argparse.ArgumentParser:
@@ -128,12 +134,16 @@ def plan_command(args: argparse.Namespace) -> int:
         request = PlanRequest(base, args.effective_batch, budget_from_args(base, args), _split(args.amp),
                               _split(args.clear_cache), _split(args.compile), _modes(args.sharding), args.nproc,
                               args.timed_steps, time_cap_s=args.time_cap_s, precision=args.precision)
+        tokenise_with_progress(base)
     except ConfigError as exc:
         print(flag_error(exc), file=sys.stderr)
         return 2
     except ValueError as exc:  # data and model errors explain themselves
         print(f"gaccum: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("gaccum: stopped while tokenising the corpus: nothing was cached", file=sys.stderr)
+        return 130
     plan = measure_with_progress(request)
     if args.json:
         print(json.dumps(plan.to_dict()))
@@ -159,6 +169,7 @@ def planned_config(args: argparse.Namespace) -> tuple[RunConfig, Plan | None]:
     if args.effective_batch is None:
         raise ConfigError("effective_batch", None, "an integer, required with --micro-batch-size auto")
     base = config_from_args(args, micro_batch_size=1, accum_steps=1)
+    tokenise_with_progress(base)
     # Only b is planned: the run keeps its own amp, cache clearing, compile and sharding, over its processes.
     request = PlanRequest(base, args.effective_batch, budget_from_args(base, args), (base.amp,), (base.clear_cache,),
                           (base.compile,), (run_mode(base),), base.world_size)
@@ -166,3 +177,43 @@ def planned_config(args: argparse.Namespace) -> tuple[RunConfig, Plan | None]:
     config = config_from_plan(base, plan)  # nothing fits: ConfigError with the reason, the one error line
     print(f"gaccum: planned: {plan.reason}", file=sys.stderr)
     return config, plan
+
+
+def tokenise_with_progress(config: RunConfig, every_s: float = LINE_EVERY_S) -> None:
+    """Tokenise config's corpus into its token cache before planning, unless it is there (the planner's steps read
+    it), saying how far on stderr: a line redrawn on a terminal, else one every every_s seconds and the last."""
+    if config.dataset not in CORPUS_DATASETS or cache_status(config).cached:
+        return
+    shown = _TokenisingLine(every_s)
+    try:
+        tokenise_corpus(config, shown)
+    finally:
+        shown.close()
+
+
+class _TokenisingLine:
+    """A build's progress on stderr: 'gaccum: tokenising c.jsonl: 12 of 100 MB · 3.1 MB/s · ... · 28 s left'."""
+
+    def __init__(self, every_s: float) -> None:
+        self.terminal = sys.stderr.isatty()
+        self.every_s = REDRAW_EVERY_S if self.terminal else every_s
+        self.said_at, self.last, self.unsaid = -math.inf, None, False
+
+    def __call__(self, where: BuildProgress) -> None:
+        self.last, self.unsaid = where, True
+        if where.waiting or time.monotonic() - self.said_at >= self.every_s:
+            self._say(where.words())
+
+    def _say(self, text: str) -> None:
+        start, end = ("\r\x1b[K", "") if self.terminal else ("", "\n")  # a terminal's line is redrawn in place
+        print(f"{start}gaccum: {text}", end=end, file=sys.stderr, flush=True)
+        self.said_at, self.unsaid = time.monotonic(), False
+
+    def close(self) -> None:
+        """The last progress if it was not shown, and the line ended."""
+        if self.last is None:
+            return
+        if self.unsaid:
+            self._say(self.last.words())
+        if self.terminal:
+            print(file=sys.stderr)
