@@ -33,7 +33,7 @@ LABELS = {
     "no_dropout": "Dropout off",
     "text_file": "Text file",
     "text_field": "JSON field holding the text",
-    "text_file_max_mb": "Largest text file (MB)",
+    "text_file_max_mb": "Largest document read at once (MB)",
     "gpt_preset": "GPT size",
     "max_seq_len": "Sequence length (tokens)",
     "packing": "Packing (documents joined into full sequences)",
