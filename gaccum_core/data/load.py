@@ -6,8 +6,8 @@ from gaccum_core.config import DATASETS, TEXT_DATASETS, RunConfig, is_factory
 from gaccum_core.data.folders import describe_folder, folder_sources
 from gaccum_core.data.images import describe_images, image_sources
 from gaccum_core.data.sources import DataBundle, DataError
-from gaccum_core.data.text import describe_text, text_sources
-from gaccum_core.data.token_files import describe_tokens, tokens_sources
+from gaccum_core.data.text import CORPUS_DATASETS, corpus_name, describe_text, text_sources
+from gaccum_core.data.token_files import describe_tokens, files_identity, tokens_sources
 from gaccum_core.data.tokens import tokens_for
 from gaccum_core.data.user import describe_user, user_sources
 
@@ -18,7 +18,9 @@ def load_data(config: RunConfig) -> DataBundle:
     if name in TEXT_DATASETS:
         train, test = tokens_sources(config) if name == "tokens" else text_sources(config)
         tokens = tokens_for(config)
-        return DataBundle(name, train, test, tokens.vocab_size, (config.max_seq_len,), tokens)
+        identity = (corpus_name(config) if name in CORPUS_DATASETS else files_identity(config) if name == "tokens"
+                    else "")
+        return DataBundle(name, train, test, tokens.vocab_size, (config.max_seq_len,), tokens, identity)
     if is_factory(name):
         train, test = user_sources(config)
         return DataBundle(name, train, test, train.num_classes, train.input_shape)

@@ -37,3 +37,6 @@ class DataBundle:
     num_classes: int
     input_shape: tuple[int, ...]  # (C, H, W) of images; (max_seq_len,) of text
     tokens: Any = None  # text: how ids become text again (data.tokens), for the samples a language run shows
+    # Which data this is, where its name does not say it (a corpus, a tokens folder): a checkpoint records it,
+    # and a resume over other data is refused. Empty where the data set's name and settings fix the data.
+    identity: str = ""

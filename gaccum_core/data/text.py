@@ -128,6 +128,13 @@ class CacheStatus:
         return f"{self.megabytes:.1f} MB to tokenise on Start ({about})"
 
 
+def corpus_name(config: RunConfig) -> str:
+    """The name of config's corpus in the token cache, '<name>-<key>' (cheap: the files' identity, no reading): a
+    corpus edited, added to or replaced gets another."""
+    source = corpus_source(config)
+    return cache_folder(cache_root(config), source.name, source.identity(), tokens_for(config)).name
+
+
 def cache_status(config: RunConfig) -> CacheStatus:
     """Whether config's corpus is in its token cache (cheap: the files' identity, no reading); pydoc: always."""
     if config.dataset not in CORPUS_DATASETS:

@@ -134,3 +134,14 @@ def describe_tokens(config: RunConfig) -> str:
     return (f"tokens: {len(train.ids):,} train / {len(validation.ids):,} validation {config.token_dtype} ids "
             f"({held}), {len(train):,} / {len(validation):,} packed sequences of {config.max_seq_len} tokens, "
             f"{tokens_for(config).name}")
+
+
+def files_identity(config: RunConfig) -> str:
+    """Which token files these are: each of train.bin and val.bin's resolved path, size and modification time."""
+    parts = []
+    for name in (TRAIN, VALIDATION):
+        path = _dir(config) / name
+        if path.exists():
+            info = path.stat()
+            parts.append(f"{path.resolve()} ({info.st_size} bytes, modified {info.st_mtime_ns})")
+    return "; ".join(parts)

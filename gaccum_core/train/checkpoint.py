@@ -192,16 +192,17 @@ def _check_digests(directory: Path, name: str, recorded: dict[str, str]) -> None
 
 
 def check_resumable(state: dict[str, Any], config: RunConfig, sharded: bool,
-                    shapes: dict[str, torch.Size] | None = None) -> None:
-    """Refuse a checkpoint a run of these settings cannot continue exactly (check_compatible) or that is not
-    whole (check_whole)."""
-    check_compatible(state, config)
+                    shapes: dict[str, torch.Size] | None = None, data: str | None = None) -> None:
+    """Refuse a checkpoint a run of these settings (and data) cannot continue exactly (check_compatible) or that
+    is not whole (check_whole)."""
+    check_compatible(state, config, data)
     check_whole(state, sharded, shapes)
 
 
-def check_compatible(state: dict[str, Any], config: RunConfig) -> None:
-    """Refuse a checkpoint this run cannot continue exactly: other format, torch or settings (only the run's
-    length, LENGTH_FIELDS, may change)."""
+def check_compatible(state: dict[str, Any], config: RunConfig, data: str | None = None) -> None:
+    """Refuse a checkpoint this run cannot continue exactly: other format, torch, settings (only the run's
+    length, LENGTH_FIELDS, may change) or data (data: the DataBundle's identity, when the data is loaded; a
+    checkpoint written before it was recorded is not asked)."""
     if state.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint.pt has format {state.get('format')!r}, this gaccum reads {FORMAT}")
     if state.get("torch_version") != torch.__version__:
@@ -217,6 +218,11 @@ def check_compatible(state: dict[str, Any], config: RunConfig) -> None:
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {wanted.get(k)!r}" for k in changed[:4])
         raise CheckpointError(f"the settings changed since the checkpoint ({details}); only the run's length "
                               f"({', '.join(LENGTH_FIELDS)}) may change on resume")
+    recorded = state.get("data")
+    if data is not None and isinstance(recorded, str) and recorded and recorded != data:
+        raise CheckpointError(f"the data changed since the checkpoint: it was {recorded}, it is {data} now (a "
+                              "file edited, added or replaced): the run would go on over other windows; start a "
+                              "new run on it")
 
 
 # What a part of checkpoint.pt is called when it is missing.

@@ -95,18 +95,19 @@ class Engine:
         run's ranks each write their part of it first (CheckpointManager.save_shards), all at the same step."""
         self.training.wall_time_s = time.perf_counter() - self._start
         if not self.sharded:
-            return capture(self.model, self.opt, self.opt.params, self.training, self.config.to_dict(), self.device)
+            return {**capture(self.model, self.opt, self.opt.params, self.training, self.config.to_dict(),
+                              self.device), "data": self.data.identity}
         name = share_from_rank0(shard_dir_name(self.training.counters.step))
         # Rank 0, which writes checkpoint.pt, records every shard file's SHA-256 in it.
         shards = self.shared_checkpoints().save_shards(self.model, self.optimizer, name, digest=self.ranks.is_main)
         state = capture_progress(self.opt, self.opt.params, self.training, self.config.to_dict(), self.device)
-        return {**state, **shards}
+        return {**state, **shards, "data": self.data.identity}
 
     def resume_from(self, state: dict) -> None:
         """Continue from a checkpoint: weights, optimizer, schedule, scaler, RNGs, position, in-flight gradients.
         Each rank checks it first, against its own model (CheckpointError naming what would not fit)."""
         shapes = None if self.sharded else {k: v.shape for k, v in self.model.state_dict().items()}
-        check_resumable(state, self.config, self.sharded, shapes)
+        check_resumable(state, self.config, self.sharded, shapes, self.data.identity)
         if self.sharded:  # each rank checks the shard files' SHA-256 before DCP unpickles them
             self.shared_checkpoints().load_shards(self.model, self.optimizer, state)
             self.training = restore_progress(state, self.opt, self.opt.params, self.device)
