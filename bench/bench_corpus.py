@@ -8,7 +8,7 @@ lengths), and for gpt (bytes) and a saved hf: tokenizer (a byte-level BPE traine
   them): `encode_arrays`, the call the build makes, and `encode_many` (lists of ints, as runs tokenised before
   the cache);
 - cached: in a fresh process per run (the engine's thread executor), the seconds from `Runner.submit` to
-  the first optimizer step and the process's peak resident memory (ru_maxrss), torch already imported.
+  the first optimizer step and the process's peak resident memory (VmHWM), torch already imported.
 
 Targets (issue 31): tokenising at >= 0.8 of the bare encode; a cached 1 GB corpus starts its first step within
 5 s of a cached 8 MB one and peaks within 200 MB of it.
@@ -40,7 +40,7 @@ from gaccum_core.data.tokens import tokens_for  # noqa: E402
 
 BARE_MB = 32  # documents held in memory for the bare encode
 FIRST_STEP = r"""
-import json, resource, sys, time
+import json, sys, time
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.runner import Runner
 import torch  # imported before the clock starts, as in a server that is up
@@ -55,7 +55,9 @@ while not runner.snapshot(run_id).steps_done:
 first = time.perf_counter() - start
 runner.stop(run_id)
 runner.wait(run_id, timeout=600)
-print(json.dumps({"first_step_s": first, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+# VmHWM, this process's own peak: ru_maxrss would carry the parent's peak over the exec (Linux keeps it).
+peak_kb = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({"first_step_s": first, "peak_mb": peak_kb / 1024}))
 """
 
 
