@@ -14,7 +14,7 @@ from dashboard.messages import explain, in_page_words
 from gaccum_core.config import ConfigError, RunConfig, is_factory, is_hf
 from gaccum_core.data.load import describe_dataset
 from gaccum_core.data.sources import DataError
-from gaccum_core.data.text import CORPUS_DATASETS, cache_status, tokenise_corpus
+from gaccum_core.data.text import CORPUS_DATASETS, cache_root, cache_status, tokenise_corpus
 from gaccum_core.data.tokenising import BuildProgress
 from gaccum_core.hfdir import directory_version, hf_directory
 from gaccum_core.runs.aside import call_aside
@@ -53,17 +53,10 @@ def file_stamps(config: RunConfig) -> tuple:
         text = folder_stamp(config.data_dir) if config.dataset in ("tokens", "hf-dataset") else None
     tokenizer = directory_version(hf_directory(config.model)) if is_hf(config.model) else None
     mine = tuple(file_version(getattr(config, f)) for f in ("model", "dataset") if is_factory(getattr(config, f)))
-    return text, tokenizer, mine, _cached(config)
-
-
-def _cached(config: RunConfig) -> bool | None:
-    """Whether a corpus is in its token cache yet (its description changes once a run has tokenised it)."""
-    if config.dataset not in CORPUS_DATASETS:
-        return None
-    try:
-        return cache_status(config).cached
-    except (ValueError, OSError):  # the corpus refused: the check says why
-        return None
+    # The token cache's folder changes when a run tokenises a corpus into it (and its description with it): its
+    # stamp, not the corpus's cache status, which would load an hf: tokenizer on every rerun of the page.
+    cache = file_stamp(str(cache_root(config))) if config.dataset in CORPUS_DATASETS else None
+    return text, tokenizer, mine, cache
 
 
 @st.cache_data(show_spinner="Checking the settings…", max_entries=64)

@@ -9,6 +9,7 @@ import torch
 from gaccum_core.cli.main import main
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data.load import load_data
+from gaccum_core.data.text import tokenise_corpus
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.checks import preflight
 from hfmodels import VOCAB, copy_model, saved_model
@@ -172,6 +173,9 @@ def test_preflight_checks_an_hf_run_without_loading_its_weights(llama, corpus, m
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained",
                         lambda *a, **k: pytest.fail("preflight loaded the weights"))
     preflight(lm(llama, corpus / "notes.txt"))
+    # The sequences a corpus holds are known once it is tokenised (preflight never tokenises one): then a
+    # micro-batch larger than the training set is refused before the run.
+    tokenise_corpus(lm(llama, corpus / "notes.txt"))
     with pytest.raises(ConfigError) as caught:
         preflight(lm(llama, corpus / "notes.txt", micro_batch_size=10_000))
     assert caught.value.field == "micro_batch_size"
