@@ -27,7 +27,9 @@ IMAGE_DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake", "imagefo
 # pydoc (bundled), text (your .txt/.jsonl files), tokens (nanoGPT's train.bin/val.bin of token ids),
 # hf-dataset (a datasets save_to_disk folder or a folder of .parquet files)
 TEXT_DATASETS = ("pydoc", "text", "tokens", "hf-dataset")
-TOKEN_DTYPES = ("uint16", "uint32")  # the width of a tokens data set's ids (nanoGPT writes uint16)
+TOKEN_DTYPES = ("uint16", "uint32")
+# Activation checkpointing: none, every ac_every-th block (selective), or every block (full)
+AC_MODES = ("off", "selective", "full")  # the width of a tokens data set's ids (nanoGPT writes uint16)
 DATASETS = IMAGE_DATASETS + TEXT_DATASETS
 TEXT_MODELS = ("gpt",)
 TIMM_PREFIX = "timm:"  # timm:NAME, any timm image model, untrained
@@ -141,6 +143,8 @@ class RunConfig:
     token_dtype: str = _one_of("uint16", TOKEN_DTYPES)
     cache_dir: str = ""
     eval_batches: int = 50
+    activation_checkpointing: str = _one_of("off", AC_MODES)
+    ac_every: int = 2
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -287,6 +291,7 @@ def _check_ranges(cfg: RunConfig) -> None:
     _int_range(cfg, "checkpoint_every", 0, 10**9, " (0 = only on Stop and at the end)")
     _int_range(cfg, "text_file_max_mb", 1, 1024**2)
     _int_range(cfg, "eval_batches", 0, 10**9, " (0 = the whole test split)")
+    _int_range(cfg, "ac_every", 1, 10**6)
     _positive_float(cfg, "lr", allow_zero=False, high=1e3)
     _positive_float(cfg, "init_scale", allow_zero=False, high=2.0**126)
     _positive_float(cfg, "grad_clip", allow_zero=True)

@@ -66,6 +66,11 @@ FIELD_HELP = {
     "cache_dir": "where text is kept tokenised (one flat file of token ids per corpus and tokenizer, reused by "
                  "later runs, other ranks and the planner); empty: GACCUM_CACHE_DIR, else token-cache beside the "
                  "runs directory",
+    "activation_checkpointing": "keep only each block's input and recompute its activations during backward "
+                                "(torch.utils.checkpoint, non-reentrant, dropout masks preserved): off, selective "
+                                "(every ac_every-th block) or full (every block); less activation memory for more "
+                                "compute, the lever beside accumulation",
+    "ac_every": "with selective activation checkpointing: checkpoint every N-th block (1 = every block, as full)",
     "eval_batches": "batches of the test split each evaluation reads: the same ones every time, so evaluations "
                     "compare (0 = the whole split)",
     "max_seq_len": "longest sequence (tokens) of the text data sets: documents are cut into chunks of this length "
