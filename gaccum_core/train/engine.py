@@ -24,6 +24,7 @@ from gaccum_core.models.build import build_seeded_model
 from gaccum_core.states import RunState
 from gaccum_core.train.accumulation import (MicroBatch, Window, epoch_order, micro_batch_divisors, planned_steps,
                                             window_at, windows_per_epoch)
+from gaccum_core.train.activation import checkpoint_blocks
 from gaccum_core.train.checkpoint import CheckpointManager, check_resumable, full_state_dict, shard_dir_name
 from gaccum_core.train.checkpoint_state import (Counters, Position, TrainingState, capture, capture_progress, restore,
                                                 restore_progress)
@@ -69,6 +70,7 @@ class Engine:
         self.num_train = len(self.data.train)
         check_micro_batch(config, self.num_train)
         self.model = build_seeded_model(config, self.data.input_shape, self.data.num_classes).to(self.device)
+        checkpoint_blocks(self.model, config)  # before DDP or FSDP wraps it: inside each sharded unit
         self.parallel = _parallel(config, self.model, self.device, ranks)
         self.forward = _compiled(self.model if self.parallel is None else self.parallel.module, config.compile)
         # A global micro-batch holds every rank's micro-batch: windows are planned over the whole job.
