@@ -102,3 +102,21 @@ def test_checkpointing_keeps_fewer_activations(configs):
     held = {mode: trained(configs["gpt"].replace(activation_checkpointing=mode, max_steps=1))[1].steps[0]["activation_mb"]
             for mode in ("off", "selective", "full")}
     assert held["full"] < held["selective"] < held["off"]
+
+
+def test_compiled_checkpointed_training_equals_compiled_training_without(configs):
+    """torch.compile traces the checkpointed blocks (as a higher-order op): same weights as compiled without."""
+    config = configs["gpt"].replace(compile="default", max_steps=2)
+    assert _max_delta(config, MODES[0]) <= TOLERANCE
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("sharding", [dict(sharding="ddp"), dict(sharding="fsdp", fsdp_sync="last")],
+                         ids=["ddp", "fsdp-last"])
+def test_two_processes_checkpointed_train_the_weights_they_train_without(configs, jobs, sharding):
+    """2 processes (torchrun, gloo), the Llama: checkpointing inside DDP and inside each FSDP2 unit. Dropout off:
+    a worker leaves the global RNG unseeded, so two runs with dropout draw different masks with or without it."""
+    config = configs["hf"].replace(nproc=2, max_steps=4, no_dropout=True, **sharding)
+    off, on = jobs(config).model, jobs(config.replace(**MODES[0])).model
+    assert list(on) == list(off)
+    assert max((on[k] - off[k]).abs().max().item() for k in off) <= TOLERANCE
