@@ -10,6 +10,7 @@ from gaccum_core.data.text import CORPUS_DATASETS, cache_status, check_corpus
 from gaccum_core.data.tokens import tokens_for
 from gaccum_core.models.hf import check_hf  # imports transformers only when it checks a model
 from gaccum_core.models.vision import build_model
+from gaccum_core.train.activation import chosen_blocks
 from gaccum_core.train.device import max_processes, option_unavailable, resolve_device
 from gaccum_core.usercode import check_named, runs_here, user_code_fields
 
@@ -68,4 +69,5 @@ def preflight(config: RunConfig, whole_window: bool = False) -> None:
         check_hf(config, data.num_classes)
     check_micro_batch(config, len(data.train), whole_window)
     if not config.is_text and "model" not in unread:  # an image model must take the images at this size
-        build_model(config.model, data.input_shape, data.num_classes, config.image_size)
+        model = build_model(config.model, data.input_shape, data.num_classes, config.image_size)
+        chosen_blocks(model, config)  # and have blocks to checkpoint, when asked

@@ -12,6 +12,7 @@ from torch import nn
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.states import RunState
 from gaccum_core.train.activation import checkpoint_blocks, chosen_blocks
+from gaccum_core.train.checks import preflight
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import NullSink
 from hfmodels import saved_model
@@ -120,3 +121,13 @@ def test_two_processes_checkpointed_train_the_weights_they_train_without(configs
     off, on = jobs(config).model, jobs(config.replace(**MODES[0])).model
     assert list(on) == list(off)
     assert max((on[k] - off[k]).abs().max().item() for k in off) <= TOLERANCE
+
+
+def test_preflight_refuses_checkpointing_a_model_without_blocks(tmp_path):
+    (tmp_path / "flat.py").write_text("import torch.nn as nn\n\ndef build(input_shape, num_classes):\n"
+                                      "    return nn.Linear(64, num_classes)  # its own parameters, no child\n", encoding="utf-8")
+    config = RunConfig(model=f"{tmp_path / 'flat.py'}:build", dataset="digits", device="cpu",
+                       activation_checkpointing="selective")
+    with pytest.raises(ConfigError) as caught:
+        preflight(config)
+    assert caught.value.field == "activation_checkpointing"
