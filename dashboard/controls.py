@@ -69,9 +69,12 @@ LABELS = {
     "checkpoint_every": "Checkpoint every N steps (0 = on Stop and at the end)",
     "sync_every_micro_batch": "All-reduce after every micro-batch (no_sync off)",
     "sharding": "Sharding",
+    "activation_checkpointing": "Activation checkpointing",
+    "ac_every": "Checkpoint every N-th block",
     "fsdp_sync": "FSDP gradient sync",
     "fsdp_reshard_after_backward": "Reshard after backward",
 }
+AC_LABELS = {"off": "off", "selective": "selective (every N-th block)", "full": "full (every block)"}
 SYNC_LABELS = {"every": "every micro-batch", "last": "last micro-batch only"}
 
 
@@ -159,6 +162,7 @@ class Controls(FieldWidgets):
         st.header("Accumulation")
         # Typed exactly (a slider jumps values per pixel); the metric is computed from the same values.
         b = self.add("micro_batch_size", st.number_input, step=1)
+        self._checkpointing()
         k = self.add("accum_steps", st.number_input, step=1)
         n = self.add("nproc", st.number_input, step=1)
         st.caption(processes_note(self.kept("device", DEFAULT_RUN.device)))  # the Device control is drawn below
@@ -169,6 +173,17 @@ class Controls(FieldWidgets):
             st.caption("The textbook loop: loss.mean() / k per micro-batch. Not exact: a micro-batch with fewer "
                        "samples (an epoch's last) or fewer target tokens (text: nearly always) weighs as much as a full "
                        "one, so the step differs from one big batch's. mean divides by the window's count instead.")
+
+    def _checkpointing(self) -> None:
+        """Activation checkpointing, beside the micro-batch it lets grow, with what it costs."""
+        mode = self.add("activation_checkpointing", st.radio, options=cfg.AC_MODES, horizontal=True,
+                        format_func=AC_LABELS.get)
+        if mode == "selective":
+            self.add("ac_every", st.number_input, step=1)
+        if mode != "off":
+            st.caption("Keeps only each checkpointed block's input and recomputes its activations in backward: "
+                       "less activation memory, so a larger b fits, for about one more forward pass of those "
+                       "blocks per micro-batch.")
 
     def _sharding(self, n: Any, k: Any) -> None:
         """Sharding, then its own options: FSDP's sync and resharding, or DDP's all-reduce per micro-batch."""

@@ -24,6 +24,7 @@ from gaccum_core.train.device import resolve_device
 from gaccum_core.train.loss import summed_cross_entropy
 from gaccum_core.train.memory import clear_cache, is_out_of_memory
 from gaccum_core.models.build import build_seeded_model
+from gaccum_core.train.activation import checkpoint_blocks
 from gaccum_core.train.precision import Precision
 from gaccum_core.train.step import Optimization, accumulate, accumulate_step
 from gaccum_core.data.text import IGNORE
@@ -129,6 +130,7 @@ class _Bench:
         self.precision = Precision(config.amp, self.device, config.init_scale, config.growth_interval)
         # Eager even when config.compile is on (the question is arithmetic), in train mode as training runs it.
         self.model = build_seeded_model(config, data.input_shape, data.num_classes).to(self.device).train()
+        checkpoint_blocks(self.model, config)  # as a run checkpoints them (the same gradients, less memory)
 
     def samples(self, epoch: int, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Samples [start, stop) of the epoch's order, on the device."""

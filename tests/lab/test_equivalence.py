@@ -243,3 +243,17 @@ def test_progress_counts_the_samples_passed_then_the_steps_trained():
     steps = []
     train_side_by_side(config(), 3, lambda done, total: steps.append((done, total)))
     assert steps == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_the_check_runs_with_the_activation_checkpointing_a_run_would_use(monkeypatch):
+    import gaccum_core.lab.equivalence as equivalence
+
+    chosen = []
+    real = equivalence.checkpoint_blocks
+    monkeypatch.setattr(equivalence, "checkpoint_blocks", lambda model, config: chosen.append(real(model, config)))
+    config = RunConfig(model="cnn", micro_batch_size=8, accum_steps=4)
+    off = compare_gradients(config)
+    full = compare_gradients(config.replace(activation_checkpointing="full"))
+    assert chosen[0] == 0 and chosen[-1] == 3  # cnn: its three blocks checkpointed, none when off
+    assert off.equal and full.equal
+    assert full.table["max_abs_diff"].max() == pytest.approx(off.table["max_abs_diff"].max(), abs=1e-7)
