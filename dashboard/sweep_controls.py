@@ -27,7 +27,8 @@ DEFAULT_LISTS = {"micro_batch_size": [8, 32], "reduction": ["mean", "mean_per_mi
 SWEEP_LABELS = {**LABELS, "micro_batch_size": "Micro-batch sizes b", "reduction": "Loss reductions",
                 "amp": "Precisions", "compile": "torch.compile modes", "clear_cache": "Cache clearing",
                 "nproc": "Processes N", "sharding": "Sharding (N > 1)", "effective_batch": "Effective batch E = N·b·k",
-                "repeats": "Repeats per cell", "packing": "Packing (text)", "same_seed": "Same seed each repeat (timing noise alone)"}
+                "repeats": "Repeats per cell", "packing": "Packing (text)",
+                "activation_checkpointing": "Activation checkpointing", "same_seed": "Same seed each repeat (timing noise alone)"}
 
 
 def divisors(n: int, most: int = 4096) -> list[int]:
@@ -66,7 +67,8 @@ def draw() -> tuple[dict[str, Any], dict[str, list], dict[str, Any]]:
                  "compile": _pick("compile", list(cfg.COMPILE_MODES), DEFAULT_LISTS["compile"]),
                  "clear_cache": _pick("clear_cache", list(cfg.CLEAR_CACHE_MODES), DEFAULT_LISTS["clear_cache"],
                                       format_func=CLEAR_LABELS.get),
-                 "nproc": _pick("nproc", list(range(1, _cpu_or_gpus() + 1)), DEFAULT_LISTS["nproc"])}
+                 "nproc": _pick("nproc", list(range(1, _cpu_or_gpus() + 1)), DEFAULT_LISTS["nproc"]),
+                 "activation_checkpointing": _pick("activation_checkpointing", list(cfg.AC_MODES), ["off"])}
         if any(n > 1 for n in lists["nproc"]):
             lists["sharding"] = _pick("sharding", list(cfg.SHARDINGS), ["ddp"])
         if common["dataset"] in cfg.TEXT_DATASETS and common["dataset"] != "tokens":  # tokens: packed by nature

@@ -8,7 +8,7 @@ from typing import Any
 from gaccum_core.config import RunConfig
 from gaccum_core.sweeps.spec import Cell, SweepSpec
 
-_SHORT = {"micro_batch_size": "b", "accum_steps": "k", "nproc": "N"}
+_SHORT = {"micro_batch_size": "b", "accum_steps": "k", "nproc": "N", "activation_checkpointing": "checkpointing"}
 
 
 def setting_words(field: str, value: Any) -> str:

@@ -131,3 +131,12 @@ def test_a_text_sweep_crosses_packing_with_the_reductions(runs_dir):
     assert "gpt on pydoc, E=64: b × reduction × packing, 3 repeats (24 runs)" in caption, caption
     at.selectbox(key="sweep_dataset").select("digits").run()  # an image data set: no packing to cross
     assert "sweep_packing" not in [m.key for m in at.multiselect]
+
+
+def test_a_sweep_crosses_activation_checkpointing_with_the_micro_batch(runs_dir):
+    at = sweeps_page()
+    assert at.multiselect(key="sweep_activation_checkpointing").value == ["off"]
+    at.multiselect(key="sweep_activation_checkpointing").set_value(["off", "full"]).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    caption = " ".join(c.value for c in at.caption)
+    assert "cnn on digits, E=64: b × reduction × checkpointing, 3 repeats (24 runs)" in caption, caption
