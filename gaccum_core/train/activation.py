@@ -6,6 +6,9 @@ shards (fsdp.blocks), so with FSDP2 the checkpointing sits inside each sharded u
 Only the block's forward is replaced, on the instance: the module tree, and so every state_dict key (model.pt,
 checkpoint.pt, an hf: model's weights), stays the same. The RNG state is preserved, so a recomputed dropout
 draws the masks the first forward drew.
+
+What it keeps is counted as the engine counts activations (train/memory.SavedBytesPeak): the saved block inputs,
+and while a block recomputes, its activations on top of what is held then.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ from __future__ import annotations
 from functools import partial, wraps
 from typing import Any, Callable
 
+import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.train.fsdp import blocks
+from gaccum_core.train.memory import counting_meter
 
 
 def chosen_blocks(model: nn.Module, config: RunConfig) -> list[nn.Module]:
@@ -35,9 +40,21 @@ def chosen_blocks(model: nn.Module, config: RunConfig) -> list[nn.Module]:
 
 
 def _checkpointed(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """The block's forward, checkpointed; under a saved-bytes meter (the engine measuring a micro-batch size),
+    its recomputation is counted too: the first call is the forward, the second the recomputation."""
     @wraps(forward)
     def run(*args: Any, **kwargs: Any) -> Any:
-        return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True, **kwargs)
+        meter = counting_meter()
+        if meter is None or not torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True, **kwargs)
+        recomputing, calls = meter.recomputes(forward, args, kwargs), []
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if calls:
+                recomputing()
+            calls.append(True)
+            return forward(*args, **kwargs)
+        return checkpoint(counted, *args, use_reentrant=False, preserve_rng_state=True, **kwargs)
     return run
 
 

@@ -9,7 +9,8 @@ import os
 import time
 import weakref
 from contextlib import contextmanager
-from typing import Iterator, Protocol
+from contextvars import ContextVar
+from typing import Any, Callable, Iterator, Protocol
 
 import psutil
 import torch
@@ -111,7 +112,9 @@ class _Saved:
 class SavedBytesPeak:
     """The peak of bytes autograd holds for backward at once, over any number of forward and backward
     passes (parameters excluded): one micro-batch's activations, and a loop that keeps a graph alive
-    past its backward shows here as several."""
+    past its backward shows here as several. A checkpointed block (train/activation.py) holds only its
+    input in the forward, counted here as saved; its recomputation during backward is counted through
+    `recomputes`: the block's own saved bytes on top of what is held when it recomputes."""
 
     def __init__(self, params: list[torch.nn.Parameter]) -> None:
         self._param_storages = {_local(p).untyped_storage().data_ptr() for p in params}
@@ -147,8 +150,52 @@ class SavedBytesPeak:
         starts again from what is held now (the engine measures each new micro-batch size afresh)."""
         self.peak = self.current
         unpack = lambda packed: packed.tensor if isinstance(packed, _Saved) else packed  # noqa: E731
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, unpack):
-            yield self
+        token = _COUNTING.set(self)
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, unpack):
+                yield self
+        finally:
+            _COUNTING.reset(token)
+
+    def recomputes(self, forward: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Callable[[], None]:
+        """For a checkpointed block about to run forward(*args, **kwargs) under this meter: what to call when
+        its recomputation starts. Measures the bytes the forward's graph holds when not checkpointed (run once
+        more, under a forked RNG, then dropped); the call counts them on top of what is held at that moment,
+        as the recomputed activations are until the block's backward has used them: an input's storage only
+        where nothing holds it then (the checkpoint keeps the positional inputs already, not the keywords)."""
+        inputs = {t.untyped_storage().data_ptr() for t in _tensors((*args, *kwargs.values()))}
+        block = SavedBytesPeak([])
+        block._param_storages = self._param_storages
+        device = next((t.device for t in _tensors((*args, *kwargs.values())) if t.device.type != "cpu"), None)
+        with torch.random.fork_rng(devices=[] if device is None else [device],
+                                   device_type="cuda" if device is None else device.type), block.measure():
+            output = forward(*args, **kwargs)
+            # What the output's graph holds: a part no output depends on is gone already.
+            shared = {key: entry[1] for key, entry in block._live.items() if key in inputs}
+            own = block.current - sum(shared.values())
+        del output  # and with it the graph and its saved tensors
+
+        def recomputing() -> None:
+            again = sum(size for key, size in shared.items() if key not in self._live)
+            self.peak = max(self.peak, self.current + own + again)
+        return recomputing
+
+
+_COUNTING: ContextVar[SavedBytesPeak | None] = ContextVar("gaccum_saved_bytes_meter", default=None)
+
+
+def counting_meter() -> SavedBytesPeak | None:
+    """The SavedBytesPeak measuring the forward running now in this thread, if any (innermost first)."""
+    return _COUNTING.get()
+
+
+def _tensors(values: Any) -> Iterator[torch.Tensor]:
+    """The tensors among values, and in their tuples and lists (a Hugging Face layer's position_embeddings)."""
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (tuple, list)):
+            yield from _tensors(value)
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
