@@ -2,9 +2,12 @@
 
 import streamlit as st
 
-from gaccum_core.views.lab import (fsdp_csv, fsdp_measures, packing_measures, pitfall_csv, pitfall_figure,
-                                   pitfall_table, pitfall_table_formats)
-from gaccum_core.lab.pitfalls.catalog import FSDP_PITFALLS, PITFALLS, pitfall, setup_words
+from gaccum_core.views.lab import (checkpointing_csv, checkpointing_metrics, checkpointing_notes,
+                                   checkpointing_table, checkpointing_table_formats, fsdp_csv, fsdp_measures,
+                                   packing_measures, pitfall_csv, pitfall_figure, pitfall_table,
+                                   pitfall_table_formats)
+from gaccum_core.lab.pitfalls.catalog import CHECKPOINTING_PITFALLS, FSDP_PITFALLS, PITFALLS, pitfall, setup_words
+from gaccum_core.lab.pitfalls.checkpointing import case_words, run_checkpointing_pitfalls
 from gaccum_core.lab.pitfalls.fsdp_job import FSDP_STEPS, FsdpJobError, run_fsdp_pitfalls
 from gaccum_core.lab.pitfalls.harness import run_pitfall
 from gaccum_core.lab.pitfalls.sequences import KEY as SEQUENCES
@@ -71,3 +74,39 @@ for number, key in enumerate(FSDP_PITFALLS, start=len(PITFALLS) + 1):
 if fsdp is not None:
     st.download_button("Download the FSDP results (CSV)", fsdp_csv(fsdp),
                        file_name="gaccum-pitfalls-fsdp.csv", mime="text/csv", key="pitfalls_fsdp_download")
+
+
+def show_checkpointing_case(number: int, key: str, case) -> None:
+    """One checkpointing case: its title, what it measures, what goes wrong and the fix; once run, its figures
+    and the gradient of each parameter tensor."""
+    text_of = pitfall(key)
+    st.subheader(f"{number}. {text_of.title}")
+    st.caption(case_words(key))
+    text, table = st.columns([2, 3])
+    text.write(text_of.explanation)
+    text.markdown(f"**Fix:** {text_of.fix}")
+    if case is None:
+        return
+    for label, value, beside in checkpointing_metrics(case):
+        text.metric(label, value, delta=beside, delta_color="off")
+    for label, value in checkpointing_notes(case):
+        text.markdown(f"{label}: **{value}**")
+    table.write(case.verdict)
+    table.dataframe(checkpointing_table(case), hide_index=True, width="stretch",
+                    column_config={c: st.column_config.NumberColumn(format=f)
+                                   for c, f in checkpointing_table_formats().items()})
+
+
+st.header("Activation checkpointing")
+st.write("One gradient on one batch from the same weights and seed, three ways: without checkpointing (the "
+         "reference), with the first block checkpointed as the trap writes it, and with the engine's own "
+         "checkpointing of that block (gaccum_core.train.activation: non-reentrant, RNG state preserved).")
+checkpointing = st.session_state.get("pitfall_checkpointing")
+if st.button("Run the checkpointing cases", key="pitfalls_checkpointing_run"):
+    checkpointing = st.session_state["pitfall_checkpointing"] = run_checkpointing_pitfalls()
+for number, key in enumerate(CHECKPOINTING_PITFALLS, start=len(PITFALLS) + len(FSDP_PITFALLS) + 1):
+    show_checkpointing_case(number, key, checkpointing and checkpointing[key])
+if checkpointing is not None:
+    st.download_button("Download the checkpointing results (CSV)", checkpointing_csv(checkpointing.values()),
+                       file_name="gaccum-pitfalls-checkpointing.csv", mime="text/csv",
+                       key="pitfalls_checkpointing_download")

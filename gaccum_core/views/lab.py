@@ -1,5 +1,5 @@
 """Plotly figures for the accumulation lab: gradient differences, side-by-side training, pitfalls; the
-pitfall gallery's results table and CSV exports."""
+pitfall gallery's results tables, measured figures and CSV exports."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from gaccum_core.lab.pitfalls.catalog import pitfall
+from gaccum_core.lab.pitfalls.checkpointing import CheckpointingCase
 from gaccum_core.lab.pitfalls.fsdp_job import FsdpGallery
 from gaccum_core.lab.pitfalls.result import PitfallResult
 
@@ -116,3 +117,46 @@ def pitfall_csv(results: Iterable[PitfallResult]) -> str:
 def fsdp_csv(gallery: FsdpGallery) -> str:
     """The FSDP traps' steps as CSV text, as pitfall_csv writes the nine."""
     return pitfall_csv(gallery.results.values())
+
+
+# The checkpointing cases' per-parameter table as the page shows it: CheckpointingCase.frame's columns, renamed.
+_CHECKPOINTING_COLUMNS = {"parameter": "parameter", "in_block": "checkpointed", "shape": "shape",
+                          "reference_norm": "‖grad‖ without", "trap_norm": "‖grad‖ trap",
+                          "right_norm": "‖grad‖ engine", "trap_max_abs_diff": "max |Δ| trap",
+                          "right_max_abs_diff": "max |Δ| engine"}
+
+
+def checkpointing_metrics(case: CheckpointingCase) -> list[tuple[str, str, str]]:
+    """A checkpointing case's two figures as (label, value, beside): the trap's, then the engine's checkpointing's,
+    each against the gradient without checkpointing."""
+    without = f"without checkpointing: {case.reference_block_norm:.3g}"
+    if case.trap_grad_none:
+        trap = ("Trap: gradient norm of the checkpointed block", "0 (.grad None)", without)
+    else:
+        trap = ("Trap: max |Δ grad| against no checkpointing", f"{case.trap_max_diff:.2e}",
+                f"block gradient norm {case.trap_block_norm:.3g}, {without}")
+    return [trap, ("The engine's checkpointing: max |Δ grad| against none", f"{case.right_max_diff:.1e}",
+                   "over every parameter")]
+
+
+def checkpointing_notes(case: CheckpointingCase) -> list[tuple[str, str]]:
+    """What else the case measured, as (label, value) lines: the trap outside the block, and torch's warning."""
+    notes = [("Trap: max |Δ grad| outside the checkpointed block", f"{case.trap_max_diff_outside:.1e}")]
+    return notes + ([("torch warned", case.warning)] if case.warning else [])
+
+
+def checkpointing_table(case: CheckpointingCase) -> pd.DataFrame:
+    """One row per parameter tensor: in the checkpointed block or not, its gradient's norm each way, and the
+    largest differences from the gradient without checkpointing."""
+    return case.frame[list(_CHECKPOINTING_COLUMNS)].rename(columns=_CHECKPOINTING_COLUMNS)
+
+
+def checkpointing_table_formats() -> dict[str, str]:
+    """printf formats of checkpointing_table's numbers: norms fixed, differences in e-notation."""
+    norms = {name: "%.4f" for name in ("‖grad‖ without", "‖grad‖ trap", "‖grad‖ engine")}
+    return {**norms, "max |Δ| trap": "%.2e", "max |Δ| engine": "%.2e"}
+
+
+def checkpointing_csv(cases: Iterable[CheckpointingCase]) -> str:
+    """Every parameter tensor of each checkpointing case, its key in a `pitfall` column, as CSV text."""
+    return pd.concat([case.frame.assign(pitfall=case.key) for case in cases]).to_csv(index=False)

@@ -40,7 +40,7 @@ def test_equivalence_page_names_batchnorm(runs_dir):
 def test_pitfall_page_runs_the_gallery_and_exports(runs_dir, downloads):
     at = AppTest.from_file(str(ROOT / "app_pages/4_Pitfalls.py"), default_timeout=240).run()
     assert not at.exception
-    assert len(at.subheader) == 12  # the nine, then the three FSDP traps
+    assert len(at.subheader) == 14  # the nine, the three FSDP traps, the two checkpointing traps
     at.button(key="pitfalls_run").click().run()
     assert not at.exception
     assert len(at.get("plotly_chart")) == 9
@@ -98,7 +98,7 @@ def test_pitfall_page_runs_the_fsdp_cases_on_two_processes(runs_dir, downloads):
     at = AppTest.from_file(str(ROOT / "app_pages/4_Pitfalls.py"), default_timeout=360).run()
     assert any(h.value == "FSDP (2 processes)" for h in at.header)
     titles = [s.value for s in at.subheader]
-    assert titles[9:] == [f"{10 + i}. {case.title}" for i, case in enumerate(FSDP_PITFALLS.values())]
+    assert titles[9:12] == [f"{10 + i}. {case.title}" for i, case in enumerate(FSDP_PITFALLS.values())]
     at.button(key="pitfalls_fsdp_run").click().run()
     assert not at.exception and not at.error
     assert [c.key for c in at.get("plotly_chart")] == [f"pitfall_{key}" for key in FSDP_PITFALLS]

@@ -90,15 +90,34 @@ FSDP_PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
 )}
 FSDP_SETTINGS = {"nproc": 2, "sharding": "fsdp"}
 
+# The activation-checkpointing traps: one gradient on one batch (mlp on digits, BASE_CONFIG's first window), the
+# first block checkpointed as the trap writes it and as the engine does, each against no checkpointing.
+CHECKPOINTING_PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
+    Pitfall("reentrant_input_without_grad", "Reentrant checkpointing of a block whose input needs no grad",
+            "The checkpointed block's parameters get no gradient at all (.grad None), with no error: the rest "
+            "trains, it stays as it was.\n"
+            "use_reentrant=True makes the block's output require grad only if an input does; the data batch "
+            "does not, so the backward stops there (torch only warns).",
+            "checkpoint(block, x, use_reentrant=False)  # the engine's; or x.requires_grad_() before the block", {}),
+    Pitfall("recompute_new_dropout_masks", "Recomputation that draws new dropout masks",
+            "The backward recomputes the block with other dropout masks than the forward used: the gradient is of "
+            "a network that never ran.\n"
+            "preserve_rng_state=False skips restoring the RNG state before the recompute, which draws on from "
+            "wherever the forward left it.",
+            "checkpoint(block, x, use_reentrant=False)  # preserve_rng_state=True: the default, and the engine's",
+            {}),
+)}
+
 # #7's correct column trains another model (against its own big batch): no loss weighting fixes BatchNorm.
 CORRECT_SIDE = {"batchnorm_small_micro_batches": {"model": "cnn_gn"}}
 
 
 def pitfall(key: str) -> Pitfall:
-    """Pitfall `key` of either gallery: the nine in one process, or the FSDP traps."""
-    found = PITFALLS.get(key) or FSDP_PITFALLS.get(key)
+    """Pitfall `key` of any gallery: the nine in one process, the FSDP traps or the checkpointing ones."""
+    found = PITFALLS.get(key) or FSDP_PITFALLS.get(key) or CHECKPOINTING_PITFALLS.get(key)
     if found is None:
-        raise KeyError(f"unknown pitfall {key!r}: one of {', '.join([*PITFALLS, *FSDP_PITFALLS])}")
+        every = [*PITFALLS, *FSDP_PITFALLS, *CHECKPOINTING_PITFALLS]
+        raise KeyError(f"unknown pitfall {key!r}: one of {', '.join(every)}")
     return found
 
 
