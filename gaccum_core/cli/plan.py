@@ -25,8 +25,9 @@ from gaccum_core.views.plan import format_table
 # own), a run's length and its processes.
 PLANNED = frozenset({"micro_batch_size", "accum_steps", "amp", "clear_cache", "compile", "epochs", "max_steps",
                      "eval_every", "checkpoint_every", "nproc", "nnodes", "sync_every_micro_batch", "sharding",
-                     "fsdp_sync", "fsdp_reshard_after_backward"})
-CROSSED = ("amp", "clear_cache", "compile")  # the options whose plan flags take a list of values to cross
+                     "fsdp_sync", "fsdp_reshard_after_backward", "activation_checkpointing"})
+# The options whose plan flags take a list of values to cross.
+CROSSED = ("amp", "clear_cache", "compile", "activation_checkpointing")
 FSDP_MODES = tuple(m for m in SHARDING_MODES if m != DDP)  # what --sharding fsdp stands for
 LINE_EVERY_S = 10.0  # away from a terminal: seconds between tokenising progress lines
 REDRAW_EVERY_S = 0.2  # on a terminal: between redraws of the tokenising line
@@ -117,7 +118,8 @@ def summary(plan: Plan) -> str:
         o = choice.options
         sharded = "".join(f" --{k.replace('_', '-')} {v}" for k, v in run_fields(o.sharding).items())
         lines.append(f"recommended: --micro-batch-size {choice.micro_batch_size} --accum-steps {choice.accum_steps} "
-                     f"--amp {o.amp} --clear-cache {o.clear_cache} --compile {o.compile}"
+                     f"--amp {o.amp} --clear-cache {o.clear_cache} --compile {o.compile} "
+                     f"--activation-checkpointing {o.checkpointing}"
                      + (f"{sharded} --nproc {ranks}" if ranks > 1 else ""))
     lines.append(plan.reason)
     return "\n".join(lines)
@@ -126,14 +128,15 @@ def summary(plan: Plan) -> str:
 def plan_command(args: argparse.Namespace) -> int:
     """Plan, print the table and the recommendation (or one JSON object); 0 when something fits, else 1."""
     try:
-        # --amp, --clear-cache, --compile and --sharding are the plan's lists to cross: the base run has them off,
-        # in one process (--nproc is the plan's world size).
+        # --amp, --clear-cache, --compile, --activation-checkpointing and --sharding are the plan's lists to cross:
+        # the base run has them off, in one process (--nproc is the plan's world size).
         base = config_from_args(args, micro_batch_size=1, accum_steps=1, amp="off", clear_cache="off", compile="off",
-                                sharding=DDP, nproc=1)
+                                activation_checkpointing="off", sharding=DDP, nproc=1)
         preflight(base)
         request = PlanRequest(base, args.effective_batch, budget_from_args(base, args), _split(args.amp),
                               _split(args.clear_cache), _split(args.compile), _modes(args.sharding), args.nproc,
-                              args.timed_steps, time_cap_s=args.time_cap_s, precision=args.precision)
+                              args.timed_steps, time_cap_s=args.time_cap_s, precision=args.precision,
+                              checkpointing=_split(args.activation_checkpointing))
         tokenise_with_progress(base)
     except ConfigError as exc:
         print(flag_error(exc), file=sys.stderr)
@@ -170,9 +173,11 @@ def planned_config(args: argparse.Namespace) -> tuple[RunConfig, Plan | None]:
         raise ConfigError("effective_batch", None, "an integer, required with --micro-batch-size auto")
     base = config_from_args(args, micro_batch_size=1, accum_steps=1)
     tokenise_with_progress(base)
-    # Only b is planned: the run keeps its own amp, cache clearing, compile and sharding, over its processes.
+    # Only b is planned: the run keeps its own amp, cache clearing, compile, checkpointing and sharding, over its
+    # processes.
     request = PlanRequest(base, args.effective_batch, budget_from_args(base, args), (base.amp,), (base.clear_cache,),
-                          (base.compile,), (run_mode(base),), base.world_size)
+                          (base.compile,), (run_mode(base),), base.world_size,
+                          checkpointing=(base.activation_checkpointing,))
     plan = measure_with_progress(request)
     config = config_from_plan(base, plan)  # nothing fits: ConfigError with the reason, the one error line
     print(f"gaccum: planned: {plan.reason}", file=sys.stderr)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import time
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -41,6 +40,7 @@ def burst_config(base: RunConfig, options: Options, micro_batch_size: int, effec
     checkpoints (the burst's steps and its lack of evaluation are told to Engine.run)."""
     return base.replace(micro_batch_size=micro_batch_size, accum_steps=effective_batch // micro_batch_size,
                         amp=options.amp, clear_cache=options.clear_cache, compile=options.compile,
+                        activation_checkpointing=options.checkpointing,
                         checkpoint_every=0, nproc=1, nnodes=1, sync_every_micro_batch=False, sharding="ddp")
 
 

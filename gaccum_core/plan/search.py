@@ -26,15 +26,18 @@ TIMED_PER_OPTIONS = 2  # the largest size within the margin and the one below it
 
 @dataclass(frozen=True)
 class Options:
-    """The run options a plan crosses: mixed precision, cache clearing, torch.compile, sharding over the ranks."""
+    """The run options a plan crosses: mixed precision, cache clearing, torch.compile, sharding over the ranks,
+    activation checkpointing."""
 
     amp: str = "off"
     clear_cache: str = "off"
     compile: str = "off"
     sharding: str = "ddp"  # ddp, fsdp/every or fsdp/last (plan.sharding)
+    checkpointing: str = "off"  # activation checkpointing: off, selective or full (the base run's ac_every)
 
     def label(self) -> str:
-        """Short words for charts and tables: 'fp32', 'bf16 + clear/step + compile', 'fp32 + fsdp/every'."""
+        """Short words for charts and tables: 'fp32', 'bf16 + clear/step + compile', 'fp32 + fsdp/every',
+        'fp32 + ckpt/full'."""
         parts = ["fp32" if self.amp == "off" else self.amp]
         if self.clear_cache != "off":
             parts.append(f"clear/{self.clear_cache}")
@@ -42,7 +45,13 @@ class Options:
             parts.append("compile" if self.compile == "default" else f"compile/{self.compile}")
         if self.sharding != "ddp":
             parts.append(self.sharding)
+        if self.checkpointing != "off":
+            parts.append(f"ckpt/{self.checkpointing}")
         return " + ".join(parts)
+
+    def checkpointing_words(self) -> str:
+        """'with full checkpointing', 'with selective checkpointing', 'without checkpointing'."""
+        return "without checkpointing" if self.checkpointing == "off" else f"with {self.checkpointing} checkpointing"
 
     def unsharded(self) -> Options:
         """The same options in one process: what a sharded mode's per-rank memory is counted from."""
@@ -185,8 +194,8 @@ def hint_points(candidates: Iterable[Candidate], options: Options) -> list[tuple
     with the same precision, compile and sharding mode (cache clearing leaves training memory as it is), else the
     first measured. A hint only chooses what to measure first."""
     others = [c for c in candidates if c.options != options and c.peak_mb is not None]
-    alike = [c for c in others if (c.options.amp, c.options.compile, c.options.sharding)
-             == (options.amp, options.compile, options.sharding)]
+    alike = [c for c in others if (c.options.amp, c.options.compile, c.options.sharding, c.options.checkpointing)
+             == (options.amp, options.compile, options.sharding, options.checkpointing)]
     source = (alike or others)[0].options if others else None
     return [(c.micro_batch_size, c.peak_mb) for c in others if c.options == source]
 
@@ -203,7 +212,8 @@ def best_fit(candidates: Iterable[Candidate]) -> Candidate | None:
 
 
 def combinations(amp: Sequence[str], clear_cache: Sequence[str], compile_modes: Sequence[str],
-                 sharding: Sequence[str] = ("ddp",)) -> list[Options]:
+                 sharding: Sequence[str] = ("ddp",), checkpointing: Sequence[str] = ("off",)) -> list[Options]:
     """Every combination of the chosen values, plain fp32 (all off, ddp) first when chosen: the baseline."""
-    combos = [Options(*values) for values in itertools.product(amp, clear_cache, compile_modes, sharding)]
+    combos = [Options(*values) for values in itertools.product(amp, clear_cache, compile_modes, sharding,
+                                                               checkpointing)]
     return sorted(combos, key=lambda o: o != Options())  # stable: the rest keep the order given
