@@ -5,7 +5,7 @@ import streamlit as st
 
 from dashboard.checks import refusal, tokenise_aside
 from dashboard.choices import choose, model_note, text_settings, wants_text
-from dashboard.controls import CLEAR_LABELS, LABELS as TRAIN_LABELS
+from dashboard.controls import AC_LABELS, CLEAR_LABELS, LABELS as TRAIN_LABELS
 from dashboard.messages import explain
 from dashboard.state import FieldWidgets, adopt_settings
 from gaccum_core import config as cfg
@@ -15,15 +15,15 @@ from gaccum_core.runs.aside import call_for
 from gaccum_core.plan.planner import PlanRequest, config_from_plan, default_budget_mb, default_request, make_plan
 from gaccum_core.plan.sharding import SHARDING_MODES
 from gaccum_core.views.plan import (memory_figure, plan_csv, plan_table, progress_text, recommendation_words,
-                                    speed_figure, table_formats)
+                                    speed_figure, table_formats, tradeoff_figure)
 
 LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)",
-          "nproc": "Processes N (ranks)", "sharding": "Sharding"}
+          "nproc": "Processes N (ranks)", "sharding": "Sharding", "activation_checkpointing": "Activation checkpointing"}
 BASE_FIELDS = ("model", "dataset", "data_dir", "image_size", "fake_samples", "text_file", "text_field",
                "text_file_max_mb", "max_seq_len", "gpt_preset", "packing", "token_dtype", "cache_dir", "optimizer",
-               "device")
+               "device", "ac_every")
 TRAIN_FIELDS = (*BASE_FIELDS, "micro_batch_size", "accum_steps", "amp", "clear_cache", "compile", "sharding",
-                "fsdp_sync", "nproc")  # what "Use these settings" sets on Train
+                "fsdp_sync", "nproc", "activation_checkpointing")  # what "Use these settings" sets on Train
 DEFAULT = default_request()
 
 st.set_page_config(page_title="gaccum · Plan", layout="wide")
@@ -70,6 +70,13 @@ with st.sidebar:
     controls.add("clear_cache", st.multiselect, list(DEFAULT.clear_cache), options=cfg.CLEAR_CACHE_MODES,
                  format_func=CLEAR_LABELS.get)
     controls.add("compile", st.multiselect, list(DEFAULT.compile), options=["off", "default"])
+    checkpointing = controls.add("activation_checkpointing", st.multiselect, list(DEFAULT.checkpointing),
+                                 options=cfg.AC_MODES, format_func=AC_LABELS.get,
+                                 help="the other memory lever: each checkpointed block keeps only its input and "
+                                      "recomputes its activations in backward, so a larger b fits, at the cost of "
+                                      "recomputing")
+    if "selective" in checkpointing:
+        controls.add("ac_every", st.number_input, step=1)
     controls.add("sharding", st.multiselect, list(DEFAULT.sharding), options=SHARDING_MODES,
                  help="ddp: everything whole on each rank; fsdp/every: weights, gradients and optimizer state 1/N "
                       "per rank, gradients reduce-scattered after every micro-batch; fsdp/last: the same, but the "
@@ -82,7 +89,7 @@ try:
     base = RunConfig(**{f: values[f] for f in BASE_FIELDS if f in values}, micro_batch_size=1, accum_steps=1)
     request = PlanRequest(base, values["effective_batch"], values["memory_budget_mb"], tuple(values["amp"]),
                           tuple(values["clear_cache"]), tuple(values["compile"]), tuple(values["sharding"]),
-                          values["nproc"])
+                          values["nproc"], checkpointing=tuple(values["activation_checkpointing"]))
     if problem is None:
         problem = refusal(base, LABELS)
 except ConfigError as exc:
@@ -121,6 +128,7 @@ if plan is not None:
     left, right = st.columns(2)
     left.plotly_chart(memory_figure(plan), key="plan_memory", theme=None)
     right.plotly_chart(speed_figure(plan), key="plan_speed", theme=None)
+    st.plotly_chart(tradeoff_figure(plan), key="plan_tradeoff", theme=None)
     numbers = {name: st.column_config.NumberColumn(format=fmt) for name, fmt in table_formats().items()}
     st.dataframe(plan_table(plan), hide_index=True, width="stretch", column_config=numbers)
     st.download_button("Download CSV", plan_csv(plan), mime="text/csv", key="plan_download",

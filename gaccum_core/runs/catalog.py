@@ -31,14 +31,16 @@ def short_model(model: str) -> str:
 
 # One vocabulary for a run's settings in legends, status lines and tables: the model as it is called
 # (gpt-tiny), b and k, the precision whenever amp is on (fp16), the processes as N, sharding with its sync
-# (fsdp/last, reshard off; ddp beside an fsdp run), any other setting as field=value (clear_cache=step).
-_USUAL = ("amp", "reduction", "clear_cache", "compile", "world_size", "sharding")  # named whenever not the default
+# (fsdp/last, reshard off; ddp beside an fsdp run), activation checkpointing when on (ckpt/full, ckpt/selective/2),
+# any other setting as field=value (clear_cache=step).
+_USUAL = ("amp", "reduction", "clear_cache", "compile", "world_size", "sharding",  # named whenever not the default
+          "activation_checkpointing")
 _ALWAYS = ("model", "micro_batch_size", "accum_steps")
 _NEVER = ("device", "data_dir", "download", "text_file_max_mb", "cache_dir")  # where a run ran, not what it trained
 # The data sets whose data_dir is what they train on (not where a named data set is kept): it tells runs apart.
 _DATA_IN_DATA_DIR = ("imagefolder", "tokens", "hf-dataset")
 # Said by the model's name (gpt-tiny), by N, and by the sharding's text (fsdp/last reshard off).
-_IN_OTHERS = ("gpt_preset", "nproc", "nnodes", "fsdp_sync", "fsdp_reshard_after_backward")
+_IN_OTHERS = ("gpt_preset", "nproc", "nnodes", "fsdp_sync", "fsdp_reshard_after_backward", "ac_every")
 _DEFAULT = RunConfig()
 
 
@@ -56,6 +58,9 @@ def setting_text(name: str, config: RunConfig) -> str:
         return f"N={config.world_size}"
     if name == "sharding":
         return _sharding_text(config)
+    if name == "activation_checkpointing":  # ckpt/full; selective with its N: ckpt/selective/2
+        every = f"/{config.ac_every}" if config.activation_checkpointing == "selective" else ""
+        return f"ckpt/{config.activation_checkpointing}{every}"
     short = {"micro_batch_size": "b", "accum_steps": "k"}.get(name, name)
     return f"{short}={getattr(config, name)}"
 

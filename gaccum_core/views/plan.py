@@ -1,6 +1,6 @@
 """Plotly figures and words for the Plan page: peak memory and samples/s against the micro-batch size
-per option combination, the table (also the CLI's, as text), the progress line. Pure: no streamlit,
-no measuring."""
+per option combination, samples/s against peak memory coloured by the memory lever (activation checkpointing),
+the table (also the CLI's, as text), the progress line. Pure: no streamlit, no measuring."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ _LAYOUT = dict(template="plotly_white", height=360, margin=dict(l=55, r=10, t=40
                legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0, font=dict(size=10)))
 # A trace's `meta` says what it draws, for tests and anyone reading the figure's JSON.
 OPTION, UNMEASURED, BUDGET, MARGIN_LINE, RECOMMENDED = "option", "no peak", "budget", "margin", "recommended"
+LEVER = "lever"  # the trade-off chart's points of one checkpointing setting
+# The trade-off chart: a colour per activation-checkpointing setting, a marker per precision.
+LEVER_COLOURS = {"off": PALETTE[0], "selective": PALETTE[2], "full": PALETTE[1]}
+PRECISION_SYMBOLS = {"off": "circle", "bf16": "diamond", "fp16": "square"}
 # Plan.rows() columns in the tables, in order: the page's heading (named for reading), the terminal's
 # (terse; None: the CLI leaves the column out) and the printf format of its numbers (None: as they are).
 TABLE_COLUMNS: tuple[tuple[str, str, str | None, str | None], ...] = (
@@ -177,6 +181,47 @@ def speed_figure(plan: Plan) -> go.Figure:
     return figure.update_yaxes(rangemode="nonnegative")  # a wide interval's bar never draws a speed below 0
 
 
+def tradeoff_figure(plan: Plan) -> go.Figure:
+    """Samples/s against peak memory for every timed candidate: one colour per activation-checkpointing setting
+    (the lever that buys memory with recompute), a marker per precision, each point labelled b and k; the budget
+    and its margin as vertical lines, the recommendation a star. Where checkpointing moves a point left (less
+    memory) and down (recompute), and accumulation (a smaller b, a larger k) moves it left too."""
+    budget, margin = plan.request.budget_mb, plan.request.margin
+    timed = [c for c in plan.candidates if c.samples_per_s is not None and c.peak_mb is not None]
+    traces: list[dict[str, Any]] = []
+    for lever, colour in LEVER_COLOURS.items():
+        mine = [c for c in timed if c.options.checkpointing == lever]
+        if mine:
+            traces.append(dict(
+                type="scatter", x=[c.peak_mb for c in mine], y=[c.samples_per_s for c in mine],
+                error_y=_error_bars(mine), mode="markers+text", meta=LEVER,
+                name=f"checkpointing {lever}", text=[f"b={c.micro_batch_size} k={c.accum_steps}" for c in mine],
+                textposition="top center", textfont=dict(size=10, color=colour),
+                hovertext=[_hover(c) for c in mine], hoverinfo="text",
+                marker=dict(size=11, color=colour, symbol=[PRECISION_SYMBOLS[c.options.amp] for c in mine],
+                            line=dict(width=1, color="white"))))
+    choice = plan.recommended
+    if choice is not None and choice.samples_per_s is not None and choice.peak_mb is not None:
+        traces.append(dict(
+            type="scatter", x=[choice.peak_mb], y=[choice.samples_per_s], mode="markers", meta=RECOMMENDED,
+            name=f"recommended: {choice.options.label()} b={choice.micro_batch_size}", hovertext=[_hover(choice)],
+            hoverinfo="text", marker=dict(symbol="star", size=18, color="gold", line=dict(width=1.5, color="black"))))
+    figure = go.Figure(data=traces)
+    per_rank = " per rank" if plan.request.world_size > 1 else ""
+    figure.update_layout(title="speed against memory, by lever (colour: activation checkpointing)",
+                         xaxis=dict(title=dict(text=f"peak MB{per_rank}"), rangemode="tozero"),
+                         yaxis=dict(title=dict(text="samples/s"), rangemode="tozero"), uirevision="plan_tradeoff",
+                         **_LAYOUT)
+    if traces:
+        figure.add_vline(x=budget, line=dict(color=BUDGET_COLOUR, width=2),
+                         annotation_text=f"budget {mb(budget)}", annotation_position="top left")
+        figure.add_vline(x=(1 - margin) * budget, line=dict(color=MARGIN_COLOUR, width=1.5, dash="dot"),
+                         annotation_text=f"less {margin:.0%}", annotation_position="bottom left")
+    else:
+        figure.add_annotation(text="no size was timed", xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False)
+    return figure
+
+
 def _headings(terse: bool) -> dict[str, str]:
     """Plan.rows() column -> heading, for the page's table or (terse) the terminal's."""
     return {column: terse_heading if terse else heading for column, heading, terse_heading, _ in TABLE_COLUMNS
@@ -228,10 +273,11 @@ def progress_text(done: int, about: int, candidate: Candidate | None, seconds: f
 
 
 def recommendation_words(candidate: Candidate, world_size: int = 1) -> str:
-    """'micro-batch size b=32, accumulation steps k=8, mixed precision bf16, cache clearing off, torch.compile off'
-    (', sharding fsdp/every over 2 ranks' with several)."""
+    """'micro-batch size b=32, accumulation steps k=8, mixed precision bf16, cache clearing off, torch.compile off,
+    activation checkpointing off' (', sharding fsdp/every over 2 ranks' with several)."""
     o = candidate.options
     text = (f"micro-batch size b={candidate.micro_batch_size}, accumulation steps k={candidate.accum_steps}, "
-            f"mixed precision {o.amp}, cache clearing {o.clear_cache}, torch.compile {o.compile}")
+            f"mixed precision {o.amp}, cache clearing {o.clear_cache}, torch.compile {o.compile}, "
+            f"activation checkpointing {o.checkpointing}")
     return text + (f", sharding {o.sharding} over {world_size} ranks" if world_size > 1 else "")
 

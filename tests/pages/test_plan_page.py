@@ -111,7 +111,7 @@ def test_a_tiny_plan_shows_its_table_recommendation_charts_and_csv(runs_dir, dow
     assert any(m.value == plan.reason for m in at.markdown)
     assert any("counted training memory" in c.value and f"{done} candidates" in c.value for c in at.caption)
 
-    memory, speed = figures(at)
+    memory, speed, tradeoff = figures(at)
     names = [t["name"] for t in memory["data"]]
     assert [t["name"] for t in memory["data"] if t.get("meta") == "option"] == ["fp32", "bf16"]
     assert "budget 0.5 MB" in names and "budget less 10% margin (0.45 MB)" in names
@@ -123,6 +123,8 @@ def test_a_tiny_plan_shows_its_table_recommendation_charts_and_csv(runs_dir, dow
     assert [t["name"] for t in speed["data"] if t.get("meta") == "option"] == ["fp32", "bf16"]
     (star,) = [t for t in speed["data"] if t.get("meta") == "recommended"]
     assert star["x"] == [choice.micro_batch_size] and star["y"] == [choice.samples_per_s]
+    # Speed against memory: every timed candidate, all without checkpointing here (one lever colour).
+    assert [t["name"] for t in tradeoff["data"] if t.get("meta") == "lever"] == ["checkpointing off"]
     bars = [e for t in speed["data"] if t.get("meta") == "option" for e in t["error_y"]["array"]]
     assert sorted(bars) == sorted(c.samples_per_s_error for c in timed)  # each speed's 95% interval
     assert speed["layout"]["yaxis"]["rangemode"] == "nonnegative"
@@ -133,7 +135,7 @@ def test_a_tiny_plan_shows_its_table_recommendation_charts_and_csv(runs_dir, dow
 
     at.switch_page("app_pages/1_Train.py").run()  # the plan outlives a page switch
     at.switch_page("app_pages/5_Plan.py").run()
-    assert len(at.dataframe[0].value) == done and len(at.get("plotly_chart")) == 2
+    assert len(at.dataframe[0].value) == done and len(at.get("plotly_chart")) == 3
 
 
 def test_use_these_settings_opens_the_train_page_with_them(runs_dir):
@@ -176,7 +178,7 @@ def test_a_sharded_plan_shows_per_rank_memory_per_mode_and_carries_its_sharding_
     table = at.dataframe[0].value
     assert {"fp32", "fp32 + fsdp/every", "fp32 + fsdp/last"} <= set(table["options"])
     assert {"weights MB", "gradients MB", "optimizer MB", "gathered weights MB"} <= set(table.columns)
-    memory, speed = figures(at)
+    memory, speed, _ = figures(at)
     assert memory["layout"]["title"]["text"] == "peak memory per rank per micro-batch size"
     assert {t["name"] for t in memory["data"] if t.get("meta") == "option"} == \
         {"fp32", "fp32 + fsdp/every", "fp32 + fsdp/last"}
