@@ -196,7 +196,7 @@ def tradeoff_figure(plan: Plan) -> go.Figure:
                 type="scatter", x=[c.peak_mb for c in mine], y=[c.samples_per_s for c in mine],
                 error_y=_error_bars(mine), mode="markers+text", meta=LEVER,
                 name=f"checkpointing {lever}", text=[f"b={c.micro_batch_size} k={c.accum_steps}" for c in mine],
-                textposition="top center", textfont=dict(size=10, color=colour),
+                textposition="middle right", textfont=dict(size=10, color=colour),
                 hovertext=[_hover(c) for c in mine], hoverinfo="text",
                 marker=dict(size=11, color=colour, symbol=[PRECISION_SYMBOLS[c.options.amp] for c in mine],
                             line=dict(width=1, color="white"))))
