@@ -145,9 +145,11 @@ def test_a_tiny_plan_in_the_browser_and_its_settings_on_the_train_page(served):
         expect(plan).to_be_enabled(timeout=WAIT_MS)
         plan.click()
         expect(page.get_by_text(re.compile(r"^step \d+ of about \d+"))).to_be_visible(timeout=WAIT_MS)
-        expect(page.locator(".js-plotly-plot")).to_have_count(2, timeout=WAIT_MS)
+        # Memory and speed against b, and speed against memory by lever (activation checkpointing).
+        expect(page.locator(".js-plotly-plot")).to_have_count(3, timeout=WAIT_MS)
         page.wait_for_function(f"() => ({TRACES_JS})().every(traces => traces.length > 0)", timeout=WAIT_MS)
-        memory, speed = page.evaluate(TRACES_JS)
+        memory, speed, tradeoff = page.evaluate(TRACES_JS)
+        assert [name for name, meta, _ in tradeoff if meta == "lever"] == ["checkpointing off"]
         assert [name for name, meta, _ in memory if meta == "option"] == ["fp32", "bf16"], memory
         assert [[name, n] for name, meta, n in memory if meta in ("budget", "margin")] == [
             ["budget 0.5 MB", 2], ["budget less 10% margin (0.45 MB)", 2]], memory
