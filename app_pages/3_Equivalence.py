@@ -11,7 +11,7 @@ from gaccum_core.runs.aside import call_for
 from gaccum_core.train.metrics import time_left_words
 from gaccum_core.views.lab import gradient_figure, side_by_side_figures
 from dashboard.checks import refusal, tokenise_aside
-from dashboard.choices import choose, model_note, text_settings, wants_text
+from dashboard.choices import choose, image_settings, model_note, text_settings, wants_text
 from dashboard.controls import LABELS
 from dashboard.messages import explain
 from dashboard.state import FieldWidgets, widget
@@ -23,7 +23,7 @@ st.title("Equivalence check")
 st.write("The same b·k samples, once as one big batch and once as k accumulated micro-batches of b, "
          "from the same weights: do the gradients and the training agree?")
 
-fields = FieldWidgets("eq_", LABELS, RunConfig(model="mlp"))  # model and data, each with a slot for its message
+fields = FieldWidgets("eq_", LABELS, RunConfig(model="mlp"))  # each setting with a slot for its message
 left, middle, right = st.columns(3)
 with left:
     model = choose(fields, "model")
@@ -32,13 +32,16 @@ with left:
     dataset = choose(fields, "dataset")
     if wants_text(model, dataset):
         text_settings(fields, model, dataset)
+    if dataset not in cfg.TEXT_DATASETS:
+        image_settings(fields, dataset)
 with middle:
-    b = widget(st.slider, "Micro-batch size b", "eq_b", 8, min_value=1, max_value=256)
-    k = widget(st.slider, "Accumulation steps k", "eq_k", 4, min_value=1, max_value=64)
+    # Typed as on the Train page (a slider jumps values per pixel); RunConfig refuses what cannot run.
+    b = fields.add("micro_batch_size", st.number_input, 8, step=1)
+    k = fields.add("accum_steps", st.number_input, 4, step=1)
     st.caption(f"Effective batch b·k = {b * k}")
 with right:
-    reduction = widget(st.radio, "Loss reduction", "eq_reduction", "mean", options=cfg.REDUCTIONS, horizontal=True)
-    amp = widget(st.radio, "Mixed precision", "eq_amp", "off", options=cfg.AMP_MODES, horizontal=True)
+    fields.add("reduction", st.radio, options=cfg.REDUCTIONS, horizontal=True)
+    fields.add("amp", st.radio, options=cfg.AMP_MODES, horizontal=True)
     steps = widget(st.number_input, "Optimizer steps to train both", "eq_steps", 20)  # checked below: no bounds
     steps_slot = st.empty()
 
@@ -54,7 +57,7 @@ if refused:  # shown under the model's name
     st.error(refused)
     st.stop()
 try:
-    config = RunConfig(**fields.values, micro_batch_size=b, accum_steps=k, reduction=reduction, amp=amp, lr=0.05)
+    config = RunConfig(**fields.values, lr=0.05)
     problem = refusal(config, LABELS, whole_window=True)  # b·k must fit the data
 except ConfigError as exc:
     problem = exc.field, explain(exc, LABELS)

@@ -1,6 +1,7 @@
 """The model and data set settings the Train, Plan and Equivalence pages share: a box of built-ins
 ending in 'your own…' that reveals a text box, where an hf: model's weights come from, and the settings
-of a language model (text file, JSON field, GPT size, sequence length).
+of a language model (text file, JSON field, GPT size, sequence length) or of an image data set (its
+folder, the image size).
 
 Each draws through a page's FieldWidgets, so a refusal shows under the control that holds the value.
 """
@@ -122,3 +123,18 @@ def text_settings(fields: FieldWidgets, model: str, dataset: str) -> None:
     fields.add("max_seq_len", st.number_input, step=16)
     if dataset != "tokens":  # a tokens data set is packed by nature
         fields.add("packing", st.radio, options=cfg.ON_OFF[::-1], horizontal=True)
+
+
+def image_settings(fields: FieldWidgets, dataset: str) -> None:
+    """An image run's data settings: the fake set's size and classes, the folder of mnist, fashionmnist, cifar10
+    (and whether to download it) or of your image folder, and the image size."""
+    if dataset == "fake":
+        fields.add("fake_samples", st.number_input, step=256)
+        fields.add("fake_classes", st.number_input, step=1)
+    if dataset in ("mnist", "fashionmnist", "cifar10"):
+        fields.add("data_dir", st.text_input)
+        fields.add("download", st.checkbox)
+    if dataset == "imagefolder":
+        fields.add("data_dir", st.text_input, help="a folder with one sub-folder of images per class, "
+                   "or train/ and val/ (or test/) each holding such sub-folders")
+    fields.add("image_size", st.number_input, step=8)

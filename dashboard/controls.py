@@ -16,7 +16,7 @@ from gaccum_core.config import DEFAULT_RUN
 from gaccum_core.train.device import device_choices, processes_note
 from dashboard import link
 from dashboard.checks import description
-from dashboard.choices import choose, model_note, text_settings, wants_text
+from dashboard.choices import choose, image_settings, model_note, text_settings, wants_text
 from dashboard.messages import OWN_LABELS, explain
 from dashboard.state import TRAIN, FieldWidgets
 
@@ -132,16 +132,7 @@ class Controls(FieldWidgets):
         if wants_text(model, dataset):
             text_settings(self, model, dataset)
         if not text:  # image settings: a text data set has none
-            if dataset == "fake":
-                self.add("fake_samples", st.number_input, step=256)
-                self.add("fake_classes", st.number_input, step=1)
-            if dataset in ("mnist", "fashionmnist", "cifar10"):
-                self.add("data_dir", st.text_input)
-                self.add("download", st.checkbox)
-            if dataset == "imagefolder":
-                self.add("data_dir", st.text_input, help="a folder with one sub-folder of images per class, "
-                         "or train/ and val/ (or test/) each holding such sub-folders")
-            self.add("image_size", st.number_input, step=8)
+            image_settings(self, dataset)
         self._describe_dataset(text)
 
     def _describe_dataset(self, text: bool) -> None:

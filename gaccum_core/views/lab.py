@@ -3,6 +3,7 @@ pitfall gallery's results tables, measured figures and CSV exports."""
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 import numpy as np
@@ -17,6 +18,8 @@ from gaccum_core.lab.pitfalls.result import PitfallResult
 _LAYOUT = dict(template="plotly_white", height=320, margin=dict(l=50, r=10, t=40, b=40))
 # Distances of exactly 0 cannot sit on a log axis: drawn at this floor instead.
 _FLOOR = 1e-12
+_BARS_PX = 220  # the gradient chart's bars, however much room their names take below
+_TICK_CHAR_PX = 7  # the widest a character of a 12 px tick label is drawn
 
 
 def _figure(name: str, title: str, x_title: str, y_title: str, log_y: bool = False) -> go.Figure:
@@ -30,12 +33,23 @@ def _floored(values: pd.Series) -> np.ndarray:
     return np.maximum(values.to_numpy(dtype=float), _FLOOR)
 
 
+def _room_below(names: pd.Series) -> int:
+    """Pixels under the bars for the tensor names tilted 45° and the axis title under them."""
+    longest = int(names.astype(str).str.len().max()) if len(names) else 0
+    return 50 + math.ceil(longest * _TICK_CHAR_PX * math.sin(math.radians(45)))
+
+
 def gradient_figure(table: pd.DataFrame) -> go.Figure:
     """Relative L2 error of the accumulated gradient per parameter tensor, on a linear axis from 0: a log
-    axis began at the smallest bar (75n) and made float rounding look like large differences."""
-    figure = _figure("gradients", "accumulated vs one big batch: relative L2 error per tensor", "parameter tensor",
-                     "‖accumulated − big‖ / ‖big‖")
-    figure.update_yaxes(rangemode="tozero", exponentformat="e")  # 1e-7, not 100n
+    axis began at the smallest bar (75n) and made float rounding look like large differences. The chart grows
+    by the room its names take, so the bars and the y axis's title beside them keep their height: with a
+    model's long names (blocks.0.attention.qkv.weight) that room came out of the bars and clipped the title."""
+    figure = _figure("gradients", "accumulated vs one big batch: ‖accumulated − big‖ / ‖big‖ per tensor",
+                     "parameter tensor", "relative L2 error")
+    below = _room_below(table["name"])
+    figure.update_layout(height=_LAYOUT["margin"]["t"] + _BARS_PX + below, margin_b=below)
+    figure.update_xaxes(tickangle=-45, automargin=True)
+    figure.update_yaxes(rangemode="tozero", exponentformat="e", automargin=True)  # 1e-7, not 100n
     figure.add_bar(x=table["name"], y=table["rel_l2"].to_numpy(dtype=float), name="relative L2 error",
                    customdata=np.stack([table["max_abs_diff"], table["cosine"]], axis=1),
                    hovertemplate="%{x}<br>rel L2 %{y:.2e}<br>max |diff| %{customdata[0]:.2e}"

@@ -29,7 +29,7 @@ def test_equivalence_page_compares_and_exports(runs_dir, downloads):
 def test_equivalence_page_names_batchnorm(runs_dir):
     at = AppTest.from_file(str(ROOT / "app_pages/3_Equivalence.py"), default_timeout=180).run()
     at.selectbox(key="eq_model").select("cnn_bn")
-    at.slider(key="eq_b").set_value(2)
+    at.number_input(key="eq_micro_batch_size").set_value(2)
     at.number_input(key="eq_steps").set_value(3)
     at.button(key="eq_run").click().run()
     assert not at.exception
@@ -61,8 +61,8 @@ def test_pitfall_page_runs_the_gallery_and_exports(runs_dir, downloads):
 
 def test_equivalence_page_refuses_a_window_larger_than_the_training_set(runs_dir):
     at = AppTest.from_file(str(ROOT / "app_pages/3_Equivalence.py"), default_timeout=180).run()
-    at.slider(key="eq_b").set_value(256)
-    at.slider(key="eq_k").set_value(64)
+    at.number_input(key="eq_micro_batch_size").set_value(256)
+    at.number_input(key="eq_accum_steps").set_value(64)
     at.run()
     assert not at.exception
     assert any(e.value.startswith("Accumulation steps k = 64 is not allowed: at most 5 with b = 256")

@@ -266,8 +266,8 @@ def test_the_equivalence_page_compares_an_hf_model_with_dropout_off(runs_dir, tm
     at = page("app_pages/3_Equivalence.py")
     apply(at, "eq_", {**own(model=f"hf:{dropping}"), "dataset": "text", "text_file": str(notes), "max_seq_len": 32,
                       "steps": 2})
-    at.slider(key="eq_b").set_value(2)
-    at.slider(key="eq_k").set_value(2).run()
+    at.number_input(key="eq_micro_batch_size").set_value(2)
+    at.number_input(key="eq_accum_steps").set_value(2).run()
     assert "Weights from model.safetensors" in [c.value for c in at.caption]
     assert {"eq_text_file", "eq_max_seq_len", "eq_no_dropout"} <= {getattr(n, "key", None) for n in leaves(at.main)}
     assert not at.error, [e.value for e in at.error]
