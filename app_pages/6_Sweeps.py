@@ -40,15 +40,22 @@ if problem:
 elif spec is not None:
     st.caption(f"{plain(describe_sweep(spec))}, {lanes_words()} · sweep {spec.sweep_id} (runs a previous "
                "start finished are skipped)")
-if st.button("Start sweep", type="primary", key="sweep_start", disabled=spec is None or bool(problem) or bool(going)):
+
+
+def start(sweep) -> None:
+    """Start the sweep (its runs done before are skipped) and show it below; a refusal in one line."""
     try:
-        set_kept("sweep_pick", jobs.start(spec).sweep_id)  # the sweep shown below: this one
+        set_kept("sweep_pick", jobs.start(sweep).sweep_id)  # the sweep shown below: this one
     except OSError as exc:  # the runs directory cannot take the sweep's spec
         st.error(f"Cannot start: {exc} (the runs directory is set by GACCUM_RUNS_DIR)")
     except RunBusyError as exc:  # the same sweep going in another server or command line
         st.error(f"Cannot start: {plain(str(exc))}")
     else:
         st.rerun()
+
+
+if st.button("Start sweep", type="primary", key="sweep_start", disabled=spec is None or bool(problem) or bool(going)):
+    start(spec)
 
 
 def runs_ended(sweeps_going) -> tuple:
@@ -70,8 +77,9 @@ def live() -> None:
         state = job.progress()
         left = f" · {time_left_words(state.eta_s)}" if state.eta_s is not None else ""
         done = f" ({state.skipped} done before)" if state.skipped else ""
+        failed = f" · {state.failed} failed" if state.failed else ""
         st.progress(state.done / state.total, text=f"Sweep {job.sweep_id}: {state.done} of {state.total} runs "
-                                                    f"done{done}{left}")
+                                                    f"done{done}{failed}{left}")
         for snapshot in state.current:
             progress(snapshot)
         if st.button("Stop the sweep", key=f"sweep_stop_{job.sweep_id}"):
@@ -104,11 +112,19 @@ except (OSError, ConfigError) as exc:
     st.stop()
 table = summary.table
 st.subheader("Cells")
+unfinished = summary.unfinished()
+if unfinished:  # a failed run named, its cell's figures marked as from fewer runs; the rerun trains only it
+    st.warning("\n\n".join(plain(line) for line in summary.incomplete_words()))
+    if st.button(f"Rerun the {len(unfinished)} unfinished run{'s' if len(unfinished) > 1 else ''} (the done runs "
+                 "are kept)", key=f"sweep_rerun_{shown}", disabled=bool(going)):
+        start(summary.spec)
 for verdict in summary.verdicts:
     say = st.success if verdict.coincide and verdict.expected else st.info if not verdict.expected else st.warning
     say(plain(verdict.text()))
 st.dataframe(display_table(table), hide_index=True, width="stretch")
-st.caption("± is the 95% interval over a cell's repeats (Student's t). final loss: the training loss over each "
+st.caption("± is the 95% interval over a cell's repeats (Student's t), said when it is wider than the value, with "
+           "about how many repeats would narrow it; 'from 1 of 2 runs': the cell's figures come from fewer "
+           "runs than asked (one failed, or not run yet). final loss: the training loss over each "
            "run's last epoch (its steps weighted by their samples). samples/s: each run's median after its "
            "first tenth of steps (warm-up); peak MB: the training memory the planner counts (weights, gradients, "
            "optimizer state, activations); skipped steps are shown where fp16's GradScaler skipped some. coincides: "

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
+from gaccum_core import runsdir
+
 if TYPE_CHECKING:
     from gaccum_core.runs.runner import Runner
     from gaccum_core.views.chart_cache import ChartCache
@@ -33,8 +35,8 @@ _result: dict[str, object] = {}
 
 
 def runs_dir() -> str:
-    """Where runs are kept: GACCUM_RUNS_DIR, default ./runs."""
-    return os.environ.get("GACCUM_RUNS_DIR", "runs")
+    """Where runs are kept: GACCUM_RUNS_DIR, else ./runs; the command line's rule (gaccum_core.runsdir)."""
+    return runsdir.runs_dir()
 
 
 def executor() -> str:

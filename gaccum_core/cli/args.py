@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable
 
 from gaccum_core.config import CHOICES, DEFAULT_RUN, ConfigError, RunConfig
 from gaccum_core.field_help import FIELD_HELP
+from gaccum_core.runsdir import RUNS_DIR_HELP, runs_dir
 
 # The fields only FSDP reads: set away from their defaults with DDP, they would change nothing.
 FSDP_ONLY = ("fsdp_sync", "fsdp_reshard_after_backward")
@@ -70,6 +71,12 @@ def add_config_flags(parser: argparse.ArgumentParser, leave_out: frozenset[str] 
             allowed = CHOICES.get(f.name)
             parser.add_argument(flag, default=default, dest=f.name, choices=allowed,
                                 metavar=f.name.upper() if allowed is None else None, help=help_text)
+
+
+def add_runs_dir_flag(parser: argparse.ArgumentParser) -> None:
+    """--runs-dir, parsed as gaccum_core.runsdir's rule: the flag, else GACCUM_RUNS_DIR, else ./runs (the dashboard's)."""
+    # argparse passes a string default through `type` too: left out, the flag is runs_dir("") as parsed.
+    parser.add_argument("--runs-dir", type=runs_dir, default="", help=RUNS_DIR_HELP)
 
 
 def config_from_args(args: argparse.Namespace, **overrides: Any) -> RunConfig:

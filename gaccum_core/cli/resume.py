@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gaccum_core.cli.args import Commands, flag_error, typed
+from gaccum_core.cli.args import Commands, add_runs_dir_flag, flag_error, typed
 from gaccum_core.cli.progress import follow_to_the_end
 from gaccum_core.config import ConfigError
 from gaccum_core.runs.executors import EXECUTORS
@@ -26,7 +26,7 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
                     "cosine schedule then does NOT equal a run planned that long from the start (its length "
                     "changes mid-way); config.json's history records the change.")
     parser.add_argument("run", metavar="RUN_ID_OR_DIR", help="the run's id (in --runs-dir) or its directory")
-    parser.add_argument("--runs-dir", default="runs", help="directory that holds one folder per run (default: runs)")
+    add_runs_dir_flag(parser)
     parser.add_argument("--epochs", type=typed("int", "--epochs"), default=None, metavar="INT",
                         help="a new, larger number of epochs")
     parser.add_argument("--max-steps", type=typed("int", "--max-steps"), default=None, metavar="INT",

@@ -6,7 +6,8 @@ import argparse
 import re
 import sys
 
-from gaccum_core.cli.args import Commands, add_config_flags, flag_error, refuse_unused_fsdp_flags, typed
+from gaccum_core.cli.args import (Commands, add_config_flags, add_runs_dir_flag, flag_error,
+                                  refuse_unused_fsdp_flags, typed)
 from gaccum_core.cli.plan import add_target_flags, planned_config
 from gaccum_core.cli.progress import follow_to_the_end
 from gaccum_core.config import ConfigError, RunConfig
@@ -21,7 +22,7 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
     parser = commands.add_parser("run", help="train one run in the foreground with a progress bar",
                                  description="Train one run; prints the run directory as the last line.")
     add_config_flags(parser)
-    parser.add_argument("--runs-dir", default="runs", help="directory that holds one folder per run (default: runs)")
+    add_runs_dir_flag(parser)
     parser.add_argument("--name", default=None, help="a label appended to the run id")
     parser.add_argument("--executor", choices=EXECUTORS, default="thread",
                         help="train in this process (thread) or in a worker process (process); "

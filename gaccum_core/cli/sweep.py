@@ -10,7 +10,7 @@ import math
 import sys
 from typing import Any
 
-from gaccum_core.cli.args import Commands, flag_error, refuse_unused_fsdp_flags, typed
+from gaccum_core.cli.args import Commands, add_runs_dir_flag, flag_error, refuse_unused_fsdp_flags, typed
 from gaccum_core.cli.sweep_progress import follow_sweep
 from gaccum_core.config import DEFAULT_RUN, ConfigError, RunConfig
 from gaccum_core.field_help import FIELD_HELP
@@ -55,7 +55,7 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
                         help="runs per cell, with the seeds seed, seed+1, … (default: 1)")
     parser.add_argument("--same-seed", action="store_true",
                         help="repeat with the same seed each time: the spread is timing noise alone")
-    parser.add_argument("--runs-dir", default="runs", help="directory that holds one folder per run (default: runs)")
+    add_runs_dir_flag(parser)
     parser.add_argument("--executor", choices=EXECUTORS, default="thread",
                         help="train in this process (thread) or in worker processes (process) (default: thread)")
     parser.add_argument("--print-commands", action="store_true",
@@ -175,11 +175,16 @@ def _report(summary: Summary, args: argparse.Namespace, status: int) -> int:
         verdicts = [{"cells": list(v.labels), "expected": v.expected, "coincide": v.coincide,
                      "max_diff": _finite(v.largest[1]), "text": v.text()} for v in summary.verdicts]
         print(json.dumps({"sweep_id": summary.spec.sweep_id, "summary_csv": str(where.resolve()),
-                          "complete": summary.complete, "verdicts": verdicts,
+                          "complete": summary.complete, "verdicts": verdicts, "unfinished_runs": summary.unfinished(),
                           "cells": json.loads(summary.table.to_json(orient="records"))}))
         return status
     print(display_table(summary.table).to_string(index=False))
     for verdict in summary.verdicts:
         print(("FLAGGED: " if verdict.surprising else "") + verdict.text())
+    incomplete = summary.incomplete_words()
+    for line in incomplete:
+        print(f"INCOMPLETE: {line}")
+    if incomplete:
+        print("The same sweep command trains those runs again; the runs done are kept.")
     print(where.resolve())
     return status

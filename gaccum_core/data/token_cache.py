@@ -37,6 +37,7 @@ import numpy as np
 
 from gaccum_core.data.tokenising import (SPLITS, BuildProgress, Progress, SplitWriter, StopCheck, Tokens,
                                          TokenisingStopped, ids_dtype, ignore, never, tokenise)
+from gaccum_core.runsdir import runs_dir
 
 FORMAT = 1  # of the folder's files: a change makes new keys
 LOCK_POLL_S = 0.1
@@ -74,7 +75,7 @@ def default_cache_dir() -> Path:
     """GACCUM_CACHE_DIR, else token-cache beside the runs directory (GACCUM_RUNS_DIR, default ./runs)."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser()
-    return Path(os.environ.get("GACCUM_RUNS_DIR") or "runs").expanduser().absolute().parent / "token-cache"
+    return Path(runs_dir()).expanduser().absolute().parent / "token-cache"
 
 
 def cache_key(identity: dict, tokens: Tokens) -> str:

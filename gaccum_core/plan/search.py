@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from gaccum_core.intervals import plus_minus
 from gaccum_core.plan.memory_line import predicted_index
-from gaccum_core.plan.speed import plus_minus
 
 FITS, OVER_BUDGET, OUT_OF_MEMORY, FAILED, UNAVAILABLE = "fits", "over budget", "out of memory", "failed", "unavailable"
 MARGIN = 0.10  # the recommendation keeps this share of the budget free: measured peaks move between runs
@@ -87,10 +87,12 @@ class Candidate:
                 "speed": self.speed_words(unit=False), "step_time_s": self.step_time_s, **self.detail}
 
     def speed_words(self, unit: bool = True) -> str | None:
-        """'1530 ± 40 samples/s' (unit=False: '1530 ± 40'); None when not timed."""
+        """'1,530 ± 40 samples/s' (unit=False: '1,530 ± 40'), saying so when the interval is wider than the
+        speed and how many timed steps would narrow it; None when not timed."""
         if self.samples_per_s is None:
             return None
-        return plus_minus(self.samples_per_s, self.samples_per_s_error, "samples/s" if unit else "")
+        return plus_minus(self.samples_per_s, self.samples_per_s_error, "samples/s" if unit else "",
+                          count=self.timed_steps, counted="step")
 
 
 def _finite(value: float | None) -> float | None:

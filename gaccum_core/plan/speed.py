@@ -12,12 +12,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
+from gaccum_core.intervals import t_975
+
 PRECISION = 0.05  # timing stops once the 95% interval's half-width is within 5% of the speed
 MIN_STEPS = 3     # an interval from two steps rests on one difference: never "known" from fewer than three
-# Student's t for a two-sided 95% interval, by degrees of freedom (steps - 1); the normal 1.96 beyond.
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042)
 
 
 @dataclass(frozen=True)
@@ -34,11 +32,6 @@ class Speed:
         return self.error / self.value if self.value > 0 else math.inf
 
 
-def t95(degrees: int) -> float:
-    """Student's t quantile of a two-sided 95% interval with this many degrees of freedom (>= 1)."""
-    return _T95[degrees - 1] if degrees <= len(_T95) else 1.96
-
-
 def estimate(samples: Sequence[float], seconds: Sequence[float]) -> Speed:
     """The speed of steps that trained samples[i] in seconds[i]: the mean of samples/s per step, with its
     t-interval (each step one measurement; a noisy step widens the interval rather than moving a median)."""
@@ -48,7 +41,7 @@ def estimate(samples: Sequence[float], seconds: Sequence[float]) -> Speed:
     mean = statistics.fmean(speeds)
     if len(speeds) < 2:
         return Speed(mean, math.inf, 1)
-    return Speed(mean, t95(len(speeds) - 1) * statistics.stdev(speeds) / math.sqrt(len(speeds)), len(speeds))
+    return Speed(mean, t_975(len(speeds) - 1) * statistics.stdev(speeds) / math.sqrt(len(speeds)), len(speeds))
 
 
 def known(speed: Speed, precision: float = PRECISION, min_steps: int = MIN_STEPS) -> bool:
@@ -104,15 +97,3 @@ def time_in_turns(steps: Sequence[Step], timing: Timing,
 def indistinguishable(a: float, a_error: float | None, b: float, b_error: float | None) -> bool:
     """Whether two speeds' 95% intervals overlap (an error of None counts as exact, inf overlaps all)."""
     return abs(a - b) <= (a_error or 0.0) + (b_error or 0.0)
-
-
-def plus_minus(value: float, error: float | None, unit: str = "") -> str:
-    """'1530 ± 40 samples/s': the error to two significant digits, the value to the same place;
-    the value alone when there is no error, with '(1 step)' when the interval is unknown."""
-    tail = f" {unit}" if unit else ""
-    if error is None:
-        return f"{value:.0f}{tail}"
-    if not math.isfinite(error):
-        return f"{value:.0f}{tail} (1 step)"
-    decimals = max(0, 1 - math.floor(math.log10(error))) if error > 0 else 0
-    return f"{value:.{decimals}f} ± {error:.{decimals}f}{tail}"

@@ -69,7 +69,7 @@ class TrackedRun:
         """A copy of the run's state (call with the runner's lock held); queue_position 0 when not queued."""
         elapsed = (self.ended or time.monotonic()) - self.started if self.started else 0.0
         steps_done = len(self.rows.steps)
-        eta = eta_seconds(steps_done, self.total_steps, elapsed) if self.state == RunState.RUNNING else None
+        eta = eta_seconds(self.rows.steps, self.total_steps) if self.state == RunState.RUNNING else None
         return RunSnapshot(self.run_id, self.config, self.state, self.message, self.device, steps_done,
                            self.total_steps, queue_position, elapsed, eta, tuple(self.rows.steps),
                            tuple(self.rows.evals), self.name)

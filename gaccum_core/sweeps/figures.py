@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING
 
 from gaccum_core.sweeps.stats import steady_median
+from gaccum_core.train.metrics import last_epoch_loss
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,15 +28,6 @@ def _most(frame: pd.DataFrame, column: str) -> float:
     if column not in frame or frame[column].isna().all():
         return math.nan
     return float(frame[column].max())
-
-
-def last_epoch_loss(metrics: pd.DataFrame) -> float:
-    """The training loss over the run's last epoch, each step weighted by its samples: the last step alone
-    is an epoch's partial window (29 digits at E=64), whose loss swings with the seed."""
-    if metrics.empty or "loss" not in metrics:
-        return math.nan
-    last = metrics[metrics["epoch"] == metrics["epoch"].iloc[-1]] if "epoch" in metrics else metrics.tail(1)
-    return float((last["loss"] * last["samples"]).sum() / last["samples"].sum())
 
 
 def run_figures(metrics: pd.DataFrame, evals: pd.DataFrame) -> dict[str, float]:

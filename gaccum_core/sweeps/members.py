@@ -13,14 +13,17 @@ from gaccum_core.sweeps.spec import SweepRun, parse_run_name, same_run
 # Runs whose outcome is a result: a rerun would give the same (a diverged fp16 cell diverges again).
 DONE_STATES = frozenset({RunState.FINISHED, RunState.DIVERGED})
 RESUMABLE_STATES = frozenset({RunState.STOPPED, RunState.QUEUED, RunState.RUNNING})  # queued/running: a killed sweep
+# Runs that ended without a result (failed, stopped): named in the summary; the sweep's next start trains them.
+UNFINISHED_STATES = FINAL_STATES - DONE_STATES
 
 
 @dataclass(frozen=True)
 class Member:
-    """A run on disk for one of the sweep's runs: its id and the state status.json gives."""
+    """A run on disk for one of the sweep's runs: its id, and the state and message status.json gives."""
 
     run_id: str
     state: str
+    message: str = ""
 
     @property
     def done(self) -> bool:
@@ -63,5 +66,6 @@ def _member(store: RunStore, run_id: str, sweep_id: str,
             return None
     except (OSError, ValueError, ConfigError):
         return None
-    state = status.get("state", "")
-    return key, Member(run_id, state if state in FINAL_STATES or state in RESUMABLE_STATES else RunState.FAILED)
+    state, message = status.get("state", ""), status.get("message", "")
+    return key, Member(run_id, state if state in FINAL_STATES or state in RESUMABLE_STATES else RunState.FAILED,
+                       message if isinstance(message, str) else str(message))

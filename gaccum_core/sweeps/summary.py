@@ -1,5 +1,6 @@
-"""A sweep's summary, one row per cell: its runs, each figure's mean ± 95 % interval over the repeats, and
-whether the cells that differ only in b and k coincide. Built from the runs' own files."""
+"""A sweep's summary, one row per cell: its runs (those that ended without a result named, with their state and
+message), each figure's mean ± 95 % interval over the done repeats, and whether the cells that differ only in
+b and k coincide. Built from the runs' own files."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from gaccum_core.runs.store import RunStore
+from gaccum_core.states import RunState, state_line
 from gaccum_core.sweeps.coincidence import Verdict, verdicts
 from gaccum_core.sweeps.figures import run_figures
 from gaccum_core.sweeps.labels import cell_label
-from gaccum_core.sweeps.members import Member, find_members
+from gaccum_core.sweeps.members import UNFINISHED_STATES, Member, find_members
 from gaccum_core.sweeps.spec import SweepSpec, cells, sweep_runs
 from gaccum_core.sweeps.stats import mean_ci
 
@@ -50,6 +52,22 @@ class Summary:
     def any_runs(self) -> bool:
         """Whether any run of the sweep is done: its figures have something to draw."""
         return int(self.table["runs"].sum()) > 0
+
+    def unfinished(self) -> list[dict[str, object]]:
+        """Each run of the sweep that ended without a result (failed, or stopped), by cell and repeat: cell,
+        label, repeat, run_id, state and message (the next start of the sweep trains it again)."""
+        labels = dict(zip(self.table["cell"], self.table["label"]))
+        return [{"cell": cell, "label": labels[cell], "repeat": repeat, "run_id": member.run_id,
+                 "state": str(member.state), "message": member.message}
+                for (cell, repeat), member in sorted(self.members.items()) if member.state in UNFINISHED_STATES]
+
+    def incomplete_words(self) -> list[str]:
+        """A line per cell with a run that ended without a result: 'b=8 k=4 is incomplete, its figures from 1 of 2
+        runs: <run id> failed: the worker process died (signal SIGKILL (9)) without writing a final state'."""
+        rows = self.table.set_index("cell")
+        return [f"{rows.at[cell, 'label']} is incomplete, its figures from {rows.at[cell, 'runs']} of "
+                f"{rows.at[cell, 'repeats']} runs: {rows.at[cell, 'unfinished_runs']}"
+                for cell in dict.fromkeys(run["cell"] for run in self.unfinished())]
 
     @property
     def x_axis(self) -> str:
@@ -89,18 +107,23 @@ def summary_of(spec: SweepSpec, results: list[RunResult], members: dict[tuple[in
     labels = {c.index: cell_label(c, spec) for c in all_cells}
     found = verdicts({c.index: c.config for c in all_cells}, labels,
                      {(r.cell, r.repeat): r.metrics["loss"].tolist() for r in results})
-    rows = [_cell_row(spec, cell, labels[cell.index], [r for r in results if r.cell == cell.index])
+    rows = [_cell_row(spec, cell, labels[cell.index], [r for r in results if r.cell == cell.index],
+                      [m for (c, _), m in sorted(members.items()) if c == cell.index and m.state in UNFINISHED_STATES])
             for cell in all_cells]
     table = _with_verdicts(pd.DataFrame(rows), found)
     return Summary(spec, table, tuple(found), _curves(results, labels), members)
 
 
-def _cell_row(spec: SweepSpec, cell, label: str, results: list[RunResult]) -> dict[str, object]:
+def _cell_row(spec: SweepSpec, cell, label: str, results: list[RunResult],
+              unfinished: list[Member]) -> dict[str, object]:
     config = cell.config
     row: dict[str, object] = {"cell": cell.index, "label": label, **dict(cell.settings),
                               "micro_batch_size": config.micro_batch_size, "accum_steps": config.accum_steps,
                               "effective_batch": config.effective_batch_size,
-                              "runs": len(results), "repeats": spec.repeats}
+                              "runs": len(results), "repeats": spec.repeats, "complete": len(results) == spec.repeats,
+                              "failed": sum(m.state == RunState.FAILED for m in unfinished),
+                              "unfinished_runs": "; ".join(f"{m.run_id} {state_line(m.state, m.message)}"
+                                                           for m in unfinished)}
     figures = [run_figures(r.metrics, r.evals) for r in results]
     for name in WITH_CI:
         row[f"{name}_mean"], row[f"{name}_ci"] = mean_ci(f[name] for f in figures)

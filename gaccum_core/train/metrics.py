@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from contextlib import AbstractContextManager, nullcontext
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STEP_COLUMNS = (
     "step", "epoch", "micro_batches", "samples", "samples_seen", "loss", "lr", "grad_norm",
@@ -106,11 +109,15 @@ def parse_row(columns: Sequence[str], values: Sequence[str]) -> Row:
     return {name: typed(name, text) for name, text in zip(columns, values)}
 
 
-def eta_seconds(steps_done: int, total_steps: int, elapsed_s: float) -> float | None:
-    """Seconds left at the average pace so far; None before the first step."""
-    if steps_done <= 0 or elapsed_s <= 0:
+def eta_seconds(rows: Sequence[Mapping[str, Any]], total_steps: int) -> float | None:
+    """Seconds left at the run's average pace: the last row's wall_time_s over its step; None before the first
+    step. wall_time_s counts the training time of every segment (the checkpoint carries it across a resume),
+    as the step counts every segment's steps."""
+    last = rows[-1] if rows else {}
+    step, wall_time = last.get("step"), last.get("wall_time_s")
+    if not step or wall_time is None or not wall_time > 0:
         return None
-    return max(total_steps - steps_done, 0) * elapsed_s / steps_done
+    return max(total_steps - step, 0) * wall_time / step
 
 
 def time_left_words(seconds: float | None) -> str:
@@ -133,6 +140,15 @@ def skipped_warning(rows: Sequence[Row], most: float = 0.5) -> str:
     at_scale = f" (last loss scale {scale:g})" if scale else ""
     return (f"{skipped} of {steps} optimizer steps were skipped: the GradScaler found inf/NaN gradients"
             f"{at_scale}, so the weights barely moved. Lower the initial loss scale, or train in bf16 or fp32")
+
+
+def last_epoch_loss(metrics: pd.DataFrame) -> float:
+    """The training loss over the run's last epoch, each step weighted by its samples: the last step alone
+    is an epoch's partial window (29 digits at E=64), whose loss swings with the seed."""
+    if metrics.empty or "loss" not in metrics:
+        return math.nan
+    last = metrics[metrics["epoch"] == metrics["epoch"].iloc[-1]] if "epoch" in metrics else metrics.tail(1)
+    return float((last["loss"] * last["samples"]).sum() / last["samples"].sum())
 
 
 def smooth_ema(values: Iterable[float], weight: float) -> list[float]:

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from gaccum_core.intervals import plus_minus
 from gaccum_core.sweeps.stats import t_975
 from gaccum_core.train.metrics import smooth_ema
 from gaccum_core.sweeps.labels import setting_words
@@ -59,8 +60,8 @@ def speed_memory_figure(table: pd.DataFrame) -> go.Figure:
             error_y=dict(type="data", symmetric=False, array=[ci], arrayminus=[None if ci is None else
                                                                                min(ci, row.samples_per_s_mean)],
                          visible=ci is not None),
-            hovertemplate=f"{row.label}<br>%{{y:,.0f}} samples/s" + (f" ± {ci:,.0f}" if ci is not None else "")
-                          + "<br>peak memory %{x:.2f} MB<extra></extra>"))
+            hovertemplate=f"{row.label}<br>{plus_minus(row.samples_per_s_mean, ci, 'samples/s', 0, row.runs)}"
+                          "<br>peak memory %{x:.2f} MB<extra></extra>"))
     figure.update_layout(**_LAYOUT, title="Speed against peak memory (95% interval over repeats)",
                          xaxis_title="peak training memory (MB)", yaxis=dict(title="samples/s", rangemode="tozero"),
                          legend=dict(orientation="h", y=-0.25))

@@ -313,7 +313,7 @@ def test_progress_text_counts_estimates_and_names_the_last_candidate():
     timed = Candidate(Options(), 64, 4, FITS, 12.34, 1500.2, 0.17, samples_per_s_error=41.0, timed_steps=6)
     assert progress_text(3, 12, timed, 6.0) == (
         "step 3 of about 12 (memory probes, then timed steps) · about 18 s left · "
-        "last: fp32 b=64 fits (12.3 MB, 1500 ± 41 samples/s)")
+        "last: fp32 b=64 fits (12.3 MB, 1,500 ± 41 samples/s)")
     probed = Candidate(Options(), 64, 4, FITS, 12.34)
     assert progress_text(1, 100, probed, 10.0) == (
         "step 1 of about 100 (memory probes, then timed steps) · about 16 min 30 s left · "

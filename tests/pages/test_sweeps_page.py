@@ -140,3 +140,47 @@ def test_a_sweep_crosses_activation_checkpointing_with_the_micro_batch(runs_dir)
     assert not at.exception and not at.error, [e.value for e in at.error]
     caption = " ".join(c.value for c in at.caption)
     assert "cnn on digits, E=64: b × reduction × checkpointing, 3 repeats (24 runs)" in caption, caption
+
+
+def test_a_failed_run_is_named_its_cell_marked_and_a_second_start_trains_only_it(runs_dir):
+    """Issue 33: a run that failed at its first step is named with its message above the table, its cell's
+    figures say they come from 1 of 2 runs, and each rerun (the button, then Start) trains only the failed run."""
+    from gaccum_core import faults
+
+    at = sweeps_page()
+    at.selectbox(key="sweep_model").select("mlp")
+    at.number_input(key="sweep_max_steps").set_value(2)
+    at.multiselect(key="sweep_micro_batch_size").set_value([8])
+    at.multiselect(key="sweep_reduction").set_value(["mean"])
+    at.number_input(key="sweep_repeats").set_value(2)
+    at.run()
+    faults.arm(faults.Fault("error", step=1))  # the sweep's first run fails at its first step; the second trains
+    try:
+        at.button(key="sweep_start").click().run()
+        _wait_for_the_sweep(at)
+    finally:
+        faults.disarm()
+    assert not at.exception
+    sweep_id = next(iter((runs_dir / "sweeps").iterdir())).name
+    (failed,) = [d.name for d in runs_dir.iterdir() if d.name.endswith(f"sweep-{sweep_id}-c0-r0")]
+    (finished,) = [d for d in runs_dir.iterdir() if d.name.endswith(f"sweep-{sweep_id}-c0-r1")]
+    (warning,) = [w.value for w in at.warning]
+    assert f"is incomplete, its figures from 1 of 2 runs: {failed} failed: " in warning and "injected fault" in warning
+    table = at.dataframe[0].value
+    assert list(table["runs"]) == ["1/2, 1 failed"] and table["final loss"][0].endswith(" · from 1 of 2 runs")
+
+    kept = (finished / "metrics.csv").read_bytes()
+    faults.arm(faults.Fault("error", step=1))  # the rerun fails again: named again
+    try:
+        at.button(key=f"sweep_rerun_{sweep_id}").click().run()
+        _wait_for_the_sweep(at)
+    finally:
+        faults.disarm()
+    assert list(at.dataframe[0].value["runs"]) == ["1/2, 1 failed"] and len(at.warning) == 1
+    at.button(key="sweep_start").click().run()  # Start again, with the same settings
+    _wait_for_the_sweep(at)
+    assert not at.exception and not at.warning
+    assert list(at.dataframe[0].value["runs"]) == ["2/2"]
+    assert (finished / "metrics.csv").read_bytes() == kept  # the finished run was not trained again
+    attempts = [d for d in runs_dir.iterdir() if d.name.endswith(f"sweep-{sweep_id}-c0-r0")]
+    assert len(attempts) == 3  # two failed attempts kept for their owner to read, and the one that finished

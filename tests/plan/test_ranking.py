@@ -49,7 +49,7 @@ def test_speeds_whose_intervals_overlap_are_ties_won_by_the_larger_micro_batch()
     assert ties([small, large]) == [small, large]
     assert recommend([small, large], 100.0) is large and recommend([large, small], 100.0) is large
     sentence = reason(large, [small, large], 100.0)
-    assert sentence.startswith("fp32 at b=32, k=2 fits with a 10% margin (50 MB of 100 MB, 1000 ± 30 samples/s): ")
+    assert sentence.startswith("fp32 at b=32, k=2 fits with a 10% margin (50 MB of 100 MB, 1,000 ± 30 samples/s): ")
     assert ("b=32 and b=16 are equally fast within the measurement's precision (their 95% intervals overlap); "
             "the larger b is recommended: fewer accumulation steps.") in sentence
 
@@ -61,7 +61,7 @@ def test_a_smaller_micro_batch_clearly_faster_is_recommended():
     assert recommend([small, large], 100.0) is small
     sentence = reason(small, [small, large], 100.0)
     assert sentence.startswith("fp32 at b=16, k=4 is the fastest setting that fits with a 10% margin "
-                               "(30 MB of 100 MB, 1500 ± 20 samples/s)")
+                               "(30 MB of 100 MB, 1,500 ± 20 samples/s)")
     assert "equally fast" not in sentence
 
 
@@ -124,7 +124,7 @@ def test_reason_when_plain_fp32_wins_mentions_the_budget_and_the_margin():
     assert choice is fp32[0]
     sentence = reason(choice, fp32 + bf16, 100.0)
     assert sentence.startswith("fp32 at b=16, k=4 is the fastest setting that fits with a 10% margin")
-    assert "70 MB of 100 MB" in sentence and "1000 samples/s" in sentence
+    assert "70 MB of 100 MB" in sentence and "1,000 samples/s" in sentence
     assert sentence.endswith("no other option combination measured faster.")
     assert reason(choice, fp32, 100.0).endswith("samples/s).")  # nothing else measured
 
@@ -168,8 +168,8 @@ def test_reason_names_a_sub_megabyte_budget_as_given():
 def test_a_row_carries_the_speed_its_interval_and_steps_as_json():
     row = candidate(32, 50.0, 1534.2, error=41.0).row()
     assert row["samples_per_s"] == 1534.2 and row["samples_per_s_error"] == 41.0 and row["timed_steps"] == 5
-    assert row["speed"] == "1534 ± 41"
+    assert row["speed"] == "1,534 ± 41"
     once = candidate(32, 50.0, 1534.2, error=math.inf).row()
-    assert once["samples_per_s_error"] is None and once["speed"] == "1534 (1 step)"
+    assert once["samples_per_s_error"] is None and once["speed"] == "1,534 (1 step)"
     assert json.loads(json.dumps(once, allow_nan=False))["samples_per_s_error"] is None
     assert candidate(32, 60.0, None, OVER_BUDGET).row()["speed"] is None

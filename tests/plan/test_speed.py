@@ -1,5 +1,6 @@
 """The planner's speed statistics on made-up step times: the mean samples/s and its 95% interval, when
-timing stops (precision, cap, steps), whether two speeds can be told apart, and how they are written."""
+timing stops (precision, cap, steps) and whether two speeds can be told apart (tests/test_intervals.py: how
+they are written)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import statistics
 
 import pytest
 
-from gaccum_core.plan.speed import (Speed, Timing, estimate, indistinguishable, known, plus_minus, t95,
-                                    time_in_turns)
+from gaccum_core.intervals import t_975
+from gaccum_core.plan.speed import Speed, Timing, estimate, indistinguishable, known, time_in_turns
 
 
 def test_the_estimate_is_the_mean_speed_with_a_student_t_interval():
     speed = estimate([256, 256, 256, 256], [0.25, 0.25, 0.2, 0.2])  # 1024, 1024, 1280, 1280 samples/s
     assert speed.value == pytest.approx(1152.0) and speed.steps == 4
-    half = 3.182 * statistics.stdev([1024, 1024, 1280, 1280]) / 2  # t(3 degrees) · s / √4
+    half = t_975(3) * statistics.stdev([1024, 1024, 1280, 1280]) / 2  # t(3 degrees) · s / √4
     assert speed.error == pytest.approx(half)
     assert speed.relative_error == pytest.approx(half / 1152.0)
 
@@ -38,11 +39,6 @@ def test_steps_without_positive_durations_are_refused(samples, seconds):
         estimate(samples, seconds)
 
 
-def test_t_quantiles_shrink_towards_the_normal():
-    assert t95(1) == 12.706 and t95(2) == 4.303 and t95(30) == 2.042 and t95(31) == t95(1000) == 1.96
-    assert all(t95(d) > t95(d + 1) for d in range(1, 30))
-
-
 def test_known_needs_three_steps_and_the_stated_precision():
     assert known(Speed(1000.0, 40.0, 3)) and not known(Speed(1000.0, 40.0, 2))
     assert not known(Speed(1000.0, 60.0, 10)) and known(Speed(1000.0, 60.0, 10), precision=0.1)
@@ -55,14 +51,6 @@ def test_overlapping_intervals_are_indistinguishable():
     assert indistinguishable(1000.0, math.inf, 5000.0, 1.0)   # one step: no interval, no claim
     assert not indistinguishable(1000.0, None, 1001.0, None)  # exact figures differ
     assert indistinguishable(1000.0, None, 1000.0, None)
-
-
-def test_plus_minus_writes_the_error_to_two_digits_and_the_value_to_the_same_place():
-    assert plus_minus(1534.2, 41.0, "samples/s") == "1534 ± 41 samples/s"
-    assert plus_minus(1534.26, 3.74) == "1534.3 ± 3.7"
-    assert plus_minus(1534.2, 0.0) == "1534 ± 0"
-    assert plus_minus(1534.2, None, "samples/s") == "1534 samples/s"
-    assert plus_minus(1534.2, math.inf, "samples/s") == "1534 samples/s (1 step)"
 
 
 class FakeSteps:

@@ -1,0 +1,84 @@
+"""Where runs are kept, one rule for the command line and the dashboard: --runs-dir, else GACCUM_RUNS_DIR,
+else ./runs. A run started from the command line in another folder shows up in the dashboard."""
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from gaccum_core.cli.main import build_parser, command_help, main
+from gaccum_core.runsdir import runs_dir
+
+TINY = ["--model", "mlp", "--micro-batch-size", "16", "--accum-steps", "2", "--device", "cpu"]
+
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch):
+    """The command line's working folder: tmp_path/work, whose ./runs would be tmp_path/work/runs."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("GACCUM_RUNS_DIR", raising=False)
+    return work
+
+
+def _run_dirs(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if (p / "config.json").exists()) if root.is_dir() else []
+
+
+def test_run_without_the_flag_trains_into_the_dashboards_runs_dir(elsewhere, monkeypatch, capsys):
+    shared = elsewhere.parent / "shared-runs"
+    monkeypatch.setenv("GACCUM_RUNS_DIR", str(shared))
+    assert main(["run", *TINY, "--max-steps", "2"]) == 0
+    (run,) = _run_dirs(shared)
+    assert Path(capsys.readouterr().out.strip().splitlines()[-1]).resolve() == run.resolve()
+    assert not (elsewhere / "runs").exists()
+    # resume finds the run there by its id alone, and extends it
+    assert main(["resume", run.name, "--max-steps", "3"]) == 0
+    assert len((run / "metrics.csv").read_text().strip().splitlines()) == 1 + 3
+
+
+def test_the_flag_wins_over_the_environment(elsewhere, monkeypatch):
+    shared, given = elsewhere.parent / "shared-runs", elsewhere.parent / "given"
+    monkeypatch.setenv("GACCUM_RUNS_DIR", str(shared))
+    assert main(["run", *TINY, "--max-steps", "1", "--runs-dir", str(given)]) == 0
+    assert len(_run_dirs(given)) == 1 and not shared.exists()
+
+
+def test_neither_set_means_runs_in_the_working_folder(elsewhere):
+    assert runs_dir() == "runs" and runs_dir("mine") == "mine"
+    assert main(["run", *TINY, "--max-steps", "1"]) == 0
+    assert len(_run_dirs(elsewhere / "runs")) == 1
+
+
+def test_sweep_commands_name_the_environments_runs_dir(elsewhere, monkeypatch, capsys):
+    shared = elsewhere.parent / "shared-runs"
+    monkeypatch.setenv("GACCUM_RUNS_DIR", str(shared))
+    assert main(["sweep", "--model", "mlp", "--max-steps", "1", "--device", "cpu", "--micro-batch-size", "8,16",
+                 "--print-commands"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        words = shlex.split(line)
+        assert words[words.index("--runs-dir") + 1] == str(shared)
+
+
+def test_every_command_with_runs_dir_says_the_rule_in_its_help():
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    taking = [name for name, parser in commands.items()
+              if any("--runs-dir" in action.option_strings for action in parser._actions)]
+    assert {"run", "resume", "sweep"} <= set(taking)
+    for name in taking:
+        words = " ".join(command_help(name).split())
+        assert "--runs-dir" in words and "GACCUM_RUNS_DIR if set, else ./runs" in words, name
+
+
+@pytest.mark.parametrize("value,expected", [("/somewhere/runs", "/somewhere/runs"), ("", "runs"), (None, "runs")])
+def test_the_server_keeps_runs_where_the_command_line_does(monkeypatch, value, expected):
+    from dashboard import server
+
+    if value is None:
+        monkeypatch.delenv("GACCUM_RUNS_DIR", raising=False)
+    else:
+        monkeypatch.setenv("GACCUM_RUNS_DIR", value)
+    assert server.runs_dir() == runs_dir() == expected
