@@ -1,6 +1,7 @@
 """Fixtures shared by the tests."""
 
 import gc
+import importlib
 import os
 import sys
 import threading
@@ -8,7 +9,28 @@ from typing import Iterator
 
 import pytest
 import torch
-from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+
+# A GPU image often has torch, pytest, pandas, transformers and timm but not the dashboard (streamlit, plotly)
+# nor pytest-xdist, and nothing can be installed there: `python3 -m pytest -m cuda tests/` must still run the
+# cuda tests (tests/cuda/, which import neither). Without the dashboard only they are collected; without
+# pytest-xdist the -n and --dist of the project's addopts are accepted and mean nothing (one process).
+try:
+    from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+
+    DASHBOARD = importlib.import_module("plotly") is not None  # the charts' library, with streamlit
+except ImportError:
+    DASHBOARD = False
+    collect_ignore_glob = [entry.name for entry in os.scandir(os.path.dirname(__file__))
+                           if entry.name not in ("cuda", "conftest.py", "__pycache__")]
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """Without pytest-xdist: the project's addopts (-n 3 --dist loadfile) accepted, and ignored."""
+    if not pluginmanager.has_plugin("xdist"):
+        group = parser.getgroup("xdist", "pytest-xdist is not installed here: its options are ignored")
+        # _addoption, as pytest-xdist registers -n itself: a lowercase short option is reserved to plugins.
+        group._addoption("-n", dest="numprocesses", default=None, help="ignored without pytest-xdist")
+        group.addoption("--dist", dest="dist", default=None, help="ignored without pytest-xdist")
 
 
 # Every process the suite starts (dashboard servers, workers, command lines; torchrun sets its ranks' own)

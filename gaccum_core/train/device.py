@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 
-import psutil
 import torch
 
 from gaccum_core.config import ConfigError, first_line
@@ -58,6 +57,8 @@ def memory_info(device: torch.device) -> tuple[int, int]:
     """(free, total) bytes on the device; host RAM for the CPU."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)
+    import psutil  # noqa: PLC0415 - the CPU's only: a GPU image may not carry it
+
     vm = psutil.virtual_memory()
     return vm.available, vm.total
 

@@ -12,7 +12,6 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Callable, Iterator, Protocol
 
-import psutil
 import torch
 
 MB = 1024 * 1024
@@ -58,6 +57,13 @@ class _ProcMemory:
         return values[b"VmRSS"], values[b"VmHWM"]
 
 
+def _psutil():  # noqa: ANN202 - the module
+    """psutil, imported where it is needed (a CPU without /proc): a GPU image may not carry it."""
+    import psutil  # noqa: PLC0415
+
+    return psutil
+
+
 def _proc_memory() -> _ProcMemory | None:
     try:
         return _ProcMemory()
@@ -71,7 +77,7 @@ class MemoryProbe:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self._proc = _proc_memory() if device.type == "cpu" else None
-        self._process = psutil.Process()
+        self._process = None if self._proc is not None or device.type != "cpu" else _psutil().Process()
         self._rss_at_start = 0
 
     def start_step(self) -> None:
