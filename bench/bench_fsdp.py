@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from gaccum_core.config import RunConfig  # noqa: E402
 from gaccum_core.presets import GPT_PRESETS, preset_words  # noqa: E402
 from gaccum_core.runs.runner import Runner  # noqa: E402
 from gaccum_core.states import RunState  # noqa: E402
+from common import load_average  # noqa: E402
 
 EVAL_ONLY_AT_END = 10**9  # eval_every: no evaluation between steps
 MANY_EPOCHS = 1000  # runs end at --steps, never by running out of epochs
@@ -158,12 +158,6 @@ def describe(name: str, m: Measured) -> str:
             f"train_mem {m.train_mem_mb:.2f} MB (weights {m.weights_mb:.2f}, gradients {m.gradients_mb:.2f}, "
             f"optimizer {m.optimizer_mb:.2f}), peak RSS {m.mem_peak_mb:.0f} MB, grad_kept {m.grad_kept_mb:.2f} MB; "
             f"final loss {m.losses[-1]:.7f}; wall {m.wall_s:.1f} s")
-
-
-def load_average() -> str:
-    """The 1, 5 and 15 minute load averages (the box is shared: they say how busy it was)."""
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} (1, 5, 15 min) on {os.cpu_count()} CPUs"
 
 
 def parse() -> argparse.Namespace:

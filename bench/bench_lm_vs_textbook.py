@@ -21,8 +21,14 @@ On a shared machine other processes preempt the pinned thread: a run whose wall 
 time by more than 3% was disturbed (its involuntary context switches are printed), so the CPU-time
 ratio and the median over undisturbed repeats are printed beside the plain wall-clock one.
 
+With --device cuda both run on the GPU (autocast follows the device; fp16 scales the loss with a GradScaler
+in both loops, as nanoGPT does), every clock read after torch.cuda.synchronize(); pinning, --threads, the
+CPU-time ratio and the disturbance checks are CPU-only and skipped. --json ends the output with one JSON
+line of the figures.
+
     python bench/bench_lm_vs_textbook.py [--micro-batch-size 8] [--accum-steps 4] [--max-seq-len 128]
-        [--steps 40] [--repeats 4] [--processes 3] [--preset tiny] [--amp off] [--model gpt|hf:DIR|hf:tiny]
+        [--steps 40] [--repeats 4] [--processes 3] [--preset tiny] [--amp off|bf16|fp16]
+        [--model gpt|hf:DIR|hf:tiny] [--device cpu|cuda|cuda:N] [--json] [--quick]
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ from gaccum_core.hfdir import MASKED  # noqa: E402
 from gaccum_core.train.engine import Engine  # noqa: E402
 from gaccum_core.train.evaluation import SAMPLE_PROMPT, SAMPLE_TOKENS  # noqa: E402
 from gaccum_core.runs.store import RunStore  # noqa: E402
+from gaccum_core.train.precision import DTYPES  # noqa: E402
+from common import (add_device_flags, chosen_device, clock, headline, print_json, quartile_values,  # noqa: E402
+                    quartiles, quiet_cpu, say_skipped)
 
 IGNORE = -100  # cross_entropy's ignore_index: the targets of padding
 WEIGHT_TOLERANCE = 1e-5
@@ -66,7 +75,7 @@ def textbook_run(config: RunConfig) -> tuple[dict, torch.nn.Module]:
     """The nanoGPT-style loop for config.max_steps optimizer steps (whole epochs when 0), then one
     validation pass and a greedy sample; returns its timing and the trained model."""
     engine = Engine(config)  # only for its identical initial model and data (sequences, padding)
-    model, train, val = engine.model, engine.data.train, engine.data.test
+    model, train, val, device = engine.model, engine.data.train, engine.data.test, engine.device
     forward = _transformers_forward(model.model) if is_hf(config.model) else model
     if config.optimizer == "sgd":
         optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
@@ -74,13 +83,15 @@ def textbook_run(config: RunConfig) -> tuple[dict, torch.nn.Module]:
     else:
         optimizer = (torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam)(
             model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(config.amp)
-    ctx = nullcontext() if dtype is None else torch.autocast(device_type="cpu", dtype=dtype)
+    dtype = DTYPES.get(config.amp)
+    ctx = nullcontext() if dtype is None else torch.amp.autocast(device_type=device.type, dtype=dtype)
+    scaler = torch.amp.GradScaler(device.type, init_scale=config.init_scale, growth_interval=config.growth_interval,
+                                  enabled=config.amp == "fp16")
     b, k, n = config.micro_batch_size, config.accum_steps, len(train)
     lengths = train.targets  # target tokens of each sequence: its length - 1
     steps, tokens = 0, 0
     model.train()
-    start, cpu, preempted = time.perf_counter(), time.thread_time(), _preemptions()
+    start, cpu, preempted = clock(device), time.thread_time(), _preemptions()
     for epoch in range(config.epochs):
         order = epoch_order(n, config.seed, epoch)
         for w in range(0, n, b * k):
@@ -88,14 +99,17 @@ def textbook_run(config: RunConfig) -> tuple[dict, torch.nn.Module]:
             window_tokens = int(lengths[window].sum())  # counted before the window's backward passes
             for m in range(0, len(window), b):
                 x, y = train.batch(window[m:m + b])
+                x, y = x.to(device), y.to(device)
                 with ctx:
                     logits = forward(x)
                 loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1),
                                        ignore_index=IGNORE, reduction="sum") / window_tokens
-                loss.backward()
+                scaler.scale(loss).backward()
             if config.grad_clip > 0:
+                scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             optimizer.zero_grad(set_to_none=True)
             tokens += window_tokens
             steps += 1
@@ -103,19 +117,19 @@ def textbook_run(config: RunConfig) -> tuple[dict, torch.nn.Module]:
                 break
         if steps == config.max_steps:
             break
-    train_seconds = time.perf_counter() - start
-    _validate(model, forward, val, b, ctx)
+    train_seconds = clock(device) - start
+    _validate(model, forward, val, b, ctx, device)
     _, ids = engine.data.tokens.prompt(SAMPLE_PROMPT)
     model.eval()
     with ctx:
         if is_hf(config.model):  # Transformers' own greedy generate, with its cache
-            prompt = torch.tensor([ids])
+            prompt = torch.tensor([ids], device=device)
             model.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=SAMPLE_TOKENS,
                                  do_sample=False, pad_token_id=model.model.config.eos_token_id)
         else:
-            model.generate(torch.tensor(ids), SAMPLE_TOKENS)
+            model.generate(torch.tensor(ids, device=device), SAMPLE_TOKENS)
     model.train()
-    return {"tokens": tokens, "wall": time.perf_counter() - start, "cpu": time.thread_time() - cpu,
+    return {"tokens": tokens, "wall": clock(device) - start, "cpu": time.thread_time() - cpu,
             "train_wall": train_seconds, "preempted": _preemptions() - preempted}, model
 
 
@@ -130,12 +144,13 @@ def _transformers_forward(model: torch.nn.Module):
 
 
 @torch.no_grad()
-def _validate(model: torch.nn.Module, forward, val, batch_size: int, ctx) -> float:
+def _validate(model: torch.nn.Module, forward, val, batch_size: int, ctx, device: torch.device) -> float:
     """nanoGPT's estimate_loss over the whole validation split: mean loss per target token."""
     model.eval()
     loss, count = 0.0, 0
     for begin in range(0, len(val), batch_size):
         x, y = val.batch(torch.arange(begin, min(begin + batch_size, len(val))))
+        x, y = x.to(device), y.to(device)
         with ctx:
             logits = forward(x)
         loss += F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1),
@@ -151,9 +166,9 @@ def engine_run(config: RunConfig, runs_dir: Path) -> tuple[dict, torch.nn.Module
     run_id = store.create(config)
     engine = Engine(config)
     writer = store.writer(run_id)
-    start, cpu, preempted = time.perf_counter(), time.thread_time(), _preemptions()
+    start, cpu, preempted = clock(engine.device), time.thread_time(), _preemptions()
     engine.run(writer)
-    seconds, cpu_seconds = time.perf_counter() - start, time.thread_time() - cpu
+    seconds, cpu_seconds = clock(engine.device) - start, time.thread_time() - cpu
     preempted = _preemptions() - preempted
     writer.close()
     rows = store.read_metrics(run_id)
@@ -203,13 +218,20 @@ def main() -> None:
     parser.add_argument("--optimizer", default="adamw", choices=("sgd", "adam", "adamw"))
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--grad-clip", type=float, default=1.0)
-    parser.add_argument("--amp", default="off", choices=("off", "bf16"), help="autocast on the CPU")
+    parser.add_argument("--amp", default="off", choices=("off", "bf16", "fp16"),
+                        help="autocast on --device (fp16 also scales the loss with a GradScaler)")
     parser.add_argument("--repeats", type=int, default=4, help="alternations per process")
     parser.add_argument("--processes", type=int, default=3,
                         help="fresh processes: memory layout differs per process and shifts kernel speed")
     parser.add_argument("--threads", type=int, default=1, help="torch threads; 1 keeps a shared 2-core box quiet")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 1 process, 2 repeats of 2 steps, max_seq_len 32")
+    add_device_flags(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick:
+        args.processes, args.repeats, args.steps, args.max_seq_len = 1, 2, 2, 32
+    device = chosen_device(args.device)
     if args.model == "hf:tiny":  # built once by the parent; its workers get the directory
         args.model = _tiny_hf_model()
         sys.argv = [a if a != "hf:tiny" else args.model for a in sys.argv]
@@ -217,23 +239,65 @@ def main() -> None:
                        gpt_preset=args.preset, max_seq_len=args.max_seq_len,
                        micro_batch_size=args.micro_batch_size, accum_steps=args.accum_steps, reduction="mean",
                        optimizer=args.optimizer, lr=args.lr, grad_clip=args.grad_clip, amp=args.amp,
-                       max_steps=args.steps, device="cpu")
+                       max_steps=args.steps, device=str(device))
     if args.worker:
-        torch.set_num_threads(args.threads)
-        if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > args.threads:
-            os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[-args.threads:])
+        quiet_cpu(device, args.threads)
         print(json.dumps(_pairs(config, args.repeats)))
         return
     described = f"gpt {config.gpt_preset}" if config.model == "gpt" else f"{config.model} (textbook: a Transformers-style loop)"
     print(f"model={described} dataset={config.dataset} max_seq_len={config.max_seq_len} b={config.micro_batch_size} "
           f"k={config.accum_steps} steps/repeat={config.max_steps or 'one epoch'} optimizer={config.optimizer} "
           f"grad_clip={config.grad_clip} amp={config.amp} threads={args.threads} processes={args.processes} "
-          f"repeats/process={args.repeats} torch={torch.__version__}")
+          f"repeats/process={args.repeats} torch={torch.__version__} device={device}")
+    _report(config, device, args)
+
+
+def _report(config: RunConfig, device: torch.device, args: argparse.Namespace) -> None:
+    """Print each repeat, the medians, the weight check and (--json) the JSON line."""
+    on_cpu = device.type == "cpu"
+    say_skipped(device, "pinning to one core, --threads, the CPU-time ratio and the disturbance checks "
+                        "(preemptions, CPU/wall)")
     print("load average (1, 5, 15 min) before: %.2f %.2f %.2f" % os.getloadavg())
+    ratios, rates, weight_diffs, moved = _repeats(args.processes, on_cpu)
+    print("load average (1, 5, 15 min) after:  %.2f %.2f %.2f" % os.getloadavg())
+    print(f"tokens/s, median (quartiles): textbook {statistics.median(rates['textbook']):.0f} "
+          f"({quartiles(rates['textbook'], '.0f')})   engine {statistics.median(rates['engine']):.0f} "
+          f"({quartiles(rates['engine'], '.0f')})")
+    print(f"median ratio engine/textbook, wall clock, over {len(ratios['wall'])} repeats: "
+          f"{statistics.median(ratios['wall']):.3f} (quartiles {quartiles(ratios['wall'])}; target >= 0.97)")
+    if on_cpu:
+        print(f"median ratio engine/textbook, CPU time:                  {statistics.median(ratios['cpu']):.3f} "
+              f"(quartiles {quartiles(ratios['cpu'])})")
+    print(f"median ratio engine/textbook, training only (wall):      {statistics.median(ratios['train']):.3f} "
+          f"(quartiles {quartiles(ratios['train'])})")
+    quiet = ratios["undisturbed"]
+    if on_cpu:
+        print(f"median ratio engine/textbook, wall clock, undisturbed repeats only ({len(quiet)} of "
+              f"{len(ratios['wall'])}, both runs' CPU/wall >= {UNDISTURBED}): "
+              + (f"{statistics.median(quiet):.3f} (quartiles {quartiles(quiet)})" if quiet else "none"))
+    same = max(weight_diffs) <= WEIGHT_TOLERANCE
+    print(f"same weights after the measured steps: {'yes' if same else 'NO'} (largest |engine - textbook| "
+          f"{max(weight_diffs):.1e}, tolerance {WEIGHT_TOLERANCE:g}; training moved the weights by up to "
+          f"{min(moved):.1e})")
+    if args.json:
+        print_json(headline("lm_vs_textbook", device, model=config.model, amp=config.amp, b=config.micro_batch_size,
+                            k=config.accum_steps, max_seq_len=config.max_seq_len, repeats=len(ratios["wall"]),
+                            ratio_median=statistics.median(ratios["wall"]),
+                            ratio_quartiles=quartile_values(ratios["wall"]),
+                            training_only_ratio_median=statistics.median(ratios["train"]),
+                            engine_tokens_per_s=statistics.median(rates["engine"]),
+                            textbook_tokens_per_s=statistics.median(rates["textbook"]),
+                            same_weights=same, max_weight_diff=max(weight_diffs)))
+    if not same:
+        sys.exit(1)
+
+
+def _repeats(processes: int, on_cpu: bool) -> tuple[dict[str, list[float]], dict[str, list[float]], list, list]:
+    """Run the worker processes and print each repeat; (ratios, tokens/s, weight differences, weights moved)."""
     ratios: dict[str, list[float]] = {"wall": [], "cpu": [], "train": [], "undisturbed": []}
     rates: dict[str, list[float]] = {"textbook": [], "engine": []}
-    weight_diffs, moved, loads = [], [], []
-    for process in range(args.processes):
+    weight_diffs, moved = [], []
+    for process in range(processes):
         done = subprocess.run([sys.executable, __file__, "--worker", *sys.argv[1:]],
                               capture_output=True, text=True, check=True)
         for pair in json.loads(done.stdout.strip().splitlines()[-1]):
@@ -249,33 +313,15 @@ def main() -> None:
                 ratios["undisturbed"].append(ratios["wall"][-1])
             weight_diffs.append(pair["weight_diff"])
             moved.append(pair["moved"])
-            loads.append(pair["load"])
             first = "engine" if pair["engine_first"] else "textbook"
+            cpu_time = f"CPU time {ratios['cpu'][-1]:.3f}, " if on_cpu else ""
+            disturbance = (f"   preempted {t['preempted']}/{e['preempted']} times, CPU/wall {t['cpu'] / t['wall']:.2f}/"
+                           f"{e['cpu'] / e['wall']:.2f}{'' if quiet else '  (disturbed)'}") if on_cpu else ""
             print(f"process {process + 1} repeat ({first:8} first): textbook {t_rate:7.0f} tokens/s   "
-                  f"engine {e_rate:7.0f} tokens/s   ratio {ratios['wall'][-1]:.3f}   (CPU time {ratios['cpu'][-1]:.3f}, "
+                  f"engine {e_rate:7.0f} tokens/s   ratio {ratios['wall'][-1]:.3f}   ({cpu_time}"
                   f"training only {ratios['train'][-1]:.3f})   max |weight diff| {pair['weight_diff']:.1e}   "
-                  f"load {pair['load']:.2f}   preempted {t['preempted']}/{e['preempted']} times, CPU/wall "
-                  f"{t['cpu'] / t['wall']:.2f}/{e['cpu'] / e['wall']:.2f}{'' if quiet else '  (disturbed)'}")
-    print("load average (1, 5, 15 min) after:  %.2f %.2f %.2f" % os.getloadavg())
-    print(f"tokens/s, median (quartiles): textbook {statistics.median(rates['textbook']):.0f} "
-          f"({_quartiles(rates['textbook'], '.0f')})   engine {statistics.median(rates['engine']):.0f} "
-          f"({_quartiles(rates['engine'], '.0f')})")
-    print(f"median ratio engine/textbook, wall clock, over {len(ratios['wall'])} repeats: "
-          f"{statistics.median(ratios['wall']):.3f} (quartiles {_quartiles(ratios['wall'])}; target >= 0.97)")
-    print(f"median ratio engine/textbook, CPU time:                  {statistics.median(ratios['cpu']):.3f} "
-          f"(quartiles {_quartiles(ratios['cpu'])})")
-    print(f"median ratio engine/textbook, training only (wall):      {statistics.median(ratios['train']):.3f} "
-          f"(quartiles {_quartiles(ratios['train'])})")
-    quiet = ratios["undisturbed"]
-    print(f"median ratio engine/textbook, wall clock, undisturbed repeats only ({len(quiet)} of {len(ratios['wall'])}, "
-          f"both runs' CPU/wall >= {UNDISTURBED}): "
-          + (f"{statistics.median(quiet):.3f} (quartiles {_quartiles(quiet)})" if quiet else "none"))
-    same = max(weight_diffs) <= WEIGHT_TOLERANCE
-    print(f"same weights after the measured steps: {'yes' if same else 'NO'} (largest |engine - textbook| "
-          f"{max(weight_diffs):.1e}, tolerance {WEIGHT_TOLERANCE:g}; training moved the weights by up to "
-          f"{min(moved):.1e})")
-    if not same:
-        sys.exit(1)
+                  f"load {pair['load']:.2f}{disturbance}")
+    return ratios, rates, weight_diffs, moved
 
 
 def _tiny_hf_model() -> str:
@@ -284,13 +330,6 @@ def _tiny_hf_model() -> str:
     from hfmodels import save_model
 
     return "hf:" + str(save_model(Path(tempfile.mkdtemp(prefix="gaccum-bench-hf-")) / "tiny-llama"))
-
-
-def _quartiles(values: list[float], spec: str = ".3f") -> str:
-    if len(values) < 2:
-        return "n/a"
-    q1, _, q3 = statistics.quantiles(values, n=4)
-    return f"{q1:{spec}}-{q3:{spec}}"
 
 
 if __name__ == "__main__":

@@ -33,9 +33,9 @@ FIGURE_MARK = "figure:"  # a cuda test prints 'figure: <text>' for the table (ma
 # Each benchmark: (what the table calls it, its arguments on the GPU, its quick arguments).
 BENCHES = (
     ("engine vs textbook loop (cnn, digits)", ["bench/bench_engine_vs_textbook.py", "--processes", "1",
-                                               "--repeats", "3"], ["--max-steps", "20"]),
+                                               "--repeats", "3"], ["--quick"]),
     ("language model vs textbook loop (gpt on pydoc)", ["bench/bench_lm_vs_textbook.py", "--processes", "1",
-                                                        "--repeats", "3"], ["--steps", "10"]),
+                                                        "--repeats", "3"], ["--quick"]),
     ("activation checkpointing (gpt mini, tiny Llama)", ["bench/bench_activation_checkpointing.py"], ["--quick"]),
 )
 
@@ -88,10 +88,18 @@ def run_bench(name: str, arguments: list[str], timeout_s: float) -> tuple[str, s
 
 
 def figure_words(figures: dict) -> str:
-    """'ratio 0.987, samples/s 5120' from a benchmark's JSON object (its keys as it names them)."""
+    """A benchmark's JSON object in words: its flat figures ('ratio_median 0.987, engine_samples_per_s 5120'),
+    and per row of a 'rows' list its own ('gpt b=16 full: samples/s ×0.76, activation MB ×0.28, peak 123')."""
     def shown(value: object) -> str:
         return f"{value:.4g}" if isinstance(value, float) else str(value)
-    return ", ".join(f"{key} {shown(value)}" for key, value in figures.items() if not isinstance(value, (dict, list)))
+    skip = ("bench", "device", "device_name")
+    words = [f"{key} {shown(value)}" for key, value in figures.items()
+             if key not in skip and not isinstance(value, (dict, list)) and value is not None]
+    for row in figures.get("rows") or ():
+        words.append(f"{row.get('model')} b={row.get('b')} {row.get('mode')}: samples/s ×{shown(row.get('speed_ratio'))}"
+                     f", activation MB ×{shown(row.get('activation_ratio'))}"
+                     + (f", peak {shown(row.get('peak_mb'))} MB" if row.get("peak_mb") is not None else ""))
+    return "; ".join(words)
 
 
 def table(rows: list[tuple[str, str, str]]) -> str:

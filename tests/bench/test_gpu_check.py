@@ -55,8 +55,12 @@ def test_the_cuda_tests_skip_with_their_reason_without_the_dashboard_or_xdist(tm
 
 
 def test_the_table_reads_the_figures_each_benchmark_prints_as_json():
-    assert gpu_check.figure_words({"ratio": 0.98712, "samples_per_s": 5120.0, "steps": 20}) == \
-        "ratio 0.9871, samples_per_s 5120, steps 20"
+    assert gpu_check.figure_words({"bench": "x", "device": "cuda", "ratio": 0.98712, "samples_per_s": 5120.0,
+                                   "steps": 20, "ratio_quartiles": [0.9, 1.0]}) == \
+        "ratio 0.9871; samples_per_s 5120; steps 20"
+    rows = {"rows": [{"model": "gpt mini", "b": 16, "mode": "full", "speed_ratio": 0.7612, "activation_ratio": 0.279,
+                      "peak_mb": 123.4}]}
+    assert gpu_check.figure_words(rows) == "gpt mini b=16 full: samples/s ×0.7612, activation MB ×0.279, peak 123.4 MB"
     text = gpu_check.table([("oracle", "max |Δ| 3.1e-07", "pass"), ("compile", "-", "fail: 2e-3 > 1e-4")])
     assert text.splitlines() == ["| checked | figure | result |", "|---|---|---|",
                                  "| oracle | max \\|Δ\\| 3.1e-07 | pass |", "| compile | - | fail: 2e-3 > 1e-4 |"]

@@ -1,0 +1,65 @@
+"""The benchmarks a GPU check runs: --device cpu keeps the CPU report and --json adds one JSON line of the
+headline figures; --device cuda without CUDA is refused in one line; none of them needs streamlit or plotly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+HEAD = {"bench", "device", "device_name"}
+
+
+def _json_line(done: subprocess.CompletedProcess) -> dict:
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_blocker_refuses_streamlit_and_plotly(no_dashboard_env):
+    for name in ("streamlit", "plotly.graph_objects"):
+        done = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True,
+                              env=no_dashboard_env, timeout=60)
+        assert done.returncode != 0 and "blocked" in done.stderr
+
+
+def test_engine_bench_quick_on_the_cpu_prints_its_ratios_and_a_json_line(run_bench):
+    done = run_bench("bench_engine_vs_textbook", "--quick", "--device", "cpu", "--json")
+    figures = _json_line(done)
+    assert "median ratio engine/textbook, wall clock, over 2 repeats" in done.stdout
+    assert "median ratio engine/textbook, CPU time" in done.stdout and "CPU-only" not in done.stdout
+    assert set(figures) == HEAD | {"model", "b", "k", "repeats", "ratio_median", "ratio_quartiles",
+                                   "cpu_time_ratio_median", "engine_samples_per_s", "textbook_samples_per_s"}
+    assert figures["bench"] == "engine_vs_textbook" and figures["device"] == "cpu" and figures["repeats"] == 2
+    assert figures["ratio_median"] > 0 and figures["engine_samples_per_s"] > 0 and figures["textbook_samples_per_s"] > 0
+    assert len(figures["ratio_quartiles"]) == 2
+
+
+def test_lm_bench_quick_on_the_cpu_prints_its_ratios_and_a_json_line(run_bench):
+    done = run_bench("bench_lm_vs_textbook", "--quick", "--device", "cpu", "--json")
+    figures = _json_line(done)
+    assert "median ratio engine/textbook, wall clock, undisturbed repeats only" in done.stdout
+    assert "same weights after the measured steps: yes" in done.stdout
+    assert set(figures) == HEAD | {"model", "amp", "b", "k", "max_seq_len", "repeats", "ratio_median",
+                                   "ratio_quartiles", "training_only_ratio_median", "engine_tokens_per_s",
+                                   "textbook_tokens_per_s", "same_weights", "max_weight_diff"}
+    assert figures["bench"] == "lm_vs_textbook" and figures["device"] == "cpu" and figures["amp"] == "off"
+    assert figures["same_weights"] is True and figures["engine_tokens_per_s"] > 0
+
+
+def test_lm_bench_fp16_scales_the_loss_in_both_loops_and_they_end_with_the_same_weights(run_bench):
+    figures = _json_line(run_bench("bench_lm_vs_textbook", "--quick", "--amp", "fp16", "--micro-batch-size", "2",
+                                   "--accum-steps", "2", "--json"))
+    assert figures["amp"] == "fp16" and figures["same_weights"] is True
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+@pytest.mark.parametrize("name", ["bench_engine_vs_textbook", "bench_lm_vs_textbook",
+                                  "bench_activation_checkpointing"])
+def test_device_cuda_without_cuda_exits_2_with_one_line(run_bench, name):
+    done = run_bench(name, "--quick", "--device", "cuda", timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == (f"{name}.py: --device cuda: this machine has no CUDA device "
+                                   "(torch.cuda.is_available() is False); use --device cpu")
