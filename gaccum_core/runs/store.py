@@ -2,8 +2,9 @@
 
 runs/<run_id>/ holds config.json, status.json, metrics.csv, eval.csv, at the end model.pt, and
 traceback.txt when a run failed; a run with checkpoints checkpoint.pt, a language run samples.jsonl,
-a planned run plan.json, a tagged run tags.json (its tags, kept apart from its frozen config); a run
-in a worker process also gets `stop` when asked to stop, and a data-parallel run torchrun/ (torchrun's
+a planned run plan.json, a tagged run tags.json (its tags, kept apart from its frozen config), a run
+with --tensorboard on tb/ (TensorBoard's event files: gaccum_core.runs.tensorboard); a run in a worker
+process also gets `stop` when asked to stop, and a data-parallel run torchrun/ (torchrun's
 per-rank error files). runs/sweeps/ is no run: it holds each sweep's spec and summary
 (gaccum_core.sweeps). How each file is written so that a reader in another process never sees half
 of it: gaccum_core.runs.files.
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.files import (EVALS_FILE, METRICS_FILE, SAMPLES_FILE, CsvFollower, RunWriter, remove_temporaries,
                                     replace_atomically, truncate_csv, write_small_file, write_text_atomically)
+from gaccum_core.runs.tensorboard import TB_DIR, truncate_events
 from gaccum_core.states import RunState
 from gaccum_core.train.metrics import ADDED_COLUMNS, ADDED_EVAL_COLUMNS, Row
 
@@ -175,6 +177,10 @@ class RunStore:
         """A sink appending to this run's CSV files."""
         return RunWriter(self.path(run_id))
 
+    def tensorboard_dir(self, run_id: str) -> Path:
+        """The folder of the run's TensorBoard event files."""
+        return self.path(run_id) / TB_DIR
+
     def read_metrics(self, run_id: str) -> pd.DataFrame:
         """metrics.csv as a DataFrame (one row per optimizer step); a run written before a column was
         added reads with that column's value for such runs."""
@@ -289,6 +295,10 @@ class RunStore:
         if samples.exists():  # a language run's generated text, also one line per evaluation step
             kept_samples = [s for s in self.samples(run_id) if s["step"] <= last_eval_step]
             write_text_atomically(samples, "".join(json.dumps(s) + "\n" for s in kept_samples))
+        try:
+            truncate_events(self.tensorboard_dir(run_id), last_step, last_eval_step)
+        except Exception:  # noqa: BLE001 - a copy of the rows: the resumed run's event sink says why it cannot write
+            pass
 
     def model_shapes(self, run_id: str) -> dict[str, torch.Size] | None:
         """The shapes of model.pt's tensors (mapped, not read); None when the run has no model.pt that loads."""
@@ -311,8 +321,8 @@ class RunStore:
         """Run ids on disk, oldest first."""
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir()
-                      if p.is_dir() and _RUN_ID_RE.match(p.name) and p.name != SWEEPS_DIR)
+        with os.scandir(self.root) as entries:  # is_dir() from the entry's type: no stat per run (10,000 of them)
+            return sorted(e.name for e in entries if _RUN_ID_RE.match(e.name) and e.name != SWEEPS_DIR and e.is_dir())
 
     def delete(self, run_id: str) -> None:
         """Remove a run's directory."""
