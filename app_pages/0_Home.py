@@ -8,9 +8,11 @@ import streamlit as st
 from dashboard import server
 from dashboard.markdown import plain
 from dashboard.nav import PAGES
+from dashboard.indexing import indexing_progress
 from dashboard.prefetch import prefetch_train_page
 from gaccum_core.runs.catalog import run_table
 from gaccum_core.runs.store import RunStore
+from gaccum_core.views.run_table import COLUMN_HELP
 
 REFRESH_S = 1.0
 
@@ -31,7 +33,8 @@ def _active(runner) -> list:
 
 def _latest_runs(store: RunStore, active_ids: list[str]) -> None:
     st.subheader("Latest runs")
-    table = run_table(store, active_ids, hide_unstepped=True)  # runs ended before a step say nothing here
+    # Runs ended before a step say nothing here; a bar while many runs are read into the runs index.
+    table = run_table(store, active_ids, hide_unstepped=True, progress=indexing_progress(store))
     if table.empty:
         st.write("No runs yet: start one on the Train page.")
         return
@@ -43,7 +46,8 @@ def _latest_runs(store: RunStore, active_ids: list[str]) -> None:
     latest.insert(0, "open", "Runs?run=" + latest["run_id"])
     st.dataframe(latest, hide_index=True, width="stretch",
                  column_config={"open": st.column_config.LinkColumn("open", display_text="open on Runs"),
-                                "final_loss": st.column_config.NumberColumn(format="%.4f"),
+                                "final_loss": st.column_config.NumberColumn(format="%.4f",
+                                                                            help=COLUMN_HELP["final_loss"]),
                                 "test_accuracy": st.column_config.NumberColumn(format="%.3f")})
 
 
@@ -60,6 +64,8 @@ def status() -> None:
     if (not server.ready() or bool(active)) != watching or (now is None) != (runner is None):
         st.rerun()  # the warm-up ended or the last run did: redraw with (or without) the refresh
     st.info(server.device_text() or "Device: checking… (the server is loading torch)")
+    if now is not None and (warm := now.warm_text()):  # the spare worker, a torchrun job and when it ends
+        st.caption(warm)
     for snapshot in active:
         st.success(f"In progress: {plain(snapshot.name or snapshot.run_id)} ({snapshot.state}, step "
                    f"{snapshot.steps_done} of {snapshot.total_steps or '?'})")

@@ -6,12 +6,14 @@ import streamlit as st
 from dashboard import live_chart
 from dashboard.checks import refusal
 from dashboard.controls import LABELS, Controls, config_from
-from dashboard.live import REFRESH_S, await_first_step, chart_labels, live_charts, progress, short_name
+from dashboard.live import (REFRESH_S, await_first_step, chart_labels, live_charts, progress, rerun_once_warm,
+                            short_name)
 from dashboard.messages import explain
 from dashboard.server import get_runner
 from dashboard.state import adopt_settings, drop_missing, session_runs, widget
 from gaccum_core.views.axes import TOKEN_AXES, X_AXES, tokens_axis_note
 from gaccum_core.views.charts import ALL_CHARTS, CHART_TITLES, CHARTS, LOG_BY_DEFAULT
+from gaccum_core.views.samples import readable_sample, sample_line
 from gaccum_core.config import ConfigError
 from gaccum_core.plan.costs import warnings_for
 from gaccum_core.train.device import resolve_device
@@ -22,7 +24,7 @@ from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError
-from dashboard.run_picks import run_choice_labels, runs_on_disk, tracked_or_disk
+from dashboard.run_picks import run_choice_labels, runs_on_disk, tracked_or_disk, wrap_run_chips
 from dashboard.markdown import plain
 
 st.set_page_config(page_title="gaccum · Train", layout="wide")
@@ -66,7 +68,13 @@ for gone in st.session_state.pop("deleted_elsewhere", []):  # its charts, progre
 start, stop, name_col = st.columns([1, 1, 6])
 run_name = name_col.text_input("Run name (optional)", key="run_name", max_chars=40,
                                placeholder="e.g. baseline, fp16 try 2", label_visibility="collapsed")
-if start.button("Start", type="primary", key="start", disabled=config is None or problem is not None):
+# A one-process run goes to the warm spare worker: Start waits for it to have imported torch and loaded the data,
+# so that the first point follows Start in about a second.
+warming = config is not None and config.world_size == 1 and runner.spare_warming()
+if warming:
+    notes.caption("Start is enabled in a few seconds: the worker process that trains the run is importing torch.")
+    rerun_once_warm(runner)
+if start.button("Start", type="primary", key="start", disabled=config is None or problem is not None or warming):
     try:
         mine.append(runner.submit(config, run_name.strip() or None))  # drawn by this same script run
     except (ValueError, OSError) as exc:  # the runs directory cannot take a run (the store left none)
@@ -109,6 +117,7 @@ with overlay_col:
     # The latest run is always drawn; any other run on disk (this tab's, another tab's, an earlier
     # server's or a command line's) only when picked. Runs deleted meanwhile leave the pick.
     drop_missing("chart_overlay", earlier)
+    wrap_run_chips("chart_overlay")
     overlaid = widget(st.multiselect, "Other runs to overlay", "chart_overlay", [], options=earlier,
                       format_func=labels_of.get, placeholder="any run on disk") if earlier else []
 with log_col:
@@ -159,12 +168,11 @@ def generated_text(snapshots) -> None:
             continue
         latest = samples[-1]
         st.caption(f"Latest sample, step {latest['step']}: the model's greedy continuation of the prompt")
-        st.code(f"step {latest['step']}: {latest['text']}", language=None, wrap_lines=True)
+        st.code(f"step {latest['step']}: {readable_sample(latest['text'])}", language=None, wrap_lines=True)
         with st.expander("Every sample of this run, by step"):
             width = len(str(samples[-1]["step"]))
             # One line per evaluation (line breaks in the text shown as ↵), so the steps read as a column.
-            st.code("\n".join(f"step {s['step']:>{width}}: " + s["text"].replace("\n", "↵") for s in samples),
-                    language=None)
+            st.code("\n".join(sample_line(s["step"], s["text"], width) for s in samples), language=None)
 
 
 def latest_download(run_id: str) -> None:
@@ -194,9 +202,8 @@ def live() -> None:
         live_chart.preload(st.container())  # plotly.js loads (~1 s) while the user sets up, not after Start
         return
     charts = live_charts(snapshots, x_axis, smoothing, frozenset(log_y or ()))
-    for group in charts.coincidences:
-        st.caption(f"{plain(' and '.join(group.labels))} coincide: their losses differ by at most "
-                   f"{group.max_diff:.1e} (relative) over {group.steps} steps; the later ones are drawn dashed.")
+    for group in charts.coincidences:  # the Runs page says the same of the same runs
+        st.caption(group.sentence([plain(label) for label in group.labels]))
     tokens_note(snapshots)
     left, right = st.columns(2)
     for i, (name, spec) in enumerate(charts.applicable().items()):

@@ -3,11 +3,13 @@ resume or stop them."""
 
 import streamlit as st
 
+from gaccum_core.config import plural
 from gaccum_core.runs.catalog import read_runs, run_labels, run_table, settings_table, tables_csv
 from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.views.axes import X_AXES
 from gaccum_core.views.applicable import not_applicable
 from gaccum_core.views.charts import build_figures
+from gaccum_core.views.coinciding import coinciding
 from gaccum_core.views.colours import run_colours
 from gaccum_core.views.series import RunSeries
 from gaccum_core.runs.files import run_error_words
@@ -15,10 +17,14 @@ from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError, validate_run_id
+from gaccum_core.runs.tb_import import NOT_RESUMABLE
 from gaccum_core.views.run_table import damaged, going, pick_words, running_elsewhere, states as run_states
 from dashboard.runs_table import (SELECTED, RunFilter, draw_filter, draw_table, progress_with_stop, sync_selection,
                                   tags_editor)
+from dashboard.import_box import import_box
+from dashboard.indexing import indexing_progress
 from dashboard.markdown import plain
+from dashboard.run_picks import wrap_run_chips
 from dashboard.live import REFRESH_S
 from dashboard.server import chart_cache, get_runner
 from dashboard.state import widget
@@ -38,9 +44,10 @@ def live_ids() -> list[str]:
 
 
 live = live_ids()
-table = run_table(store, live)
+table = run_table(store, live, progress=indexing_progress(store))  # a bar while many runs are read into the index
 if table.empty:
-    st.info(f"No runs in {store.root.resolve()} yet: start one on the Train page.")
+    st.info(f"No runs in {store.root.resolve()} yet: start one on the Train page, or import TensorBoard runs.")
+    import_box(store, SELECTED)
     st.stop()
 
 # Why a run cannot be read, and where a run is trained, said above the fold (the message column is far right).
@@ -79,13 +86,14 @@ run_filter = draw_filter(table)
 
 @st.fragment(run_every=REFRESH_S if going(table) or live else None)
 def runs_now(first: list, shown_filter: RunFilter) -> None:
-    """The table, and a progress bar with Stop for each run this server trains, refreshed while runs go.
-    first holds the page's table for its first draw; each refresh reads the runs again."""
+    """The table, and under it a progress bar with Stop for each run this server trains, refreshed while runs
+    go. first holds the page's table for its first draw; each refresh reads the runs again. What a selection
+    adds goes under the table: above it, it would move the rows as they are clicked."""
     now = first.pop() if first else run_table(store, live_ids())
-    progress_with_stop(runner, set(st.session_state.get(SELECTED, [])) & set(now["run_id"]))
     shown = shown_filter.apply(now)
     clicked = sync_selection(list(shown["run_id"]))
     draw_table(shown)
+    progress_with_stop(runner, set(st.session_state.get(SELECTED, [])) & set(now["run_id"]))
     # A click, or a run that started or ended, changes what the rest of the page shows: draw it all again.
     if clicked or going(now) != st.session_state.get("_runs_going"):
         st.rerun()
@@ -101,6 +109,8 @@ def watch() -> None:
 st.session_state["_runs_going"], st.session_state["_runs_active"] = going(table), runner.active_ids()
 runs_now([table], run_filter)
 watch()
+import_box(store, SELECTED)  # under the table: its rows never move
+wrap_run_chips(SELECTED)
 selected = st.multiselect("Runs to compare, export or delete (or click their rows)", list(table["run_id"]),
                           key=SELECTED, format_func=lambda r: f"{r} ({labels[r]})")
 # Each selected run's files are read once here: one deleted while the page draws is said removed, the rest drawn.
@@ -118,7 +128,9 @@ if readable:
     tags_editor(store, {r: tags for r, tags in zip(table["run_id"], table["tags"]) if r in readable})
 
     configs = {r: runs_data[r].config for r in readable}
-    settings, differing = settings_table(configs)
+    known = {r: runs_data[r].known for r in readable}  # an imported run's settings: only those its hparams named
+    settings, differing = settings_table(configs, {r: runs_data[r].weights for r in readable},  # and where each began
+                                         known)
     st.subheader("Settings")
     st.caption(f"Highlighted: the {len(differing)} settings in which the selected runs differ."
                if len(readable) > 1 and differing else "Every setting of the selected runs.")
@@ -132,11 +144,13 @@ if readable:
     smoothing = widget(st.slider, "Smoothing (loss, throughput)", "runs_smoothing", 0.6, min_value=0.0, max_value=0.99)
     # Named as on the Train page (what differs, the run's name, when made), coloured by creation order on disk.
     names = dict(zip(table["run_id"], table["name"].fillna("")))
-    legends = run_labels(list(configs.values()), [names[r] for r in readable], readable)
+    legends = run_labels(list(configs.values()), [names[r] for r in readable], readable, list(known.values()))
     colour = run_colours(store.list_runs())
     runs = [RunSeries(r, legend, runs_data[r].metrics, runs_data[r].evals, colour.get(r))
             for r, legend in zip(readable, legends)]
     figures = build_figures(runs, x_axis, smoothing)
+    for group in coinciding(runs):  # as the Train page says it
+        st.caption(group.sentence([plain(label) for label in group.labels]))
     skipped = not_applicable(runs, tuple(figures))  # said in a line each, as on the Train page
     left, right = st.columns(2)
     for i, (name, figure) in enumerate((n, f) for n, f in figures.items() if n not in skipped):
@@ -146,10 +160,10 @@ if readable:
 
     st.subheader("Export")
     export_all, export_evals = st.columns(2)
-    export_all.download_button(f"Download the metrics of the {len(readable)} selected runs as one CSV",
+    export_all.download_button(f"Download the metrics of the {plural(len(readable), 'selected run')} as one CSV",
                                tables_csv({r: (runs_data[r].config, runs_data[r].metrics) for r in readable}),
                                file_name="gaccum-runs.csv", mime="text/csv")
-    export_evals.download_button(f"Download the evaluations of the {len(readable)} selected runs as one CSV",
+    export_evals.download_button(f"Download the evaluations of the {plural(len(readable), 'selected run')} as one CSV",
                                  tables_csv({r: (runs_data[r].config, runs_data[r].evals) for r in readable}),
                                  file_name="gaccum-evals.csv",
                                  mime="text/csv")
@@ -179,10 +193,12 @@ if resumable:
                "stopped (its gradients of a half-done window included); rows after the checkpoint are dropped.")
     for run_id in resumable:
         st.button(f"Resume {plain(run_id)} ({states[run_id]})", key=f"resume_{run_id}", on_click=resume, args=(run_id,))
+for run_id in (r for r in readable if states[r] == RunState.IMPORTED):  # no Resume: said why instead
+    st.caption(plain(f"{run_id} {NOT_RESUMABLE}."))
 if "resume_error" in st.session_state:
     st.error(st.session_state.pop("resume_error"))
 if "resumed" in st.session_state:
-    st.success(f"Resumed {plain(st.session_state.pop('resumed'))}: its progress is shown above the table; the "
+    st.success(f"Resumed {plain(st.session_state.pop('resumed'))}: its progress is shown under the table; the "
                "[Train page](Train) draws its charts live.")
 
 
@@ -208,7 +224,7 @@ unstopped = [r for r in selected if r in live]
 deletable = [r for r in selected if r not in live]
 with st.expander(f"Delete the {len(selected)} selected run{'s' if len(selected) > 1 else ''}"):
     if unstopped:
-        st.warning(f"Still going, so not deleted: {plain(', '.join(unstopped))}. Stop them first (Stop, above the "
+        st.warning(f"Still going, so not deleted: {plain(', '.join(unstopped))}. Stop them first (Stop, under the "
                    "table).")
     confirm = f"Yes, delete {plain(', '.join(deletable))} and all their files"
     if deletable and st.checkbox(confirm, key="confirm_delete"):

@@ -43,8 +43,8 @@ def folder_stamp(path: str) -> tuple:
 
 def file_stamps(config: RunConfig) -> tuple:
     """The versions of the files that settings read, for a cache key: the text file (or the folder of a text,
-    tokens or hf-dataset corpus), an hf: model's directory, your model's and data set's FILE.py (ConfigError
-    naming model for an hf: directory that is not one)."""
+    tokens or hf-dataset corpus), an hf: model's directory, your model's and data set's FILE.py, the weights file
+    (ConfigError naming model for an hf: directory that is not one)."""
     if config.dataset == "text":
         path = config.text_file
         text = (folder_stamp(path) if os.path.isdir(path) else file_stamp(path) if not glob.has_magic(path)
@@ -56,7 +56,8 @@ def file_stamps(config: RunConfig) -> tuple:
     # The token cache's folder changes when a run tokenises a corpus into it (and its description with it): its
     # stamp, not the corpus's cache status, which would load an hf: tokenizer on every rerun of the page.
     cache = file_stamp(str(cache_root(config))) if config.dataset in CORPUS_DATASETS else None
-    return text, tokenizer, mine, cache
+    weights = file_stamp(config.weights_file) if config.weights_file else None
+    return text, tokenizer, mine, cache, weights
 
 
 @st.cache_data(show_spinner="Checking the settings…", max_entries=64)

@@ -30,6 +30,7 @@ LABELS = {
     "dataset": "Dataset",
     "own_model": OWN_LABELS["model"],
     "own_dataset": OWN_LABELS["dataset"],
+    "weights_file": "Weights file (empty = untrained)",
     "no_dropout": "Dropout off",
     "text_file": "Text file",
     "text_field": "JSON field holding the text",
@@ -73,6 +74,7 @@ LABELS = {
     "ac_every": "Checkpoint every N-th block",
     "fsdp_sync": "FSDP gradient sync",
     "fsdp_reshard_after_backward": "Reshard after backward",
+    "tensorboard": "TensorBoard event files (tb/ in the run's folder)",
 }
 AC_LABELS = {"off": "off", "selective": "selective (every N-th block)", "full": "full (every block)"}
 SYNC_LABELS = {"every": "every micro-batch", "last": "last micro-batch only"}
@@ -113,6 +115,7 @@ class Controls(FieldWidgets):
             self._precision()
             self._optimizer()
             self._length()
+            self._output()
         for field, exc in refused_link.items():  # first: a refusal of what is shown now takes its place
             self.warn(field, f"The link's setting was not used, the default is shown: {explain(exc, LABELS)}")
         for field, exc in cfg.problems(self.values, DEFAULT_RUN).items():
@@ -126,6 +129,9 @@ class Controls(FieldWidgets):
         refused = model_note(self, model)
         if refused:
             self.problem = "model", refused
+        if cfg.takes_weights_file(model):  # timm's and torchvision's: an hf: model's are in its directory
+            path = self.add("weights_file", st.text_input, placeholder="path/to/weights.safetensors, .pth or .bin")
+            self.values["weights_file"] = path.strip()
         self.add("no_dropout", st.checkbox)
         dataset = choose(self, "dataset")
         text = dataset in cfg.TEXT_DATASETS
@@ -144,6 +150,8 @@ class Controls(FieldWidgets):
             values["model"] = "gpt"
         elif not text and cfg.is_language_model(values["model"]):
             values["model"] = DEFAULT_RUN.model
+        if values["model"] != self.values["model"]:
+            values.pop("weights_file", None)  # the stand-in model takes none
         try:
             st.caption(description(cfg.RunConfig(**values)))
         except (ValueError, OSError):  # the message under the refused control says why
@@ -219,6 +227,11 @@ class Controls(FieldWidgets):
         self.add("eval_batches", st.number_input, step=10)
         self.add("checkpoint_every", st.number_input, step=10)
         self.add("seed", st.number_input, step=1)
+
+    def _output(self) -> None:
+        """What a run writes besides its own files."""
+        st.header("Output")
+        self.add("tensorboard", st.radio, options=cfg.ON_OFF, horizontal=True)
 
 
 def config_from(values: dict[str, Any]) -> cfg.RunConfig:

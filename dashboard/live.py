@@ -1,5 +1,6 @@
-"""Runs as they go, on any page: a progress bar naming its run (steps, time left, its warning), the wait for a
-new run's first step, and the live charts of several runs labelled by what differs between them."""
+"""Runs as they go, on any page: a progress bar naming its run (steps, time left, its warning), the wait for the
+warm spare worker and for a new run's first step, and the live charts of several runs labelled by what differs
+between them."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ REFRESH_S = float(os.environ.get("GACCUM_REFRESH_S", "1.0"))  # how often a page
 def chart_labels(snapshots: list[RunSnapshot]) -> list[str]:
     """Each run's legend text in the live charts: what differs between these runs, its name if it has one,
     and for runs that would still read the same, when each was created."""
-    return run_labels([s.config for s in snapshots], [s.name for s in snapshots], [s.run_id for s in snapshots])
+    return run_labels([s.config for s in snapshots], [s.name for s in snapshots], [s.run_id for s in snapshots],
+                      [s.known for s in snapshots])
 
 
 def live_charts(snapshots: list[RunSnapshot], x: str, smoothing: float, log_y: frozenset[str]) -> ChartSet:
@@ -38,6 +40,16 @@ def live_charts(snapshots: list[RunSnapshot], x: str, smoothing: float, log_y: f
     runs = [ChartInput(s.run_id, label, s.metrics, s.evals, colour.get(s.run_id))
             for s, label in zip(snapshots, chart_labels(snapshots))]
     return server.chart_cache().charts(runs, x, smoothing, log_y)
+
+
+WARM_POLL_S = 0.1  # how often a page whose Start waits for the warm spare worker looks whether it is ready
+
+
+@st.fragment(run_every=WARM_POLL_S)
+def rerun_once_warm(runner: Runner) -> None:
+    """While the runner's spare worker warms up (Start disabled meanwhile), rerun the page once it is ready."""
+    if not runner.spare_warming():
+        st.rerun()
 
 
 def await_first_step(runner: Runner, run_id: str, timeout_s: float = 1.5) -> None:

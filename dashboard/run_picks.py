@@ -10,6 +10,7 @@ from gaccum_core.runs.integrity import checked_status
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.snapshot import RunSnapshot, disk_snapshot
 from gaccum_core.runs.store import RunStore, StoreError
+from gaccum_core.runs.tb_import import known_settings
 
 
 def runs_on_disk(runner: Runner) -> tuple[str, ...]:
@@ -23,11 +24,30 @@ def run_choice_labels(store: RunStore) -> dict[str, str]:
     readable = {}
     for run_id in reversed(store.list_runs()):
         try:
-            readable[run_id] = store.read_config(run_id), checked_status(store.read_status(run_id)).get("name", "")
+            status = checked_status(store.read_status(run_id))
+            readable[run_id] = store.read_config(run_id), status.get("name", ""), known_settings(status)
         except (OSError, StoreError, ValueError):  # damaged, or deleted meanwhile: the Runs page says why
             continue
     ids = list(readable)
-    return dict(zip(ids, run_labels([c for c, _ in readable.values()], [n for _, n in readable.values()], ids)))
+    configs, names, known = zip(*readable.values()) if readable else ((), (), ())
+    return dict(zip(ids, run_labels(configs, names, ids, known)))
+
+
+# Streamlit's multiselect keeps its chips on one row that scrolls sideways (the first ones faded out of view) and
+# cuts a long chip with an ellipsis: a run's label is what tells it apart, so its chips wrap onto rows, whole.
+_WRAPPED_CHIPS = """
+.st-key-{key} .react-aria-ComboBox > [role="group"] {{ max-height: none; height: auto; }}
+.st-key-{key} [data-testid="stMultiSelectTagsContainer"] {{ flex-wrap: wrap; row-gap: 4px; overflow: visible;
+    mask-image: none; padding-top: 4px; padding-bottom: 4px; }}
+.st-key-{key} [data-tag] {{ height: auto; min-height: 1.75rem; white-space: normal; }}
+.st-key-{key} [data-tag] > span {{ white-space: normal; overflow-wrap: anywhere; text-overflow: clip; }}
+"""
+
+
+def wrap_run_chips(key: str) -> None:
+    """Let the chips of the runs picked in the multiselect `key` wrap onto rows, each label whole (a style, which
+    takes no room on the page)."""
+    st.html(f"<style>{_WRAPPED_CHIPS.format(key=key)}</style>")
 
 
 def tracked_or_disk(runner: Runner, run_id: str) -> RunSnapshot | None:

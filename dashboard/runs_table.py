@@ -17,7 +17,7 @@ import streamlit as st
 from gaccum_core.runs.catalog import all_tags
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.store import RunStore, StoreError, parse_tags
-from gaccum_core.views.run_table import shown_columns, shown_rows, unstepped_note
+from gaccum_core.views.run_table import COLUMN_HELP, shown_columns, shown_rows, unstepped_note
 from dashboard.markdown import plain
 from dashboard.live import progress
 
@@ -30,7 +30,7 @@ COLUMN_CONFIG = {
                                                 min_value=0.0, max_value=1.0),
     "tags": st.column_config.ListColumn("tags", help="your tags: set them under Tags when the run is selected",
                                         width="medium"),
-    "final_loss": st.column_config.NumberColumn(format="%.4f"),
+    "final_loss": st.column_config.NumberColumn(format="%.4f", help=COLUMN_HELP["final_loss"]),
     "test_accuracy": st.column_config.NumberColumn(format="%.3f"),
     "peak_mem_mb": st.column_config.NumberColumn(format="%.0f"),
     "samples_per_s": st.column_config.NumberColumn(format="%.0f"),

@@ -1,11 +1,12 @@
 """The server's singletons, one per server process for every browser session and tab: where runs are kept
 (GACCUM_RUNS_DIR), where they train (GACCUM_EXECUTOR), the runner, the chart cache, and the warm-up.
 
-The warm-up runs while the first page is read: it imports torch, checks the Train page's default settings
-and creates the runner with its warm spare worker, so that the Train page opened next finds everything
-ready. The home page draws without any of it (it imports no torch): this module imports the core's
-heavy modules only inside the functions that need them, and the home page reads `device_text()` and
-`runner_if_ready()`, which never wait.
+The warm-up runs while the first page is read: it starts the warm spare worker (which imports torch in a
+process of its own meanwhile), imports torch, checks the Train page's default settings and creates the
+runner, which takes that spare, so that the Train page opened next finds everything ready. The home page
+draws without any of it (it imports no torch): this module imports the core's heavy modules only inside
+the functions that need them, and the home page reads `device_text()` and `runner_if_ready()`, which
+never wait.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gaccum_core import runsdir
 
 if TYPE_CHECKING:
     from gaccum_core.runs.runner import Runner
+    from gaccum_core.runs.supervisor import Spare
     from gaccum_core.views.chart_cache import ChartCache
 
 # Training runs in a thread of this server. Each torch op releases the GIL, and taking it back waits
@@ -32,6 +34,7 @@ _lock = threading.Lock()
 _started = False
 _done = threading.Event()
 _result: dict[str, object] = {}
+_first_spare: list[Spare] = []  # the spare the warm-up started before it imported torch, till the runner takes it
 
 
 def runs_dir() -> str:
@@ -45,17 +48,21 @@ def executor() -> str:
 
 
 @st.cache_resource
-def _runner(runs_dir: str, executor: str) -> Runner:
+def _runner(runs_dir: str, executor: str, spare_idle: str | None) -> Runner:
     from gaccum_core.runs.runner import Runner  # torch: not before a page needs the runner
+    from gaccum_core.runs.spares import idle_limit
 
     sys.setswitchinterval(TRAINING_SWITCH_INTERVAL_S)
-    return Runner(runs_dir, executor=executor, confined=True)  # your own code: only in workers, only GACCUM_USER_CODE's
+    first = _take_first_spare() if executor == "process" else None
+    # Your own code: only in workers, only GACCUM_USER_CODE's.
+    return Runner(runs_dir, executor=executor, confined=True, spare_idle_s=idle_limit(spare_idle), first_spare=first)
 
 
 def get_runner() -> Runner:
     """One runner per server process and runs directory: every browser session and tab sees the same runs.
-    Runs train in worker processes unless GACCUM_EXECUTOR=thread (then in this server's threads)."""
-    return _runner(runs_dir(), executor())
+    Runs train in worker processes unless GACCUM_EXECUTOR=thread (then in this server's threads); a warm
+    torchrun job nobody asked for in GACCUM_SPARE_IDLE_S seconds (default 300) is ended."""
+    return _runner(runs_dir(), executor(), os.environ.get("GACCUM_SPARE_IDLE_S"))
 
 
 @st.cache_resource
@@ -98,15 +105,40 @@ def runner_if_ready() -> Runner | None:
 
 def _warm_up() -> None:
     try:
+        _start_spare()
         from gaccum_core.train.device import describe_device
 
         _result["device"] = describe_device()
-        _check_defaults()  # what the Train page's first draw waits for, before the spare worker takes a core
+        _check_defaults()  # what the Train page's first draw waits for
         get_runner()
     except Exception as exc:  # noqa: BLE001 - a page that needs what failed shows its own error
         _result.setdefault("device", f"Device: not known ({type(exc).__name__}: {exc})")
     finally:
+        _drop_unused_spare()  # a runner made before the warm-up (a page opened first) has its own
         _done.set()
+
+
+def _start_spare() -> None:
+    """Start the runner's first spare worker now, without torch (supervisor imports none): it imports torch
+    beside this thread instead of after it, and Start, enabled once it is warm, is enabled seconds sooner."""
+    if executor() == "process":
+        from gaccum_core.runs.supervisor import spawn_spare
+
+        _first_spare.append(spawn_spare())
+
+
+def _take_first_spare() -> Spare | None:
+    """The spare the warm-up started, for the runner being made; None when there is none (left)."""
+    with _lock:
+        return _first_spare.pop() if _first_spare else None
+
+
+def _drop_unused_spare() -> None:
+    """Kill the spare the warm-up started when no runner took it."""
+    from gaccum_core.runs.supervisor import kill_tree
+
+    if (spare := _take_first_spare()) is not None:
+        kill_tree(spare.proc)
 
 
 def _check_defaults() -> None:

@@ -8,7 +8,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from gaccum_core.presets import GPT_PRESETS
 
@@ -21,8 +21,10 @@ LR_SCHEDULES = ("constant", "cosine")
 SHARDINGS = ("ddp", "fsdp")  # a whole copy per process (DDP), or weights, gradients and optimizer state sharded (FSDP2)
 FSDP_SYNCS = ("every", "last")  # reduce-scatter after every micro-batch, or only after the window's last
 ON_OFF = ("on", "off")
-MODELS = ("mlp", "cnn", "cnn_bn", "cnn_gn", "resnet18", "resnet50",
-          "mobilenet_v3_small", "efficientnet_b0", "vit_b_16", "gpt")
+TORCHVISION_MODELS = ("resnet18", "resnet50", "mobilenet_v3_small", "efficientnet_b0", "vit_b_16")
+MODELS = ("mlp", "cnn", "cnn_bn", "cnn_gn", *TORCHVISION_MODELS, "gpt")
+# weights_file: a state dict of the model's weights, as safetensors or torch.save wrote it
+WEIGHTS_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
 IMAGE_DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake", "imagefolder")
 # pydoc (bundled), text (your .txt/.jsonl files), tokens (nanoGPT's train.bin/val.bin of token ids),
 # hf-dataset (a datasets save_to_disk folder or a folder of .parquet files)
@@ -36,6 +38,9 @@ TIMM_PREFIX = "timm:"  # timm:NAME, any timm image model, untrained
 _TIMM_NAME_RE = re.compile(r"^timm:[A-Za-z0-9_.\-]{1,100}$")
 HF_PREFIX = "hf:"  # hf:DIR, a Hugging Face causal language model saved in a local directory
 MAX_SEQ_LEN = 1 << 20  # far beyond any model's positions; hf: models are checked against their own when loaded
+# The key of an imported run's config.json that says where it came from (gaccum_core.runs.tb_import): its
+# settings are those its hparams named, the rest defaults, and nothing trains it.
+IMPORTED_KEY = "imported"
 
 
 def is_hf(model: str) -> bool:
@@ -60,6 +65,11 @@ _FACTORY_RE = re.compile(r"^(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[^:\n]+\.py):[A-Z
 def is_factory(model: str) -> bool:
     """Whether model names your own factory (MODULE:FUNCTION or FILE.py:FUNCTION)."""
     return not is_timm(model) and not is_hf(model) and bool(_FACTORY_RE.match(model))
+
+
+def takes_weights_file(model: str) -> bool:
+    """Whether model can start from a weights file of yours (weights_file): timm:NAME and torchvision's models."""
+    return is_timm(model) or model in TORCHVISION_MODELS
 
 
 GPT_PRESET_NAMES = tuple(GPT_PRESETS)
@@ -93,6 +103,16 @@ def first_line(exc: BaseException, limit: int = 200) -> str:
     """'TypeName: the first line of its message' (at most limit characters): a foreign error inside a one-line message."""
     text = (str(exc).strip().splitlines() or [""])[0]
     return f"{type(exc).__name__}: {text[:limit]}" if text else type(exc).__name__
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 selected run', '2 selected runs': a count and its noun (plural with an s)."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def all_of(count: int, noun: str) -> str:
+    """'the one module', 'both modules', 'all 3 modules': every one of a count, in words."""
+    return f"the one {noun}" if count == 1 else f"both {noun}s" if count == 2 else f"all {count} {noun}s"
 
 
 @dataclass(frozen=True)
@@ -145,6 +165,8 @@ class RunConfig:
     eval_batches: int = 50
     activation_checkpointing: str = _one_of("off", AC_MODES)
     ac_every: int = 2
+    weights_file: str = ""
+    tensorboard: str = _one_of("on", ON_OFF)  # event files in the run's tb/ as it trains (runs.tensorboard)
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -180,7 +202,8 @@ class RunConfig:
         if not isinstance(data, dict):
             raise ConfigError("config", type(data).__name__, "a JSON object of RunConfig fields")
         names = {f.name for f in dataclasses.fields(cls)}
-        data = {k: v for k, v in data.items() if k != "history"}  # config.json's record of resumed changes
+        # config.json's record of resumed changes, and an imported run's marker (where it came from): no settings
+        data = {k: v for k, v in data.items() if k not in ("history", IMPORTED_KEY)}
         for key in data:
             if key not in names:
                 raise ConfigError(key, data[key], f"a known field ({', '.join(sorted(names))})")
@@ -303,6 +326,7 @@ def _check_ranges(cfg: RunConfig) -> None:
         raise ConfigError("data_dir", cfg.data_dir, "a non-empty directory path")
     _check_task(cfg)  # last: the settings that only make sense together
     _check_sharding(cfg)
+    _check_weights_file(cfg)
 
 
 def _check_task(cfg: RunConfig) -> None:
@@ -324,6 +348,22 @@ def _check_task(cfg: RunConfig) -> None:
         _int_range(cfg, "max_seq_len", 1, MAX_SEQ_LEN)
 
 
+def _check_weights_file(cfg: RunConfig) -> None:
+    """A weights file for a model that loads one, by its name: whether it opens and fits is preflight's to say."""
+    path = cfg.weights_file
+    if not path:
+        return
+    if is_hf(cfg.model):
+        raise ConfigError("weights_file", path, f"empty with {cfg.model}: an hf: model loads the weights saved in its "
+                          "directory (model.safetensors or pytorch_model.bin beside its config.json)")
+    if not takes_weights_file(cfg.model):
+        raise ConfigError("weights_file", path, f"empty with model {cfg.model}: a weights file starts timm:NAME or "
+                          f"a torchvision model ({', '.join(TORCHVISION_MODELS)}) from your weights")
+    if not path.strip() or not path.lower().endswith(WEIGHTS_SUFFIXES):
+        raise ConfigError("weights_file", path, "the path of the model's state dict in a "
+                          + ", ".join(WEIGHTS_SUFFIXES) + " file")
+
+
 def _check_sharding(cfg: RunConfig) -> None:
     """FSDP shards over processes: it needs more than one."""
     if cfg.sharding == "fsdp" and cfg.world_size == 1:
@@ -334,6 +374,42 @@ def _check_sharding(cfg: RunConfig) -> None:
                           "gradients are reduce-scattered: every or last)")
     if cfg.sharding == "fsdp" and cfg.compile != "off":
         raise ConfigError("compile", cfg.compile, "off with sharding fsdp (gaccum does not compile sharded models)")
+
+
+_DOWNLOADED = ("mnist", "fashionmnist", "cifar10")
+# The settings that apply to some runs only, and to which: every other setting applies to every run.
+_APPLIES_WHEN: dict[str, Callable[[RunConfig], bool]] = {
+    "init_scale": lambda c: c.amp == "fp16",  # the GradScaler's: fp16 only
+    "growth_interval": lambda c: c.amp == "fp16",
+    "momentum": lambda c: c.optimizer == "sgd",
+    "sharding": lambda c: c.world_size > 1,  # one process shards nothing and syncs with nobody
+    "sync_every_micro_batch": lambda c: c.world_size > 1 and c.sharding == "ddp",
+    "fsdp_sync": lambda c: c.sharding == "fsdp",
+    "fsdp_reshard_after_backward": lambda c: c.sharding == "fsdp",
+    "ac_every": lambda c: c.activation_checkpointing == "selective",
+    "gpt_preset": lambda c: c.model == "gpt",
+    "data_dir": lambda c: c.dataset in (*_DOWNLOADED, "imagefolder", "tokens", "hf-dataset"),
+    "download": lambda c: c.dataset in _DOWNLOADED,
+    "image_size": lambda c: not c.is_text,
+    "fake_samples": lambda c: c.dataset == "fake",
+    "fake_classes": lambda c: c.dataset == "fake",
+    "text_file": lambda c: c.dataset == "text",
+    "text_file_max_mb": lambda c: c.dataset == "text",
+    # .jsonl lines and hf-dataset rows have fields; a .txt file's paragraphs do not
+    "text_field": lambda c: c.dataset == "hf-dataset" or (c.dataset == "text" and not c.text_file.strip().lower()
+                                                         .endswith(".txt")),
+    "cache_dir": lambda c: c.dataset in ("text", "hf-dataset"),
+    "token_dtype": lambda c: c.dataset == "tokens",
+    "max_seq_len": lambda c: c.is_text,
+    "packing": lambda c: c.is_text and c.dataset != "tokens",  # a tokens data set is packed by nature
+}
+
+
+def applies(config: RunConfig, name: str) -> bool:
+    """Whether the setting `name` changes what this run does (init_scale only with fp16, text settings only
+    for text, sharding only with several processes…): what a run's label may name."""
+    rule = _APPLIES_WHEN.get(name)
+    return rule is None or rule(config)
 
 
 # What a person gets without choosing: the Train page's controls and the command line's flags start here.

@@ -71,6 +71,9 @@ FIELD_HELP = {
                                 "(every ac_every-th block) or full (every block); less activation memory for more "
                                 "compute, the lever beside accumulation",
     "ac_every": "with selective activation checkpointing: checkpoint every N-th block (1 = every block, as full)",
+    "weights_file": "start a timm:NAME or torchvision model from your weights: a .safetensors, .pth, .pt or .bin "
+                    "file of its state dict (empty: untrained, drawn from the seed). Every key and shape must fit; "
+                    "a classifier of other classes is left freshly initialised for the data set's",
     "eval_batches": "batches of the test split each evaluation reads: the same ones every time, so evaluations "
                     "compare (0 = the whole split)",
     "max_seq_len": "longest sequence (tokens) of the text data sets: documents are cut into chunks of this length "
@@ -85,6 +88,9 @@ FIELD_HELP = {
     "fsdp_sync": "with fsdp: reduce-scatter gradients after every micro-batch (each rank keeps 1/N of the "
                  "gradient) or only after the window's last (k times fewer collectives, but each rank keeps the "
                  "whole fp32 gradient between micro-batches)",
+    "tensorboard": "on: the run also writes TensorBoard event files into its folder's tb/ as it trains (every "
+                   "metrics.csv and eval.csv column as a scalar, its settings and final figures as hparams; "
+                   "`tensorboard --logdir` on the runs directory shows them); off: none",
     "fsdp_reshard_after_backward": "with fsdp: on frees each block's gathered weights after its backward; off "
                                    "keeps them between a window's micro-batches (fewer all-gathers, more memory)",
 }

@@ -2,7 +2,9 @@
 
 queued -> running -> finished | stopped | failed | diverged. Two more are read off disk only:
 interrupted (queued or running on disk, but no runner owns it: its server stopped) and damaged
-(its files cannot be read).
+(its files cannot be read). An imported run (another tool's TensorBoard event files, read in by
+gaccum_core.runs.tb_import) is imported from its first moment to its last: read-only, never started,
+resumed or interrupted.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ class RunState(StrEnum):
     DIVERGED = "diverged"
     INTERRUPTED = "interrupted"
     DAMAGED = "damaged"
+    IMPORTED = "imported"
 
 
-FINAL_STATES = frozenset({RunState.FINISHED, RunState.STOPPED, RunState.FAILED, RunState.DIVERGED})
+# The states of a run that goes on no more: an imported run never went on here.
+FINAL_STATES = frozenset({RunState.FINISHED, RunState.STOPPED, RunState.FAILED, RunState.DIVERGED,
+                          RunState.IMPORTED})
 # States whose message explains a failure the user must act on.
 FAILURE_STATES = frozenset({RunState.FAILED, RunState.DIVERGED})
 

@@ -3,8 +3,17 @@
 import contextlib
 import os
 import signal
+import time
 
 from gaccum_core.runs.runner import Runner
+
+
+def wait_warm(runner: Runner, timeout_s: float = 180) -> None:
+    """Wait until the runner's spare worker is warm: the Train page keeps Start disabled until then."""
+    deadline = time.monotonic() + timeout_s
+    while runner.spare_warming():
+        assert time.monotonic() < deadline, "the spare worker never said it was warm"
+        time.sleep(0.05)
 
 
 def close_now(runner: Runner) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from gaccum_core.config import RunConfig
+from gaccum_core.config import RunConfig, all_of, plural
 from gaccum_core.models.build import active_dropout
 
 if TYPE_CHECKING:  # pandas is imported on use: the command line loads this module in every process
@@ -125,11 +125,11 @@ def verdict_text(config: RunConfig, table: pd.DataFrame, modules: pd.DataFrame, 
     'differs: REASONS (which modules). Why each. …'."""
     bound = f"the {PRECISION_NAMES[config.amp]} tolerance {TOLERANCES[config.amp]:g}"
     if not reasons:
-        return (f"equal up to float rounding: the largest relative L2 error over {len(table)} parameter tensors "
-                f"in {len(modules)} modules is {table['rel_l2'].max():.2g}, below {bound}.")
+        return (f"equal up to float rounding: the largest relative L2 error over {plural(len(table), 'parameter tensor')} "
+                f"in {plural(len(modules), 'module')} is {table['rel_l2'].max():.2g}, below {bound}.")
     differing = modules.loc[~modules["equal"]]
-    where = (f"all {len(modules)} modules" if len(differing) == len(modules) else
-             f"{len(differing)} of {len(modules)} modules: {quoted(differing['module'].tolist())}")
+    where = (all_of(len(modules), "module") if len(differing) == len(modules) else
+             f"{len(differing)} of {plural(len(modules), 'module')}: {quoted(differing['module'].tolist())}")
     return (f"differs: {', '.join(r.name for r in reasons)} ({int(differing['parameters'].sum())} of {len(table)} "
             f"parameter tensors differ beyond {bound}, in {where}). " + " ".join(f"{r.why}." for r in reasons))
 

@@ -1,4 +1,5 @@
-"""Any model by name, its initial weights drawn from the run's seed, with its dropout off when asked."""
+"""Any model by name, its initial weights drawn from the run's seed or loaded from its weights file, with its
+dropout off when asked."""
 
 from __future__ import annotations
 
@@ -11,15 +12,18 @@ from gaccum_core.models.vision import build_model
 from gaccum_core.seeding import seeded
 
 
-def build_seeded_model(config: RunConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """config.model with its initial weights drawn from config.seed, the process's global RNG left alone.
-    num_classes: the classes of an image set, or the tokenizer's vocabulary of a text set."""
+def build_seeded_model(config: RunConfig, input_shape: tuple[int, ...], num_classes: int,
+                       from_weights_file: bool = True) -> nn.Module:
+    """config.model with its initial weights drawn from config.seed (then config.weights_file's loaded over
+    them, unless from_weights_file is False: a resumed run's come from its checkpoint), the process's global RNG
+    left alone. num_classes: the classes of an image set, or the tokenizer's vocabulary of a text set."""
     def build() -> nn.Module:
         if config.model == "gpt":
             return build_gpt(config.gpt_preset)
         if is_hf(config.model):
             return build_hf(config, num_classes)
-        return build_model(config.model, input_shape, num_classes, config.image_size)
+        weights_file = config.weights_file if from_weights_file else ""
+        return build_model(config.model, input_shape, num_classes, config.image_size, weights_file)
 
     model = seeded(config.seed, build)
     if config.no_dropout:

@@ -1,7 +1,8 @@
 """Models by name, adapted to take a dataset's (N, C, H, W) batches and return (N, classes) logits.
 
 Built-ins are tiny, dropout-free and take the dataset's own channels. Torchvision models are built
-untrained (weights are never downloaded) and get 3-channel input at the chosen image_size.
+untrained (weights are never downloaded) and get 3-channel input at the chosen image_size; they and timm's
+start from your weights file where one is given (pretrained).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from torch import nn
 
 from gaccum_core.config import MODELS, first_line, is_factory, is_timm
 from gaccum_core.models.factory import build_factory_model
+from gaccum_core.models.pretrained import load_torchvision, weights_origin
 from gaccum_core.models.timm_zoo import build_timm
 
 MODEL_NAMES = MODELS  # one list of names, owned by the config that validates them
@@ -52,8 +54,9 @@ def model_input_size(name: str, input_shape: tuple[int, int, int], image_size: i
 
 
 def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int,
-                image_size: int = 0) -> nn.Module:
-    """An untrained model taking (N, *input_shape) float batches; seed torch before calling."""
+                image_size: int = 0, weights_file: str = "") -> nn.Module:
+    """A model taking (N, *input_shape) float batches, untrained or from weights_file (a timm or torchvision
+    model; its `origin` says which file, and any classifier reset); seed torch before calling."""
     size = model_input_size(name, input_shape, image_size)
     channels, height, width = input_shape
     # timm (in_chans) and your factory (input_shape) take the data set's channels as they are.
@@ -61,19 +64,22 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int,
     if not builtin and channels not in (1, 3):
         raise ModelInputError(f"{name} takes 1- or 3-channel images; the input is "
                               f"{_dims(input_shape)}: use a built-in model ({', '.join(BUILTIN_MODELS)})")
+    reset = ""
     if is_timm(name):
-        net = build_timm(name, channels, size, num_classes)
+        net, reset = build_timm(name, channels, size, num_classes, weights_file)
     elif is_factory(name):
         net = build_factory_model(name, (channels, size, size), num_classes)
     elif builtin:
         net = _build_builtin(name, channels, size, num_classes)
     else:
         net = _build_torchvision(name, input_shape, size, num_classes)
+        reset = load_torchvision(net, weights_file, name, num_classes) if weights_file else ""
     adapter = InputAdapter(size=size if (height, width) != (size, size) else 0,
                            to_rgb=not builtin and channels == 1)
-    if not adapter.size and not adapter.to_rgb:
-        return net  # nothing to adapt: no extra module on the hot path
-    return nn.Sequential(OrderedDict(adapter=adapter, net=net))
+    model = net if not adapter.size and not adapter.to_rgb else nn.Sequential(OrderedDict(adapter=adapter, net=net))
+    if weights_file:  # adapted or not (no extra module on the hot path when nothing is), its weights are the file's
+        model.origin = weights_origin(weights_file, reset)
+    return model
 
 
 def _check_name(name: str) -> None:

@@ -32,6 +32,7 @@ from gaccum_core.train.step import StopCheck
 from gaccum_core.train.memory import clear_cache, is_out_of_memory
 from gaccum_core.runs.store import RunStore, now_iso
 from gaccum_core.runs.supervisor import stopped_before_first_step
+from gaccum_core.runs.tensorboard import EventSink, final_figures
 from gaccum_core.states import Outcome, RunState
 from gaccum_core.train.metrics import FanOut, MetricSink, NullSink, RowKeeper, skipped_warning
 
@@ -64,6 +65,7 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
     A text corpus not yet in the token cache is tokenised first, its progress the run's message meanwhile
     (in status.json, and on_message for a run tracked in this process); should_stop stops that too."""
     writer, engine, kept = None, None, RowKeeper()  # kept: the step rows this process saw, for the warning
+    events: EventSink | None = None  # the run's TensorBoard event files, beside its CSVs
     try:
         if store is not None:
             store.remove_temporaries(run_id)  # left by a kill or a full disk: this process alone writes the run
@@ -71,7 +73,7 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
                                 world_size=ranks.world_size, pid=os.getpid())
         _tokenise_first(store, run_id, config, should_stop, on_message)
         checkpoints = _checkpoints(store, run_id, ranks)
-        engine = Engine(config, device, ranks, checkpoints)
+        engine = Engine(config, device, ranks, checkpoints, from_weights_file=not _resuming(store, run_id, ranks))
         if engine.sharded:
             engine.shared_checkpoints()  # a rank that cannot write its part of a checkpoint fails now, not at the first
         resume_engine(store, run_id, engine, ranks)
@@ -79,13 +81,16 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
         if store is not None:
             _begin_segment(store, run_id, engine)
             writer = store.writer(run_id)
+            events = _event_sink(store, run_id, config, from_step, on_message)
         on_start(engine)
-        state = engine.run(FanOut(*(s for s in (writer, sink) if s is not None), kept), should_stop,
+        state = engine.run(FanOut(*(s for s in (writer, events, sink) if s is not None), kept), should_stop,
                            _checkpoint_sink(checkpoints, store is not None, engine.sharded))
         model_state = engine.saved_state_dict()  # every rank of a sharded run gathers it to rank 0
         if store is not None:
             store.save_model(run_id, model_state)
             _end_segment(store, run_id, state, engine.training.counters.step)
+            if events is not None and events.writing:
+                events.finish(state, final_figures(store.metric_rows(run_id), store.eval_rows(run_id)))
         outcome = state, _message(state, from_step, engine.training.counters.step, kept)
     except Diverged as exc:  # every rank sees the same loss: all of them end here together
         outcome = RunState.DIVERGED, str(exc)
@@ -102,7 +107,11 @@ def execute(store: RunStore | None, run_id: str, config: RunConfig, device: torc
     finally:
         if writer is not None:
             writer.close()
+        if events is not None:
+            events.close()
         del engine
+    if events is not None and events.problem:  # said as it happened, and in the final message
+        outcome = outcome[0], "; ".join(m for m in (outcome[1], events.problem) if m)
     if store is None:
         clear_cache(device)  # an error here propagates: torchrun reports this rank's failure
         return outcome
@@ -135,12 +144,34 @@ def _tokenise_first(store: RunStore | None, run_id: str, config: RunConfig, shou
             say(before)
 
 
+def _event_sink(store: RunStore, run_id: str, config: RunConfig, from_step: int,
+                on_message: Callable[[str], None]) -> EventSink | None:
+    """The run's TensorBoard event files in its tb/ (None with tensorboard off), from the step it starts after; a
+    failure to write them is the run's message from then on (and the end's)."""
+    if config.tensorboard == "off":
+        return None
+
+    def say(text: str) -> None:
+        store.update_status(run_id, message=text)
+        on_message(text)
+
+    name = store.read_status(run_id).get("name", "")
+    return EventSink(store.tensorboard_dir(run_id), config, run_id, name, from_step, say)
+
+
 def _checkpoints(store: RunStore | None, run_id: str, ranks: Ranks) -> CheckpointManager | None:
     """The run's checkpoints in rank 0's run directory, on every rank (a sharded run's ranks each write their part
     of them there)."""
     path = str(store.path(run_id).resolve()) if store is not None else None
     shared = share_from_rank0(path) if ranks.distributed else path
     return None if shared is None else checkpoints_in(Path(shared))
+
+
+def _resuming(store: RunStore | None, run_id: str, ranks: Ranks) -> bool:
+    """Whether the run goes on from its checkpoint (rank 0's, shared with every rank): its weights come from there,
+    never from its weights file again (which may have changed or gone since it started)."""
+    found = store is not None and store.checkpoint_path(run_id).exists()
+    return share_from_rank0(found) if ranks.distributed else found
 
 
 def _checkpoint_sink(checkpoints: CheckpointManager | None, writes: bool,
@@ -163,7 +194,8 @@ def _begin_segment(store: RunStore, run_id: str, engine: Engine) -> None:
     """A new segment in status.json, from the step the run starts at (after its checkpoint's, when resumed)."""
     status = store.read_status(run_id)
     segments = [*status.get("segments", []), {"started": now_iso(), "from_step": engine.training.counters.step}]
-    # Where the initial weights came from (an hf: model's file, or its config and the seed): said once, at the start.
+    # Where the initial weights came from (an hf: model's file, your weights_file with its sha256, or the seed): said
+    # once, at the start; a resumed run's come from its checkpoint, and this stays.
     origin = {} if "weights" in status else {"weights": getattr(engine.model, "origin", "initialised with the run's seed")}
     store.update_status(run_id, total_steps=engine.total_steps, segments=segments, **origin)
 

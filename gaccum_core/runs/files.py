@@ -124,10 +124,15 @@ def write_small_file(path: Path, text: str) -> None:
 def append_line(fd: int, line: str, name: str, directory: Path) -> None:
     """Append one whole line to an open file (O_APPEND), or nothing: a write the disk cuts short is
     taken back, so readers never see half a row."""
-    data = line.encode("utf-8")
+    append_whole(fd, line.encode("utf-8"), name, directory)
+
+
+def append_whole(fd: int, data: bytes, name: str, directory: Path) -> None:
+    """Append bytes (a CSV row, a TensorBoard event's records) to an open file (O_APPEND) in one write(), or
+    nothing: a write the disk cuts short is taken back."""
     end = os.lseek(fd, 0, os.SEEK_END)
     try:
-        written = os.write(fd, data)  # one write() of one line: another process reads all of it or none
+        written = os.write(fd, data)  # one write(): another process reads all of it or none
         if written != len(data):
             raise OSError(errno.ENOSPC, f"short write: {written} of {len(data)} bytes")
     except OSError as exc:

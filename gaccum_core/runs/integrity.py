@@ -112,6 +112,11 @@ def check_checkpoint_file(path: Path) -> None:
         raise ValueError("is not a torch checkpoint (no zip directory): cut short or overwritten")
 
 
+def _filled_steps(status: dict[str, Any]) -> tuple[str, ...]:
+    """The metrics.csv cells every row of this run has: an imported run's rows tell nothing of skipped steps."""
+    return ("step",) if status.get("state") == RunState.IMPORTED else ("step", "skipped_total")
+
+
 def read_run(store: RunStore, run_id: str) -> RunFiles:
     """status, config, metrics and evals of a run, each checked to be what the run store writes, and its
     checkpoint's archive; DamagedRun naming the file that is not."""
@@ -120,7 +125,7 @@ def read_run(store: RunStore, run_id: str) -> RunFiles:
         "status.json": lambda: checked_status(store.read_status(run_id)),
         "config.json": lambda: store.read_config(run_id),
         METRICS_FILE: lambda: _checked_csv(run_dir / METRICS_FILE, lambda: store.read_metrics(run_id),
-                                           STEP_COLUMNS, ("step", "skipped_total")),
+                                           STEP_COLUMNS, _filled_steps(parts[0])),
         EVALS_FILE: lambda: _checked_csv(run_dir / EVALS_FILE, lambda: store.read_evals(run_id),
                                          EVAL_COLUMNS, ("step",)),
         "checkpoint.pt": lambda: check_checkpoint_file(store.checkpoint_path(run_id)),

@@ -14,6 +14,7 @@ from typing import Any
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.files import replace_atomically
 from gaccum_core.runs.store import RunStore
+from gaccum_core.runs.tb_import import NOT_RESUMABLE
 from gaccum_core.states import RunState
 from gaccum_core.train.checkpoint import CheckpointError, CheckpointManager
 from gaccum_core.train.distributed import Ranks, share_from_rank0
@@ -35,6 +36,8 @@ def prepare_resume(store: RunStore, run_id: str, config: RunConfig, status: dict
     """The settings the run goes on with (a larger epochs or max_steps where given) and the step it resumes at,
     once its checkpoint is checked; its rows after that step are dropped. CheckpointError says why it cannot go on.
     again: a run with no checkpoint.pt yet (killed or stopped before its first) trains again from its first step."""
+    if status.get("state") == RunState.IMPORTED:
+        raise CheckpointError(f"run {run_id} {NOT_RESUMABLE}")
     longer = config.extended(epochs, max_steps)  # before anything is written: a shorter run is refused
     unsaved = again and not store.checkpoint_path(run_id).exists()
     step, last_eval_step = (0, -1) if unsaved else resumable_at(store, run_id, longer)

@@ -18,14 +18,15 @@ from collections import deque
 from types import MappingProxyType
 
 from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.runs.catalog import forget_runs, index_runs
 from gaccum_core.runs.claim import Claim, RunBusyError, describe_process, training_pid
 from gaccum_core.runs.integrity import read_run
-from gaccum_core.runs.executors import (EXECUTORS, SpareJob, SpareWorker, distributed, keep_job_logs, supervise,
-                                        train_here)
+from gaccum_core.runs.executors import EXECUTORS, distributed, keep_job_logs, supervise, train_here
 from gaccum_core.runs.resume import prepare_resume
 from gaccum_core.runs.snapshot import RunSnapshot, TrackedRun
+from gaccum_core.runs.spares import SPARE_IDLE_S, SpareJob, SpareWorker, warm_words
 from gaccum_core.runs.store import RunStore, now_iso
-from gaccum_core.runs.supervisor import Child, Launch
+from gaccum_core.runs.supervisor import Child, Launch, Spare
 from gaccum_core.states import FINAL_STATES, Outcome, RunState
 from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.train.device import resolve_device
@@ -43,13 +44,16 @@ class Runner:
 
     executor "process" trains each run in a worker process and keeps one warm spare worker ready
     (started now, so the first Start does not wait for torch to import; warm_spare=False starts a
-    worker per run instead, for a one-run CLI); "thread" trains in this process. A data-parallel run
-    (config.world_size > 1) always runs under torchrun. confined: the dashboard's runner, which starts
-    only runs whose own code is found in GACCUM_USER_CODE, and only in worker processes (check_user_code).
+    worker per run instead, for a one-run CLI; first_spare: one the server started before it imported
+    torch); "thread" trains in this process. A data-parallel run (config.world_size > 1) always runs under
+    torchrun; a warm torchrun job prepared for one is ended after spare_idle_s unasked (gaccum_core.runs.spares).
+    confined: the dashboard's runner, which starts only runs whose own code is found in GACCUM_USER_CODE, and
+    only in worker processes (check_user_code).
     """
 
     def __init__(self, runs_dir: str = "runs", executor: str = "thread", stop_grace_s: float = STOP_GRACE_S,
-                 launch: Launch = Launch(), warm_spare: bool = True, confined: bool = False) -> None:
+                 launch: Launch = Launch(), warm_spare: bool = True, confined: bool = False,
+                 spare_idle_s: float = SPARE_IDLE_S, first_spare: Spare | None = None) -> None:
         if executor not in EXECUTORS:
             raise ValueError(f"executor={executor!r} is not allowed: one of {', '.join(EXECUTORS)}")
         self.store = RunStore(runs_dir)
@@ -62,8 +66,8 @@ class Runner:
         self._notes: dict[str, str] = {}  # what a resume found, said again in the run's final message
         self._queues: dict[str, deque[TrackedRun]] = {}
         self._workers: dict[str, threading.Thread] = {}
-        self._spare = SpareWorker(keep=self.warm_spare)
-        self._spare_job = SpareJob(keep=self.warm_spare)
+        self._spare = SpareWorker(keep=self.warm_spare, first=first_spare)
+        self._spare_job = SpareJob(keep=self.warm_spare, idle_limit_s=spare_idle_s)
         atexit.register(self.close)
 
     def submit(self, config: RunConfig, name: str | None = None, plan: dict | None = None,
@@ -174,6 +178,7 @@ class Runner:
                     raise RunBusyError(f"run {run_id} is still training in {describe_process(pid)}: "
                                        "stop it before deleting it")
                 self.store.delete(run_id)
+            forget_runs(self.store, [run_id])
             self._runs.pop(run_id, None)
 
     def _status_pid(self, run_id: str) -> object:
@@ -232,6 +237,16 @@ class Runner:
         """The process id of the warm spare worker waiting for the next run (it may have died since);
         None when no spare is kept (executor "thread", warm_spare=False, after close())."""
         return self._spare.pid
+
+    def spare_warming(self) -> bool:
+        """Whether the warm spare worker is still importing torch and loading the default data: a single-process
+        run started now would wait for it (the Train page keeps Start disabled meanwhile)."""
+        return self._spare.warming()
+
+    def warm_text(self) -> str:
+        """What waits warm for the next run, e.g. 'warm: a 1-process worker; a 2-rank torchrun job, idle 3 min,
+        ends after 5 min idle'; '' when nothing does (the thread executor, a run using the spare)."""
+        return warm_words(self._spare, self._spare_job)
 
     def _work(self, device_key: str) -> None:
         while (run := self._next(device_key)) is not None:
@@ -307,11 +322,21 @@ class Runner:
             self.store.update_status(run.run_id, state=state, message=message, ended=now_iso())
         except Exception as exc:  # the run directory was deleted or the disk is full: memory still says it
             run.message = f"{message} (status.json not updated: {type(exc).__name__}: {exc})".lstrip()
+        else:
+            self._index(run.run_id)
         finally:
             claim = self._claims.pop(run.run_id, None)
             if claim is not None:
                 claim.release()  # after the final state is on disk: a resume elsewhere reads it
             run.done_event.set()
+
+    def _index(self, run_id: str) -> None:
+        """Put a run's final row in the runs index, so that the next listing, in any process, reads none of its
+        files. The index is a cache: where it fails, that listing reads them."""
+        try:
+            index_runs(self.store, [run_id])
+        except Exception:  # noqa: BLE001 - _finish never raises, and the run's files hold all the index would
+            pass
 
 
 def _missing_rows(rows: list, step: int) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gaccum_core.config import RunConfig
+from gaccum_core.runs.tb_import import known_settings
 from gaccum_core.states import FINAL_STATES, RunState
 from gaccum_core.train.metrics import RowKeeper, eta_seconds
 
@@ -37,6 +38,7 @@ class RunSnapshot:
     metrics: tuple[Mapping[str, Any], ...]  # read-only rows: copy one to change it
     evals: tuple[Mapping[str, Any], ...]
     name: str = ""  # the user's name for the run, if they gave one
+    known: frozenset[str] | None = None  # an imported run's settings its hparams named (None: a run of gaccum's)
 
     @property
     def done(self) -> bool:
@@ -83,4 +85,4 @@ def disk_snapshot(store: RunStore, run_id: str) -> RunSnapshot:
     return RunSnapshot(run_id, store.read_config(run_id), RunState(status.get("state", RunState.FAILED)),
                        status.get("message", ""), status.get("device", ""), len(steps),
                        int(status.get("total_steps") or len(steps)), 0, 0.0, None, tuple(steps), tuple(evals),
-                       status.get("name", ""))
+                       status.get("name", ""), known_settings(status))

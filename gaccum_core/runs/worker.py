@@ -1,15 +1,17 @@
 """The worker process: `python -m gaccum_core worker` trains one run outside the server.
 
-Started four ways: as a warm spare (`--spare`: torch and the engine imported, the default data
-loaded, then it waits on stdin for a run directory), as a rank of a warm torchrun job (`--spare-dir`:
-warmed the same way, it waits for a job file), directly on a run directory (`--run-dir`), or by
-torchrun on every rank of a data-parallel job (ranks on other machines get the config as `--config`
-JSON, since only global rank 0 has the run directory). The server asks it to stop through the
-run's stop file; it also stops when the process that started it goes away, so no orphan keeps a GPU.
+Started four ways: as a warm spare (main(spare=True), called without the command line's parser: torch
+and the engine imported, the default data loaded, it says so on the pipe GACCUM_READY_FD names, then
+waits on stdin for a run directory), as a rank of a warm torchrun job (`--spare-dir`: warmed the same
+way, it waits for a job file), directly on a run directory (`--run-dir`), or by torchrun on every rank
+of a data-parallel job (ranks on other machines get the config as `--config` JSON, since only global
+rank 0 has the run directory). The server asks it to stop through the run's stop file; it also stops
+when the process that started it goes away, so no orphan keeps a GPU.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -23,7 +25,7 @@ from gaccum_core.config import RunConfig
 from gaccum_core.data.load import load_data
 from gaccum_core.runs.execute import execute
 from gaccum_core.runs.store import RunStore, now_iso
-from gaccum_core.runs.supervisor import JOB_FILE, OWNER_ENV
+from gaccum_core.runs.supervisor import JOB_FILE, OWNER_ENV, READY_FD_ENV
 from gaccum_core.states import RunState
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.distributed import Ranks, init_process_group, share_from_rank0, worker_device
@@ -116,18 +118,31 @@ def run_worker(run_dir: str | None, config_json: str | None = None) -> int:
 
 
 JOB_POLL_S = 0.02  # how often a warm torchrun job's rank looks for its job file
+# What a run's first step imports on first use: torch._dynamo (torch.optim's first optimizer, ~1.6 s, measured),
+# and what runs.tensorboard writes a run's event files with (184 modules; torch's hparams() imports the last).
+FIRST_STEP_MODULES = ("torch._dynamo", "torch.utils.tensorboard.summary", "tensorboard.compat.proto.event_pb2",
+                      "tensorboard.summary.writer.record_writer", "tensorboard.plugins.hparams.metadata")
 
 
 def _warm_up() -> None:
-    """What every run's start would otherwise wait for: the default data set, and torch._dynamo, which
-    torch.optim's first optimizer imports (~1.6 s, measured)."""
+    """What every run's start would otherwise wait for: the default data set and FIRST_STEP_MODULES."""
     load_data(RunConfig())
-    import torch._dynamo  # noqa: F401
+    for module in FIRST_STEP_MODULES:
+        importlib.import_module(module)
+
+
+def _say_ready() -> None:
+    """Tell the server this spare is warm (a line on the pipe READY_FD_ENV names), so that its Start is enabled."""
+    fd = os.environ.pop(READY_FD_ENV, "")
+    if fd.isdigit():
+        os.write(int(fd), b"ready\n")
+        os.close(int(fd))
 
 
 def serve_spare() -> int:
-    """Warm up, then wait for one job line ({"run_dir": ...}) on stdin and run it; exit on EOF."""
+    """Warm up, say so, then wait for one job line ({"run_dir": ...}) on stdin and run it; exit on EOF."""
     _warm_up()
+    _say_ready()
     line = sys.stdin.readline()
     if not line.strip():
         return 0  # the server exited before handing over a run

@@ -14,7 +14,8 @@ from gaccum_core.sweeps.spec import SweepRun, parse_run_name, same_run
 DONE_STATES = frozenset({RunState.FINISHED, RunState.DIVERGED})
 RESUMABLE_STATES = frozenset({RunState.STOPPED, RunState.QUEUED, RunState.RUNNING})  # queued/running: a killed sweep
 # Runs that ended without a result (failed, stopped): named in the summary; the sweep's next start trains them.
-UNFINISHED_STATES = FINAL_STATES - DONE_STATES
+# An imported run is no sweep's member, even one exported from a sweep and imported again.
+UNFINISHED_STATES = FINAL_STATES - DONE_STATES - {RunState.IMPORTED}
 
 
 @dataclass(frozen=True)
@@ -67,5 +68,7 @@ def _member(store: RunStore, run_id: str, sweep_id: str,
     except (OSError, ValueError, ConfigError):
         return None
     state, message = status.get("state", ""), status.get("message", "")
+    if state == RunState.IMPORTED:
+        return None
     return key, Member(run_id, state if state in FINAL_STATES or state in RESUMABLE_STATES else RunState.FAILED,
                        message if isinstance(message, str) else str(message))

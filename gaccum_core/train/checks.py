@@ -69,5 +69,6 @@ def preflight(config: RunConfig, whole_window: bool = False) -> None:
         check_hf(config, data.num_classes)
     check_micro_batch(config, len(data.train), whole_window)
     if not config.is_text and "model" not in unread:  # an image model must take the images at this size
-        model = build_model(config.model, data.input_shape, data.num_classes, config.image_size)
+        # (and your weights file fit it: read and loaded here, so a misfit is refused before a run exists)
+        model = build_model(config.model, data.input_shape, data.num_classes, config.image_size, config.weights_file)
         chosen_blocks(model, config)  # and have blocks to checkpoint, when asked

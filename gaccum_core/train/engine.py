@@ -62,14 +62,16 @@ class Engine:
     """One run's data, model, optimizer and precision on one device (one rank of a data-parallel job)."""
 
     def __init__(self, config: RunConfig, device: torch.device | None = None, ranks: Ranks = Ranks(),
-                 checkpoints: CheckpointManager | None = None) -> None:
-        """checkpoints: the run's, in its directory, where a sharded run's ranks each write their part of one."""
+                 checkpoints: CheckpointManager | None = None, from_weights_file: bool = True) -> None:
+        """checkpoints: the run's, in its directory, where a sharded run's ranks each write their part of one.
+        from_weights_file=False: config.weights_file is not read (a resumed run's weights are its checkpoint's)."""
         self.config, self.ranks, self.checkpoints = config, ranks, checkpoints
         self.device = device or resolve_device(config.device)
         self.data = load_data(config)
         self.num_train = len(self.data.train)
         check_micro_batch(config, self.num_train)
-        self.model = build_seeded_model(config, self.data.input_shape, self.data.num_classes).to(self.device)
+        self.model = build_seeded_model(config, self.data.input_shape, self.data.num_classes,
+                                        from_weights_file).to(self.device)
         checkpoint_blocks(self.model, config)  # before DDP or FSDP wraps it: inside each sharded unit
         self.parallel = _parallel(config, self.model, self.device, ranks)
         self.forward = _compiled(self.model if self.parallel is None else self.parallel.module, config.compile)

@@ -36,8 +36,8 @@ ADDED_COLUMNS = {"world_size": 1, "allreduce_calls": 0, "allreduce_bytes": 0,
                  **{column: 0 for column in COLLECTIVE_COLUMNS[2:]}, "grad_kept_mb": math.nan}
 ADDED_EVAL_COLUMNS = {"perplexity": math.nan, "eval_samples": math.nan, "eval_tokens": math.nan}
 # Columns holding counts; every other metric is a float. An empty cell is None.
-_INT_COLUMNS = frozenset({"step", "epoch", "micro_batches", "samples", "samples_seen", "skipped", "skipped_total",
-                          "world_size", "tokens", "tokens_seen", *COLLECTIVE_COLUMNS, "eval_samples", "eval_tokens"})
+COUNT_COLUMNS = frozenset({"step", "epoch", "micro_batches", "samples", "samples_seen", "skipped", "skipped_total",
+                           "world_size", "tokens", "tokens_seen", *COLLECTIVE_COLUMNS, "eval_samples", "eval_tokens"})
 
 Row = dict[str, Any]
 
@@ -105,7 +105,7 @@ def parse_row(columns: Sequence[str], values: Sequence[str]) -> Row:
     def typed(name: str, text: str) -> int | float | None:
         if text == "":
             return None
-        return int(text) if name in _INT_COLUMNS else float(text)
+        return int(text) if name in COUNT_COLUMNS else float(text)
     return {name: typed(name, text) for name, text in zip(columns, values)}
 
 
@@ -147,7 +147,13 @@ def last_epoch_loss(metrics: pd.DataFrame) -> float:
     is an epoch's partial window (29 digits at E=64), whose loss swings with the seed."""
     if metrics.empty or "loss" not in metrics:
         return math.nan
-    last = metrics[metrics["epoch"] == metrics["epoch"].iloc[-1]] if "epoch" in metrics else metrics.tail(1)
+    rows = metrics[metrics["loss"].notna()]  # an imported run's step may hold another figure alone (its lr)
+    if rows.empty:
+        return math.nan
+    epochs = rows["epoch"] if "epoch" in rows else None
+    last = rows[epochs == epochs.iloc[-1]] if epochs is not None and epochs.notna().iloc[-1] else rows.tail(1)
+    if "samples" not in last or last["samples"].isna().any():  # imported: steps of unknown size weigh alike
+        return float(last["loss"].mean())
     return float((last["loss"] * last["samples"]).sum() / last["samples"].sum())
 
 

@@ -158,11 +158,13 @@ def legend_rows(traces: list[dict[str, Any]]) -> int:
 
 def chart_figure(name: str, title: str, x: str | Axis, y_title: str, traces: list[dict[str, Any]],
                  note: str | None = None, log_y: bool = False, y_range: tuple[float, float] | None = None,
-                 y2_title: str | None = None, scale: YScale = YScale(), subtitle: str | None = None) -> go.Figure:
+                 y2_title: str | None = None, scale: YScale = YScale(), subtitle: str | None = None,
+                 y2_range: tuple[float, float] | None = None) -> go.Figure:
     """A figure with the layout every chart shares, and a centred note when there is nothing to draw.
     Given an Axis, its x title says when it replaced tokens seen and a small note when it left
-    image runs out; y2_title adds a right-hand y axis (traces with yaxis="y2"). The y range follows
-    the data (scale): a constant series around its value, runs gone wild clipped out with a note."""
+    image runs out; y2_title adds a right-hand y axis (traces with yaxis="y2"), on y2_range if given. The
+    y range follows the data (scale) unless given: a constant series around its value, runs gone wild
+    clipped out with a note."""
     axis = x if isinstance(x, Axis) else Axis(x, x, [], False)
     yaxis = _y_axis(y_title, log_y, y_range)
     clipped = _fitted_y(yaxis, traces, scale, log_y)
@@ -181,7 +183,7 @@ def chart_figure(name: str, title: str, x: str | Axis, y_title: str, traces: lis
         layout["title"]["subtitle"] = {"text": subtitle, "font": {"size": 11}}
         layout["margin"]["t"] += 18
     if y2_title is not None:
-        layout["yaxis2"] = {**_y_axis(y2_title, log_y), "overlaying": "y", "side": "right", "showgrid": False}
+        layout["yaxis2"] = {**_y_axis(y2_title, log_y, y2_range), "overlaying": "y", "side": "right", "showgrid": False}
         if scale.rangemode and not log_y:
             layout["yaxis2"]["rangemode"] = scale.rangemode
         layout["margin"] = {**layout["margin"], "r": 55}

@@ -3,7 +3,9 @@ activations saved for backward) as its main figure on every device, the CUDA all
 it on CUDA, and the process's resident memory only as a faint line on a right-hand axis.
 
 On the CPU the resident memory is mostly the interpreter and libraries (~800 MB), so drawn as the main
-figure it hid what accumulation saves (0.1 MB of activations at b=8 against 0.4 MB at b=32).
+figure it hid what accumulation saves (0.1 MB of activations at b=8 against 0.4 MB at b=32). Each axis ending
+just above its own largest value, the faint resident-memory line lay under the thick training line: the left
+axis keeps the training memory in the plot's lower part, the right one the resident memory in its upper part.
 
 With a run of several processes shown, the figures are per rank (the largest rank's), and each run's gradient
 memory kept between micro-batches (grad_kept_mb) is a line of its own: what sharding saves (fsdp_sync every
@@ -17,6 +19,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from gaccum_core.views.axes import YScale, chart_figure, resolve_axis
+from gaccum_core.views.ranges import band, finite_values
 from gaccum_core.views.series import RunSeries, downsample
 from gaccum_core.views.traces import WAITING, colour, key, line, scatter, uid
 
@@ -32,6 +35,8 @@ PARTS = ("weights_mb", "gradients_mb", "optimizer_mb", "activation_mb")
 # The CUDA allocator's figures: column -> (legend suffix, dash). Colour tells the runs apart.
 CUDA_LINES = {"mem_allocated_mb": ("allocated (CUDA)", "dash"), "mem_reserved_mb": ("reserved (CUDA)", "dot"),
               "mem_peak_mb": ("peak (CUDA)", "longdash")}
+# Where each axis draws its lines, as fractions of the plot's height from its bottom: apart whatever their values.
+TRAINING_BAND, RSS_BAND = (0.05, 0.6), (0.72, 0.94)
 _HOVER = ("%{y:.4g} MB = weights %{customdata[0]:.3g} + gradients %{customdata[1]:.3g}"
           " + optimizer state %{customdata[2]:.3g} + activations %{customdata[3]:.3g}")
 
@@ -98,8 +103,17 @@ def memory_figure(runs: list[RunSeries], x: str, log_y: bool = False, **_other_o
         traces += [{**trace, "showlegend": n == 0} for n, trace in enumerate(lines)]
     rss = any(trace.get("yaxis") == "y2" for trace in traces)
     title, subtitle, y_title = PER_RANK if per_rank else (TITLE, SUBTITLE, Y_TITLE)
+    y_range, y2_range = _apart(traces, log_y) if rss else (None, None)
     return chart_figure("memory", title, axis, y_title, traces + _keys(traces), None if traces else WAITING, log_y,
-                        y2_title=RSS_TITLE if rss else None, scale=YScale(rangemode="tozero"), subtitle=subtitle)
+                        y_range=y_range, y2_title=RSS_TITLE if rss else None, scale=YScale(rangemode="tozero"),
+                        subtitle=subtitle, y2_range=y2_range)
+
+
+def _apart(traces: list[dict[str, Any]], log_y: bool) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+    """The left and right y ranges that draw the training memory (from zero on a linear axis) below the
+    resident memory, so that neither line hides the other; None for an axis without values."""
+    training = band(finite_values(traces, axis="y"), TRAINING_BAND[0] if log_y else 0.0, TRAINING_BAND[1], log_y)
+    return training, band(finite_values(traces, axis="y2"), *RSS_BAND, log_y)
 
 
 def _several_processes(run: RunSeries) -> bool:

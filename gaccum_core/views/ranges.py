@@ -95,3 +95,20 @@ def unit_ticks(values: np.ndarray) -> dict[str, Any]:
     if not len(values) or values.max() - values.min() > UNIT_TICKS_UP_TO:
         return {}
     return {"dtick": 1, "tick0": 0}
+
+
+def band(values: np.ndarray, low: float, high: float, log: bool = False) -> tuple[float, float] | None:
+    """A y range (log10 units on a log axis) that draws `values` between `low` and `high` of the plot's height
+    (fractions from its bottom): [0, largest / high] on a linear axis when that leaves the smallest at `low` or
+    above, else the values stretched over the band (a constant one in its middle); None without values."""
+    values = np.log10(values[values > 0]) if log else values
+    if not len(values):
+        return None
+    smallest, largest = float(values.min()), float(values.max())
+    if not log and largest > 0 and smallest >= 0 and smallest / largest * high >= low:
+        return (0.0, largest / high)
+    if largest - smallest <= 1e-9 * max(abs(largest), 1.0):
+        pad = 0.5 if log else 0.05 * abs(largest) or 1.0
+        smallest, largest = smallest - pad, largest + pad
+    span = (largest - smallest) / (high - low)
+    return (smallest - low * span, smallest - low * span + span)

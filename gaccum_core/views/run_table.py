@@ -16,6 +16,9 @@ COLUMNS = ("run_id", "name", "state", "progress", "tags", "label", "dataset", "w
            "steps", "final_loss", "test_accuracy", "perplexity", "peak_mem_mb", "samples_per_s", "tokens_per_s",
            "skipped", "lr", "optimizer", "created", "message")
 LANGUAGE_COLUMNS = ("perplexity", "tokens_per_s")  # said only when a language run is listed
+# What a column's figure is, where its name alone does not say (the tables' column help, Home's and Runs').
+COLUMN_HELP = {"final_loss": "training loss over the run's last epoch, its steps weighted by their samples "
+                             "(the Sweeps page's figure)"}
 GOING = (RunState.QUEUED, RunState.RUNNING)
 
 

@@ -37,7 +37,7 @@ def test_names_read_as_typed_and_are_never_links(tmp_path):
         _reads(bar, f"· {URL_NAME} — finished: step 2 of 2")
 
         # Two copies of the run under other names, overlaid: they coincide, and a caption names them.
-        (run_dir,) = runs.iterdir()
+        (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]  # the run; beside it the runs index
         for i, other in enumerate(OTHER_NAMES):
             copy = shutil.copytree(run_dir, runs / f"{run_dir.name}-{i}")
             status = json.loads((copy / "status.json").read_text())

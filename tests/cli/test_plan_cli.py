@@ -245,7 +245,7 @@ def test_run_auto_plans_then_runs_with_the_plans_micro_batch(tmp_path, capsys):
     planned = [line for line in err.splitlines() if line.startswith("gaccum: planned: ")]
     assert len(planned) == 1 and "fp32 at b=" in planned[0]
     run_dir = runs / out.strip().splitlines()[-1].rsplit("/", 1)[1]
-    assert [p.name for p in runs.iterdir()] == [run_dir.name]
+    assert [p.name for p in runs.iterdir() if p.is_dir()] == [run_dir.name]  # beside it the runs index
     config = json.loads((run_dir / "config.json").read_text())
     plan = json.loads((run_dir / "plan.json").read_text())
     assert config["micro_batch_size"] * config["accum_steps"] == 32

@@ -55,7 +55,7 @@ def test_batchnorm_makes_micro_batches_differ_and_the_verdict_names_its_layers()
 
 
 def _mlp_with_dropout(p):
-    def build(name, input_shape, num_classes, image_size=0):
+    def build(name, input_shape, num_classes, image_size=0, weights_file=""):
         channels, height, width = input_shape
         return nn.Sequential(nn.Flatten(), nn.Linear(channels * height * width, 32), nn.ReLU(),
                              nn.Dropout(p), nn.Linear(32, num_classes))
@@ -94,7 +94,7 @@ class _Counted(nn.Module):
 
 def test_a_buffer_updated_in_forward_is_named_and_batchnorm_statistics_are_not(monkeypatch):
     monkeypatch.setattr(gaccum_core.models.build, "build_model",
-                        lambda name, shape, classes, size=0: _Counted(shape[0] * shape[1] * shape[2], classes))
+                        lambda name, shape, classes, size=0, weights="": _Counted(shape[0] * shape[1] * shape[2], classes))
     report = compare_gradients(config())
     assert report.reasons == ("BatchNorm", "a buffer updated in forward")
     assert report.verdict.startswith("differs: BatchNorm, a buffer updated in forward (")

@@ -11,7 +11,7 @@ from streamlit.testing.v1.element_tree import Block
 
 from gaccum_core.states import RunState
 from hfmodels import saved_model
-from workers import close_now
+from workers import close_now, wait_warm
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN = "your own…"
@@ -211,6 +211,8 @@ def test_your_data_set_typed_in_is_described_trains_and_a_wrong_name_is_refused_
     assert box.label == "Your data set" and "my_data.py:load" in box.placeholder
     assert (f"{mine}:load: your datasets, found in mine.py; loaded by the run's worker process on Start (the "
             "dashboard's server never runs your code)") in [c.value for c in at.sidebar.caption]
+    wait_warm(runner())  # Start is enabled once the spare worker has imported torch
+    at.run()
     assert not at.sidebar.error and not at.button(key="start").disabled, [e.value for e in at.sidebar.error]
     at.button(key="start").click().run()
     (run_id,) = at.session_state["session_runs"]

@@ -80,12 +80,12 @@ def test_stop_ends_the_sweep_after_its_run_in_progress_and_start_goes_on_from_th
     gate.release()
     assert job.wait(120)
     assert job.progress().state == "stopped"
-    stopped = [d for d in runs_dir.iterdir() if d.name != "sweeps"]
+    stopped = [d for d in runs_dir.iterdir() if d.name != "sweeps" and d.is_dir()]
     assert len(stopped) == 1  # no run started after Stop
     at.run()
     at.button(key="sweep_start").click().run()
     _wait_for_the_sweep(at)
-    runs = [d for d in runs_dir.iterdir() if d.name != "sweeps"]
+    runs = [d for d in runs_dir.iterdir() if d.name != "sweeps" and d.is_dir()]
     assert len(runs) == 4 and stopped[0] in runs  # the stopped run went on from its checkpoint, in its directory
     assert list(at.dataframe[0].value["runs"]) == ["1/1"] * 4
 

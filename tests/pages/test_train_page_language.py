@@ -14,6 +14,7 @@ from streamlit.testing.v1.element_tree import Block
 from page_charts import live_figures
 
 from gaccum_core.states import RunState
+from gaccum_core.views.samples import readable_sample
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = str(ROOT / "app_pages/1_Train.py")
@@ -106,7 +107,7 @@ def test_a_gpt_run_on_pydoc_from_the_page_charts_tokens_and_shows_its_generated_
     main = [node for node in at.main if not isinstance(node, Block)]
     last_chart = max(i for i, node in enumerate(main) if node.type == "bidi_component")
     codes = [(i, node.value) for i, node in enumerate(main) if node.type == "code"]
-    latest = [i for i, text in codes if text == f"step 6: {samples[-1]['text']}"]
+    latest = [i for i, text in codes if text == f"step 6: {readable_sample(samples[-1]['text'])}"]
     assert latest and latest[0] > last_chart, "the latest sample is not shown under the charts"
     every = [text for _, text in codes if text.startswith("step 3: ")]
     assert every and every[0].splitlines()[1].startswith("step 6: "), codes  # every sample, by step

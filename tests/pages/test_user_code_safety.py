@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 from gaccum_core import usercode
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.states import RunState
-from workers import close_now
+from workers import close_now, wait_warm
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN = "your own…"
@@ -185,10 +185,12 @@ def test_start_imports_the_code_in_the_runs_worker_process_only(runs_dir, code, 
     at = page("app_pages/1_Train.py", {"model": "mine.py:build", "dataset": "mine.py:load", "micro_batch_size": "4",
                                        "accum_steps": "2", "max_steps": "2", "device": "cpu"})
     assert not errors(at) and markers(code) == [], errors(at)
-    at.button(key="start").click().run()
-    (run_id,) = at.session_state["session_runs"]
     from dashboard import server
 
+    wait_warm(server.get_runner())  # Start is enabled once the spare worker has imported torch
+    at.run()
+    at.button(key="start").click().run()
+    (run_id,) = at.session_state["session_runs"]
     runner = server.get_runner()
     try:
         assert runner.wait(run_id, timeout=150).state == RunState.FINISHED, runner.snapshot(run_id).message

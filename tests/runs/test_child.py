@@ -211,15 +211,15 @@ def test_a_warm_torchrun_job_trains_the_run_as_its_own_torchrun_would(spawn, mon
     N > 1 is set); the run it is given ends with the weights of a run under a torchrun of its own."""
     import torch
 
-    from gaccum_core.runs import executors
+    from gaccum_core.runs import spares
 
     # No warm spare worker beside the warm job: this runner is given a data-parallel run only, and a spare
     # would import torch for nothing (seconds of CPU). Were the run handed to a spare, it would fail here.
-    monkeypatch.setattr(executors, "spawn_spare", lambda: None)
+    monkeypatch.setattr(spares, "spawn_spare", lambda: None)
     config = CONFIG.replace(nproc=2, micro_batch_size=4)
     warm = spawn(warm_spare=True)
     warm.prepare(config)
-    job_pid = warm._spare_job._job[0].pid  # noqa: SLF001 - which process the run must be given to
+    job_pid = warm._spare_job._job.proc.pid  # noqa: SLF001 - which process the run must be given to
     run_id = warm.submit(config)
     assert warm.wait(run_id, timeout=WAIT_S).state == RunState.FINISHED
     assert warm.worker_pid(run_id) == job_pid  # trained by the warm job, not a new torchrun
@@ -236,7 +236,7 @@ def test_a_warm_job_for_another_n_is_not_given_the_run_and_is_killed(tmp_path, m
     import subprocess
     import sys
 
-    from gaccum_core.runs import executors
+    from gaccum_core.runs import spares
 
     jobs = []
 
@@ -244,8 +244,8 @@ def test_a_warm_job_for_another_n_is_not_given_the_run_and_is_killed(tmp_path, m
         jobs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
         return jobs[-1]
 
-    monkeypatch.setattr(executors, "spawn_spare_job", fake_job)
-    spare = executors.SpareJob(keep=True)
+    monkeypatch.setattr(spares, "spawn_spare_job", fake_job)
+    spare = spares.SpareJob(keep=True)
     spare.prepare(CONFIG.replace(nproc=2))
     spare.prepare(CONFIG.replace(nproc=2))  # the same N: the waiting job is kept
     assert len(jobs) == 1

@@ -121,7 +121,7 @@ def test_one_bad_status_leaves_home_and_runs_working_for_the_other_runs(finished
     # The Runs page says why above the fold (the message column is far right in the table).
     shown = [re.sub(r"\\(.)", r"\1", w.value) for w in at.warning]  # the Markdown source, escapes undone
     assert shown == [f"Damaged: status.json of run {bad.name} has state ['running']: not one of queued, running, "
-                     "finished, stopped, failed, diverged. Delete the run, or repair the file by hand."]
+                     "finished, stopped, failed, diverged, imported. Delete the run, or repair the file by hand."]
 
 
 def pd_frames(at: AppTest) -> str:

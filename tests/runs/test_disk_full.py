@@ -111,7 +111,7 @@ def test_a_read_only_file_system_is_called_so_not_unreadable(small_disk, capsys)
     runs = small_disk / "runs"
     assert main(["run", "--model", "mlp", "--max-steps", "2", "--checkpoint-every", "1", "--device", "cpu",
                  "--runs-dir", str(runs)]) == 0
-    (run_dir,) = runs.iterdir()
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]  # the run; beside it the runs index
     capsys.readouterr()
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
     try:

@@ -177,7 +177,7 @@ def test_coinciding_runs_are_found_and_the_later_one_is_dashed():
     loss = loss_figure([a, other, same], "step", 0.6)
     dashes = {t.uid: t.line.dash for t in loss.data if t.showlegend is not False}
     assert dashes == {"a--loss": "solid", "c--loss": "solid", "b--loss": "dash"}
-    assert coinciding([a, run(41, "d")]) == []  # different lengths are never called the same
+    assert coinciding([a, run(41, "d")]) == []  # other losses over the 40 steps they share
 
 
 def test_a_run_keeps_its_colour_across_charts():

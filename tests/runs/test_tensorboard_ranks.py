@@ -1,0 +1,33 @@
+"""A data-parallel run's TensorBoard event files (issue 34): global rank 0 alone writes them, one file with each
+step once, equal to its metrics.csv (torchrun, 2 processes, gloo on the CPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gaccum_core.config import RunConfig
+from gaccum_core.runs.runner import Runner
+from gaccum_core.states import RunState
+from tb_events import event_files, hparams, raw_tags, same_float32, scalars
+
+pytestmark = pytest.mark.multiprocess
+
+DDP = RunConfig(model="mlp", dataset="fake", image_size=8, fake_samples=96, fake_classes=10, micro_batch_size=4,
+                accum_steps=2, nproc=2, max_steps=5, eval_every=2, device="cpu")
+
+
+def test_rank_0_alone_writes_one_event_file_with_each_step_once(tmp_path):
+    runner = Runner(tmp_path, executor="process", warm_spare=False)
+    run_id = runner.submit(DDP)
+    assert runner.wait(run_id, timeout=300).state == RunState.FINISHED
+    runner.close()
+    tb_dir = tmp_path / run_id / "tb"
+    assert len(event_files(tb_dir)) == 1  # rank 1 wrote none
+    tags = raw_tags(tb_dir)
+    assert len(tags) == len(set(tags))
+    rows = runner.store.metric_rows(run_id)
+    loss = scalars(tb_dir)["train/loss"]
+    assert [s for s, _ in loss] == [row["step"] for row in rows] == [1, 2, 3, 4, 5]
+    assert all(same_float32(v, row["loss"]) for (_, v), row in zip(loss, rows))
+    assert scalars(tb_dir)["comm/world_size"][0][1] == 2
+    assert hparams(tb_dir)[0]["nproc"] == 2
