@@ -90,11 +90,11 @@ def test_a_tiny_run_from_the_browser(served):
         lines = info.value.path().read_text().splitlines()
         assert lines[0] == ",".join(STEP_COLUMNS)
         assert len(lines) == 13
-        (run_dir,) = runs.iterdir()
+        (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]  # beside it the runs index
         trainer = json.loads((run_dir / "status.json").read_text())["pid"]  # trained in a worker process
         servers = [p.pid for p in psutil.process_iter(["cmdline"]) if "streamlit" in " ".join(p.info["cmdline"] or [])]
         assert servers and trainer not in servers
-    (run_dir,) = runs.iterdir()
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]  # beside it the runs index
     assert '"micro_batch_size": 16' in (run_dir / "config.json").read_text()
 
 

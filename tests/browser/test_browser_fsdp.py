@@ -55,7 +55,7 @@ def test_an_fsdp_run_started_from_the_train_page_charts_its_collectives_and_memo
         memory_title = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')]
             .map(p => p._fullLayout.title.text).filter(t => t.startsWith('training memory'))""")
         page.close()
-    (run_dir,) = runs.iterdir()
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]  # beside it the runs index
     with open(run_dir / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == STEPS

@@ -181,7 +181,7 @@ def test_a_gpt_run_in_the_browser_charts_against_tokens_and_shows_generated_text
     """Pick gpt on pydoc with small settings, start, watch the loss chart fill and the generated text
     appear, then switch the charts' x axis to tokens seen and read what plotly.js drew."""
     runs, url, browser = served
-    before = set(runs.iterdir())
+    before = {p for p in runs.iterdir() if p.is_dir()}
     with tabs(browser) as context:
         page = context.new_page()
         page.goto(f"{url}/Train")
@@ -213,7 +213,7 @@ def test_a_gpt_run_in_the_browser_charts_against_tokens_and_shows_generated_text
             return ['training loss', 'throughput', 'validation perplexity'].every(
                 name => charts[name]?.x_title === 'tokens seen'); }}""", timeout=WAIT_MS)
         charts = page.evaluate(CHARTS_JS)
-    (run_dir,) = set(runs.iterdir()) - before  # Start made one run
+    (run_dir,) = {p for p in runs.iterdir() if p.is_dir()} - before  # Start made one run
     with open(run_dir / "metrics.csv", newline="") as file:
         tokens_seen = [int(row["tokens_seen"]) for row in csv.DictReader(file)]
     assert len(tokens_seen) == 6 and tokens_seen == sorted(tokens_seen) and tokens_seen[0] > 0

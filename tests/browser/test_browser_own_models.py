@@ -65,7 +65,7 @@ def test_an_hf_model_typed_in_trains_from_the_train_page_and_charts_its_loss(tmp
         page.wait_for_function(f"() => {{ const t = ({LOSS_JS})(); return t && t[0].y.length === 2; }}",
                                timeout=WAIT_MS)
         raw = page.evaluate(LOSS_JS)[0]
-        (run_dir,) = runs.iterdir()
+        (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]  # beside it the runs index
         with open(run_dir / "metrics.csv", newline="") as file:
             rows = list(csv.DictReader(file))
         assert raw["x"] == [1, 2] and raw["y"] == pytest.approx([float(row["loss"]) for row in rows])

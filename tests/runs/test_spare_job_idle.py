@@ -68,6 +68,9 @@ def test_an_idle_torchrun_job_ends_with_its_ranks_after_the_limit_and_not_before
         assert all(p.is_running() for p in processes) and job.waiting() == (2, pytest.approx(0.4))
         clock.now += 0.2
         assert _all_gone(processes), [p.pid for p in processes if p.is_running()]
+        deadline = time.monotonic() + WAIT_S  # the folder goes right after the processes, in the watcher's thread
+        while spare_dir.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert job.waiting() is None and not spare_dir.exists()
         job.prepare(TWO)  # the Train page, N = 2 again
         assert job.waiting() == (2, 0.0)
