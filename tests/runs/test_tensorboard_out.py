@@ -163,3 +163,14 @@ def test_a_tb_that_cannot_be_made_lets_a_resumed_run_finish_and_says_so_once(tmp
     assert len(runner.store.metric_rows(run_id)) == 23
     assert tb_dir.read_text() == "not a folder"
     runner.close()
+
+
+def test_final_figures_of_rows_without_samples_leave_the_final_loss_out():
+    """An imported run's rows may lack samples (another tool logged only the loss): exporting it says no final
+    loss rather than failing on the sum."""
+    from gaccum_core.runs.tensorboard import final_figures
+
+    rows = [{"step": 1, "epoch": 1, "loss": 2.0, "samples": None}, {"step": 2, "epoch": 1, "loss": 1.0}]
+    assert "final/loss" not in final_figures(rows, [])
+    assert final_figures([{"step": 1, "epoch": 1, "loss": 2.0, "samples": 4},
+                          {"step": 2, "epoch": 1, "loss": 1.0, "samples": 12}], [])["final/loss"] == 1.25
