@@ -202,6 +202,8 @@ def test_a_gpt_run_in_the_browser_charts_against_tokens_and_shows_generated_text
         sample = page.locator("code").filter(has_text="step 6: The ")
         expect(sample.first).to_be_visible(timeout=WAIT_MS)  # the latest sample, under the charts
         expect(page.get_by_text("finished: step 6 of 6")).to_be_visible(timeout=WAIT_MS)
+        # The charts redraw after the run ends (a rerun): read them once the throughput chart is drawn again.
+        page.wait_for_function(f"() => 'throughput' in ({CHARTS_JS})()", timeout=WAIT_MS)
         charts = page.evaluate(CHARTS_JS)
         assert charts["throughput"]["y_title"] == "tokens/s"
         assert "validation perplexity" in charts
