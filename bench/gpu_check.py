@@ -52,7 +52,8 @@ def run_tests(timeout_s: float) -> list[tuple[str, str, str]]:
                    "-o", "addopts=-ra", "-o", "junit_logging=system-out", f"--junitxml={report}", "-s"]
         done = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout_s)
         if not report.exists():
-            return [("cuda tests", (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no output"], "fail")]
+            last = ((done.stdout + done.stderr).strip().splitlines() or ["no output"])[-1]
+            return [("cuda tests", last[:160], "fail")]
         rows = []
         for case in ElementTree.parse(report).getroot().iter("testcase"):
             out = case.findtext("system-out") or ""
