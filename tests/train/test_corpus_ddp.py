@@ -45,9 +45,11 @@ def shared_cache(tmp_path_factory) -> Path:
 
 def _config(corpus: Path, packing: str, cache: Path) -> RunConfig:
     """2 processes with b=2, k=2 (global windows of 8) and partial last windows, 2 epochs of SGD with momentum."""
+    # lr 0.02: at 0.05 float rounding grew over the 42 steps until the two 1-process references' grad norms
+    # differed by 1.2e-5 (relative), past the oracle's 1e-5; at 0.02 every step stays within 5e-7.
     return RunConfig(model="gpt", dataset="text", text_file=str(corpus), cache_dir=str(cache), packing=packing,
                      max_seq_len=24, micro_batch_size=2, accum_steps=2, nproc=WORLD, epochs=2, device="cpu",
-                     optimizer="sgd", lr=0.05, momentum=0.9)
+                     optimizer="sgd", lr=0.02, momentum=0.9)
 
 
 @pytest.mark.parametrize("packing", ["off", "on"], ids=["padded", "packed"])
