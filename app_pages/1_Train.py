@@ -6,7 +6,7 @@ import streamlit as st
 from dashboard import live_chart
 from dashboard.checks import refusal
 from dashboard.controls import LABELS, Controls, config_from
-from dashboard.live import (REFRESH_S, await_first_step, chart_labels, live_charts, progress, rerun_once_warm,
+from dashboard.live import (REFRESH_S, WARM_POLL_S, await_first_step, chart_labels, live_charts, progress,
                             short_name)
 from dashboard.messages import explain
 from dashboard.server import get_runner
@@ -70,10 +70,11 @@ run_name = name_col.text_input("Run name (optional)", key="run_name", max_chars=
                                placeholder="e.g. baseline, fp16 try 2", label_visibility="collapsed")
 # A one-process run goes to the warm spare worker: Start waits for it to have imported torch and loaded the data,
 # so that the first point follows Start in about a second.
-warming = config is not None and config.world_size == 1 and runner.spare_warming()
+# (Nothing else running: a run started meanwhile would queue behind it anyway.) The watch below reruns the page
+# once the worker is ready.
+warming = config is not None and config.world_size == 1 and not runner.active_ids() and runner.spare_warming()
 if warming:
     notes.caption("Start is enabled in a few seconds: the worker process that trains the run is importing torch.")
-    rerun_once_warm(runner)
 if start.button("Start", type="primary", key="start", disabled=config is None or problem is not None or warming):
     try:
         mine.append(runner.submit(config, run_name.strip() or None))  # drawn by this same script run
@@ -215,12 +216,14 @@ def live() -> None:
         latest_download(mine[-1])
 
 
-@st.fragment(run_every=REFRESH_S)
+@st.fragment(run_every=WARM_POLL_S if warming else REFRESH_S)
 def watch() -> None:
     """Every second, in every tab: when a run starts or ends anywhere (another tab, another session), or
-    one is deleted or added, rerun the page so Start, Stop, the pick of runs and the charts follow it.
-    Idle, this reads a few states and lists the runs directory."""
-    if runner.active_ids() != st.session_state.get("_drawn_active") or runs_on_disk(runner) != drawn_runs:
+    one is deleted or added, rerun the page so Start, Stop, the pick of runs and the charts follow it; while
+    Start waits for the warm worker, four times a second until it is ready. Idle, this reads a few states
+    and lists the runs directory."""
+    if (runner.active_ids() != st.session_state.get("_drawn_active") or runs_on_disk(runner) != drawn_runs
+            or (warming and not runner.spare_warming())):
         st.rerun()
 
 

@@ -42,14 +42,9 @@ def live_charts(snapshots: list[RunSnapshot], x: str, smoothing: float, log_y: f
     return server.chart_cache().charts(runs, x, smoothing, log_y)
 
 
-WARM_POLL_S = 0.1  # how often a page whose Start waits for the warm spare worker looks whether it is ready
-
-
-@st.fragment(run_every=WARM_POLL_S)
-def rerun_once_warm(runner: Runner) -> None:
-    """While the runner's spare worker warms up (Start disabled meanwhile), rerun the page once it is ready."""
-    if not runner.spare_warming():
-        st.rerun()
+# How often a page whose Start waits for the warm spare worker looks whether it is ready (its one watch
+# fragment, at this pace instead of REFRESH_S meanwhile).
+WARM_POLL_S = 0.25
 
 
 def await_first_step(runner: Runner, run_id: str, timeout_s: float = 1.5) -> None:

@@ -132,5 +132,23 @@ def dashboard_browser(runs: Path, executor: str = "process",
         browser = play.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             yield url, browser
+        except BaseException:
+            _show_pages(browser, runs.parent)
+            raise
         finally:
             browser.close()
+
+
+def _show_pages(browser: Browser, folder: Path) -> None:
+    """When a browser test fails: each open page's screenshot in folder (a failed test's tmp_path is kept) and
+    its text printed, for the report: what the page said when the test gave up."""
+    pages = [page for context in browser.contexts for page in context.pages]
+    for i, page in enumerate(pages):
+        try:
+            shot = folder / f"failed-page-{i}.png"
+            page.screenshot(path=str(shot), full_page=True, timeout=10_000)
+            text = page.inner_text("body", timeout=10_000)
+        except Exception as exc:  # the page itself broken: say so, the test's own error follows
+            print(f"page {i} ({page.url}) could not be read: {exc}")
+            continue
+        print(f"page {i} ({page.url}), screenshot {shot}; its text:\n{text[-4000:]}")

@@ -240,7 +240,8 @@ class Runner:
 
     def spare_warming(self) -> bool:
         """Whether the warm spare worker is still importing torch and loading the default data: a single-process
-        run started now would wait for it (the Train page keeps Start disabled meanwhile)."""
+        run started now would wait for it (the Train page keeps Start disabled meanwhile, for at most
+        spares.WARM_GATE_S)."""
         return self._spare.warming()
 
     def warm_text(self) -> str:

@@ -28,6 +28,9 @@ from gaccum_core.runs.supervisor import Child, Spare, kill_tree, spawn_spare, sp
 SPARE_IDLE_ENV = "GACCUM_SPARE_IDLE_S"
 SPARE_IDLE_S = 300.0  # how long a warm torchrun job nobody asks for is kept, by default
 _WATCH_MAX_S = 60.0  # the longest the idle watcher sleeps between looks (and an "inf" limit is looked at)
+# The longest a page's Start waits for a spare still warming: past it (a machine so loaded that importing torch
+# takes this long), Start is enabled and a run waits for the spare instead.
+WARM_GATE_S = 30.0
 
 
 def idle_limit(text: str | None) -> float:
@@ -62,10 +65,12 @@ class SpareWorker:
             return self._spare.proc.pid if self._spare is not None else None
 
     def warming(self) -> bool:
-        """Whether the waiting spare is still importing and loading: a run handed to it now would wait for that."""
+        """Whether the waiting spare is still importing and loading (a run handed to it now would wait for that),
+        for at most WARM_GATE_S after it was started."""
         with self._lock:
             spare = self._spare
-        return spare is not None and not spare.ready.is_set()
+        return (spare is not None and not spare.ready.is_set()
+                and time.monotonic() - spare.started < WARM_GATE_S)
 
     def hand_over(self, store: RunStore, run_id: str) -> Child:
         """Give the run to the spare; to a fresh worker when there is none or it died."""

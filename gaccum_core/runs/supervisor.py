@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable
 
@@ -135,6 +135,7 @@ class Spare:
 
     proc: subprocess.Popen
     ready: threading.Event
+    started: float = field(default_factory=time.monotonic)  # when it was spawned (time.monotonic())
 
 
 def spawn_spare() -> Spare:

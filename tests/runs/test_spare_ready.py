@@ -102,3 +102,19 @@ def test_a_spare_that_dies_before_its_ready_word_is_not_waited_for(monkeypatch):
     spare = supervisor.spawn_spare()
     assert spare.ready.wait(WAIT_S)
     assert spare.proc.wait(WAIT_S) == 3
+
+
+def test_start_waits_for_a_slow_spare_no_longer_than_the_gate(tmp_path, monkeypatch):
+    """A spare still importing torch WARM_GATE_S after it started (a very loaded machine) no longer keeps Start
+    disabled: a run started then waits for it instead of a page waiting without end."""
+    warming = _fake_spare(ready=False)
+    monkeypatch.setattr(spares, "spawn_spare", lambda: warming)
+    runner = Runner(tmp_path, executor="process", warm_spare=True)
+    try:
+        assert runner.spare_warming()
+        object.__setattr__(warming, "started", warming.started - spares.WARM_GATE_S - 1)  # started that long ago
+        assert not runner.spare_warming()
+        assert not warming.ready.is_set() and warming.proc.poll() is None  # still warming, still kept
+        assert runner.spare_pid == warming.proc.pid
+    finally:
+        runner.close()
