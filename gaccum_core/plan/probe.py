@@ -22,7 +22,7 @@ from gaccum_core.train.device import resolve_device
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import RowKeeper
 from gaccum_core.plan.search import FAILED, FITS, OUT_OF_MEMORY, OVER_BUDGET, Candidate, Options
-from gaccum_core.plan.speed import Speed, Step, Timing, time_in_turns
+from gaccum_core.plan.speed import Speed, Step, Timing, time_in_turns, turn_speeds
 
 WARMUP_STEPS = 1  # compilation, allocator growth, optimizer state creation: excluded from every figure
 # A memory window of 2 micro-batches has the allocator peak of any k >= 2: the second micro-batch's
@@ -95,14 +95,15 @@ def time_speeds(base: RunConfig, candidates: Sequence[Candidate], effective_batc
     timed: list[Candidate] = []
     for start in range(0, len(candidates), size):
         report = None if on_step is None else (lambda i, c, end, start=start: on_step(start + i, c, end))
-        timed += _time_group(base, candidates[start:start + size], effective_batch, timing, report)
+        timed += _time_group(base, candidates[start:start + size], effective_batch, timing, report, start // size)
         clear_cache(device)  # the group's engines went with _time_group's frame
     return timed
 
 
 def _time_group(base: RunConfig, candidates: Sequence[Candidate], effective_batch: int, timing: Timing,
-                on_step: OnStep | None) -> list[Candidate]:
-    """Build and warm up an engine per candidate, then time them in turns."""
+                on_step: OnStep | None, group: int) -> list[Candidate]:
+    """Build and warm up an engine per candidate, then time them in turns (group: their number among the
+    plan's groups, kept on each candidate so that the ranking pairs their steps)."""
     configs = [burst_config(base, c.options, c.micro_batch_size, effective_batch) for c in candidates]
     engines: list[Engine | None] = []
     kept = [RowKeeper() for _ in candidates]
@@ -129,20 +130,22 @@ def _time_group(base: RunConfig, candidates: Sequence[Candidate], effective_batc
         return step
 
     report = None if on_step is None else (lambda i, speed, end: on_step(
-        i, _with_speed(candidates[i], speed, kept[i].steps[WARMUP_STEPS:], configs[i]), end))
+        i, _with_speed(candidates[i], speed, kept[i].steps[WARMUP_STEPS:], configs[i], group), end))
     results = time_in_turns([stepper(i) for i in range(len(candidates))], timing, report)
-    return [_failed(c, failures[i]) if i in failures else _with_speed(c, speed, rows, configs[i])
+    return [_failed(c, failures[i]) if i in failures else _with_speed(c, speed, rows, configs[i], group)
             for i, (c, (speed, rows)) in enumerate(zip(candidates, results))]
 
 
-def _with_speed(candidate: Candidate, speed: Speed, rows: Sequence[Mapping[str, Any]], config: RunConfig) -> Candidate:
-    """The candidate with the speed of its timed rows."""
+def _with_speed(candidate: Candidate, speed: Speed, rows: Sequence[Mapping[str, Any]], config: RunConfig,
+                group: int) -> Candidate:
+    """The candidate with the speed of its timed rows, and each row's, timed in turns with the group's."""
     detail = dict(candidate.detail)
     if config.is_text:  # sequences differ in length: tokens/s is the language run's throughput
         detail["tokens_per_s"] = statistics.fmean(r["tokens"] / r["step_time_s"] for r in rows)
     return dataclasses.replace(candidate, samples_per_s=speed.value, samples_per_s_error=speed.error,
                                timed_steps=speed.steps, detail=detail,
-                               step_time_s=statistics.median(r["step_time_s"] for r in rows))
+                               step_time_s=statistics.median(r["step_time_s"] for r in rows),
+                               turn_speeds=turn_speeds(rows), timed_with=group)
 
 
 def _failed(candidate: Candidate, exc: BaseException) -> Candidate:

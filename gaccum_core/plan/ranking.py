@@ -1,6 +1,7 @@
-"""The recommendation among measured candidates and why, in words: speeds that cannot be told apart
-(overlapping 95% intervals) are ties, and the largest micro-batch among ties wins (fewer accumulation
-steps). Pure, like search.py."""
+"""The recommendation among measured candidates and why, in words: speeds that cannot be told apart are ties,
+and the largest micro-batch among ties wins (fewer accumulation steps). Candidates timed in the same turns are
+compared step by step (the ratio of their speeds, turn by turn); others by their 95% intervals. Pure, like
+search.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import dataclasses
 from typing import Sequence
 
 from gaccum_core.plan.search import MARGIN, UNAVAILABLE, Candidate, Options, mb, within
-from gaccum_core.plan.speed import PRECISION, indistinguishable
+from gaccum_core.plan.speed import PRECISION, Ratio, indistinguishable, paired_ratio
 
 MAX_NAMED = 4  # tied settings named in the reason
 
@@ -25,15 +26,41 @@ def recommend(candidates: Sequence[Candidate], budget_mb: float, margin: float =
 
 
 def ties(candidates: Sequence[Candidate], precision: float = PRECISION) -> list[Candidate]:
-    """The timed candidates whose 95% speed intervals overlap the fastest's (the fastest among them).
-    An interval is never narrower than the stated precision: steps timed a few seconds apart on a
-    shared machine drift more than one candidate's steps vary, so a finer difference is not claimed."""
+    """The timed candidates whose speed cannot be told from the fastest's (the fastest among them)."""
     timed = [c for c in candidates if c.samples_per_s is not None]
     if not timed:
         return []
-    fastest = max(timed, key=lambda c: c.samples_per_s)
-    return [c for c in timed if indistinguishable(c.samples_per_s, _error(c, precision),
-                                                  fastest.samples_per_s, _error(fastest, precision))]
+    # The fastest: the one whose speed against every other's is the highest at its lowest (candidates timed in
+    # turns are compared turn by turn: their means follow the turns a burst of other work fell on).
+    fastest = max(timed, key=lambda c: min((speed_ratio(c, other) for other in timed if other is not c), default=1.0))
+    return [c for c in timed if same_speed(c, fastest, precision)]
+
+
+def speed_ratio(a: Candidate, b: Candidate) -> float:
+    """a's speed over b's: the median ratio turn by turn when they were timed in the same turns, else the ratio
+    of their means."""
+    ratio = _paired(a, b)
+    return ratio.value if ratio is not None else a.samples_per_s / b.samples_per_s
+
+
+def _paired(a: Candidate, b: Candidate) -> Ratio | None:
+    """Their speeds' ratio turn by turn, when they were timed in the same turns (enough of them)."""
+    if a.timed_with is None or a.timed_with != b.timed_with:
+        return None
+    return paired_ratio(a.turn_speeds, b.turn_speeds)
+
+
+def same_speed(a: Candidate, b: Candidate, precision: float = PRECISION) -> bool:
+    """Whether two timed candidates' speeds cannot be told apart. Timed in the same turns: unless the median
+    of their speeds' ratios, turn by turn, differs from 1 by more than twice `precision`, the same one faster
+    in most turns (speed.Ratio; a burst of other work on the machine slows both steps of a turn and cancels,
+    one that slows a single step is an outlier the median leaves aside). Otherwise: whether their 95%
+    intervals overlap, each at least `precision` of its speed wide (steps timed seconds apart on a shared
+    machine drift more than one candidate's steps vary, so a finer difference is not claimed)."""
+    ratio = _paired(a, b)
+    if ratio is not None:
+        return not ratio.tells_apart(precision)
+    return indistinguishable(a.samples_per_s, _error(a, precision), b.samples_per_s, _error(b, precision))
 
 
 def _error(candidate: Candidate, precision: float) -> float:
@@ -52,7 +79,7 @@ def reason(choice: Candidate | None, candidates: Sequence[Candidate], budget_mb:
     figures = f"({mb(choice.peak_mb)} of {mb(budget_mb)}, {choice.speed_words()})"
     setting = f"{choice.options.label()} at b={choice.micro_batch_size}, k={choice.accum_steps}"
     if len(tied) > 1:
-        text = (f"{setting} fits with a {margin:.0%} margin {figures}: {_tie_words(choice, tied)}")
+        text = (f"{setting} fits with a {margin:.0%} margin {figures}: {_tie_words(choice, tied, precision)}")
     else:
         text = f"{setting} is the fastest setting that fits with a {margin:.0%} margin {figures}"
     text += checkpointing_trade(choice, safe, budget_mb, margin, precision)
@@ -82,15 +109,14 @@ def checkpointing_trade(choice: Candidate, safe: Sequence[Candidate], budget_mb:
                           budget_mb, margin, precision)
         if rival is None:
             continue
-        same = indistinguishable(choice.samples_per_s, _error(choice, precision), rival.samples_per_s,
-                                 _error(rival, precision))
+        same = same_speed(choice, rival, precision)
         if mine != "off":
-            speed = "as fast as" if same else f"{choice.samples_per_s / rival.samples_per_s:.2f}× the samples/s of"
+            speed = "as fast as" if same else f"{speed_ratio(choice, rival):.2f}× the samples/s of"
             clauses.append(f"b={choice.micro_batch_size}, k={choice.accum_steps} {choice.options.checkpointing_words()}:"
                            f" {speed} b={rival.micro_batch_size}, k={rival.accum_steps} without, at "
                            f"{choice.peak_mb / budget_mb:.0%} of the budget")
         else:
-            speed = "as fast" if same else f"at {rival.samples_per_s / choice.samples_per_s:.2f}× the samples/s"
+            speed = "as fast" if same else f"at {speed_ratio(rival, choice):.2f}× the samples/s"
             clauses.append(f"{other} checkpointing fits b={rival.micro_batch_size}, k={rival.accum_steps} at "
                            f"{rival.peak_mb / budget_mb:.0%} of the budget, {speed} (it recomputes each block's "
                            "activations in backward)")
@@ -99,7 +125,7 @@ def checkpointing_trade(choice: Candidate, safe: Sequence[Candidate], budget_mb:
     return "".join("; " + clause for clause in clauses)
 
 
-def _tie_words(choice: Candidate, tied: Sequence[Candidate]) -> str:
+def _tie_words(choice: Candidate, tied: Sequence[Candidate], precision: float) -> str:
     """'b=32 and b=16 are equally fast within the measurement's precision; the larger b is recommended: ...'."""
     same_options = all(c.options == choice.options for c in tied)
     ordered = sorted(tied, key=lambda c: -c.micro_batch_size)  # stable: measured order within a size
@@ -109,7 +135,8 @@ def _tie_words(choice: Candidate, tied: Sequence[Candidate]) -> str:
         names = names[:MAX_NAMED - 1] + [f"{len(names) - MAX_NAMED + 1} more settings"]
     listed = ", ".join(names[:-1]) + " and " + names[-1]
     which = "larger" if len(tied) == 2 else "largest"
-    text = (f"{listed} are equally fast within the measurement's precision (their 95% intervals overlap); "
+    text = (f"{listed} are equally fast within the measurement's precision (timed in turns, they differ by "
+            f"less than {2 * precision:.0%}, or not in most turns); "
             f"the {which} b is recommended: fewer accumulation steps")
     if sum(c.micro_batch_size == choice.micro_batch_size for c in tied) > 1:
         text += ", and of those the one with the fewest options"
@@ -125,10 +152,9 @@ def _against_plain(choice: Candidate, plain_safe: Sequence[Candidate], tied: Seq
             if choice.micro_batch_size > largest else "")
     if any(c.options == Options() for c in tied):  # fp32 is named among the ties: no ratio to quote
         return room
-    if indistinguishable(choice.samples_per_s, _error(choice, precision), plain.samples_per_s,
-                         _error(plain, precision)):
+    if same_speed(choice, plain, precision):
         return f"; as fast as fp32 without options at b={plain.micro_batch_size} within the precision{room}"
-    return (f"; {choice.samples_per_s / plain.samples_per_s:.2f}× the samples/s of fp32 without options, "
+    return (f"; {speed_ratio(choice, plain):.2f}× the samples/s of fp32 without options, "
             f"whose recommended size within the margin is b={plain.micro_batch_size}{room}")
 
 

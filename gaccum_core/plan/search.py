@@ -72,6 +72,8 @@ class Candidate:
     detail: dict = dataclasses.field(default_factory=dict)  # memory parts, allocator figures, messages
     samples_per_s_error: float | None = None  # half-width of the speed's 95% interval (inf: one step)
     timed_steps: int | None = None  # optimizer steps the speed is the mean of
+    turn_speeds: dict[int, float] = dataclasses.field(default_factory=dict)  # samples/s of its step in each turn
+    timed_with: int | None = None  # the group of candidates timed in the same turns (the same number: paired)
 
     @property
     def fits(self) -> bool:

@@ -149,3 +149,17 @@ def test_the_heap_is_frozen_while_planning_so_clearing_the_cache_collects_only_t
     make_plan(default_like(amp=("off",), clear_cache=("off",)), lambda *args: frozen.append(gc.get_freeze_count()))
     assert frozen and min(frozen) > 0
     assert gc.get_freeze_count() == 0
+
+
+def test_a_plan_timed_on_a_busy_machine_says_its_recommendation_may_change(fake_engine, monkeypatch):
+    """More processes wanting the CPU than it has cores (the last minute's load average): the reason says so,
+    with the load; at a load within the cores, nothing is added."""
+    fake_engine()
+    monkeypatch.setattr(planner.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(planner.os, "getloadavg", lambda: (2.9, 2.0, 1.0))
+    busy = make_plan(default_like())
+    assert busy.reason.endswith(" The machine was busy while the sizes were timed (load 2.9 on 2 cores): their "
+                                "speeds followed the other work, so this recommendation may change; plan again "
+                                "when it is quieter.")
+    monkeypatch.setattr(planner.os, "getloadavg", lambda: (1.9, 2.0, 1.0))
+    assert "busy" not in make_plan(default_like()).reason

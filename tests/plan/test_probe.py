@@ -84,8 +84,10 @@ def test_time_speeds_times_full_windows_in_turns_until_each_speed_is_known_or_ca
         assert (after.micro_batch_size, after.accum_steps) == (before.micro_batch_size, before.accum_steps)
         assert 2 <= after.timed_steps <= 4 and after.samples_per_s > 0 and after.step_time_s > 0
         assert math.isfinite(after.samples_per_s_error) and after.samples_per_s_error >= 0
-    assert reports[:4] == [(0, 1), (1, 1), (0, 2), (1, 2)]  # one step each, in turns
+    assert reports[:4] == [(0, 1), (1, 1), (1, 2), (0, 2)]  # one step each, in turns, the second first in turn 1
     assert len(reports) == sum(c.timed_steps for c in timed)
+    for after in timed:  # each step's speed by its turn, and the group they were timed in (the ranking pairs them)
+        assert sorted(after.turn_speeds) == list(range(after.timed_steps)) and after.timed_with == 0
     (once,) = time_speeds(base, [small], 32, Timing(max_steps=1))
     assert once.timed_steps == 1 and once.samples_per_s_error == math.inf
     assert json.loads(json.dumps(once.row(), allow_nan=False))["samples_per_s_error"] is None

@@ -1,13 +1,14 @@
 """The recommendation and its reason, on made-up measured candidates: the fastest within the margin,
-speeds whose 95% intervals overlap are ties won by the largest b (then the fewest options), and the
-words that say so. No torch, no engine."""
+speeds that cannot be told apart (turn by turn when timed in the same turns, else by their 95% intervals) are
+ties won by the largest b (then the fewest options), and the words that say so. No torch, no engine."""
 
 from __future__ import annotations
 
 import json
 import math
 
-from gaccum_core.plan.ranking import reason, recommend, ties
+from gaccum_core.plan.ranking import reason, recommend, same_speed, ties
+from gaccum_core.plan.speed import estimate
 from gaccum_core.plan.search import FITS, OUT_OF_MEMORY, OVER_BUDGET, Candidate, Options
 
 FP32 = Options()
@@ -50,8 +51,8 @@ def test_speeds_whose_intervals_overlap_are_ties_won_by_the_larger_micro_batch()
     assert recommend([small, large], 100.0) is large and recommend([large, small], 100.0) is large
     sentence = reason(large, [small, large], 100.0)
     assert sentence.startswith("fp32 at b=32, k=2 fits with a 10% margin (50 MB of 100 MB, 1,000 ± 30 samples/s): ")
-    assert ("b=32 and b=16 are equally fast within the measurement's precision (their 95% intervals overlap); "
-            "the larger b is recommended: fewer accumulation steps.") in sentence
+    assert ("b=32 and b=16 are equally fast within the measurement's precision (timed in turns, they differ by "
+            "less than 10%, or not in most turns); the larger b is recommended: fewer accumulation steps.") in sentence
 
 
 def test_a_smaller_micro_batch_clearly_faster_is_recommended():
@@ -173,3 +174,41 @@ def test_a_row_carries_the_speed_its_interval_and_steps_as_json():
     assert once["samples_per_s_error"] is None and once["speed"] == "1,534 (1 step)"
     assert json.loads(json.dumps(once, allow_nan=False))["samples_per_s_error"] is None
     assert candidate(32, 60.0, None, OVER_BUDGET).row()["speed"] is None
+
+
+def _timed_in_turns(b: int, options: Options, speeds: list[float], group: int | None = 0) -> Candidate:
+    """A candidate whose timed steps ran at these samples/s, turn by turn with its group's."""
+    speed = estimate([b] * len(speeds), [b / v for v in speeds])
+    return Candidate(options, b, 64 // b, FITS, 20.0, speed.value, b / speed.value, samples_per_s_error=speed.error,
+                     timed_steps=speed.steps, turn_speeds=dict(enumerate(speeds)), timed_with=group)
+
+
+# A machine whose other work comes and goes: each turn slows every candidate alike, by up to 2.5 times.
+LOAD = [1.0, 0.4, 0.9, 0.5, 1.0, 0.6]
+
+
+def test_candidates_timed_in_turns_are_told_apart_by_their_ratio_turn_by_turn():
+    """bf16 15% faster than fp32 in every turn, under a load that swings each speed's own interval past the
+    other's: the turn-by-turn ratio tells them apart, the same answer however the load fell; a turn in which
+    the load slowed one step alone (bf16's last) is an outlier, left aside."""
+    for load in (LOAD, LOAD[::-1], [1.0] * 6, [0.3, 1.0] * 3):
+        fp32 = _timed_in_turns(64, FP32, [1000.0 * x for x in load])
+        bf16 = _timed_in_turns(64, BF16, [1150.0 * x for x in load[:-1]] + [400.0])
+        assert not same_speed(bf16, fp32) and ties([fp32, bf16]) == [bf16]
+        assert recommend([fp32, bf16], 100.0) is bf16
+    # The intervals alone (timed apart) would call it a tie, and the fewest options win it:
+    apart = [_timed_in_turns(64, FP32, [1000.0 * x for x in LOAD], group=0),
+             _timed_in_turns(64, BF16, [1150.0 * x for x in LOAD], group=1)]
+    assert same_speed(*apart) and recommend(apart, 100.0) is apart[0]
+
+
+def test_a_ratio_within_twice_the_precision_or_wavering_is_a_tie():
+    """8% faster in every turn is within the 10% not claimed (each speed known to 5%); 25% faster in three turns
+    of six but 20% slower in two is wavering; fewer than three turns in common fall back on the intervals."""
+    fp32 = _timed_in_turns(64, FP32, [1000.0 * x for x in LOAD])
+    assert same_speed(_timed_in_turns(64, BF16, [1080.0 * x for x in LOAD]), fp32)
+    assert not same_speed(_timed_in_turns(64, BF16, [1120.0 * x for x in LOAD]), fp32)
+    swinging = [1000.0 * x * r for x, r in zip(LOAD, [1.25, 0.8, 1.25, 0.8, 1.25, 1.0])]
+    assert same_speed(_timed_in_turns(64, BF16, swinging), fp32)
+    short = _timed_in_turns(64, BF16, [1150.0 * x for x in LOAD[:2]])
+    assert same_speed(short, fp32)  # two turns: each interval alone, and the two overlap

@@ -11,7 +11,8 @@ import statistics
 import pytest
 
 from gaccum_core.intervals import t_975
-from gaccum_core.plan.speed import Speed, Timing, estimate, indistinguishable, known, time_in_turns
+from gaccum_core.plan.speed import (Speed, Timing, estimate, indistinguishable, known, paired_ratio, time_in_turns,
+                                    turn_speeds)
 
 
 def test_the_estimate_is_the_mean_speed_with_a_student_t_interval():
@@ -112,7 +113,7 @@ def test_candidates_timed_in_turns_share_a_burst_of_load_and_each_stops_on_its_o
                 s.slow = 1.0
 
     results = time_in_turns([s.step for s in steps], Timing(cap_s=10.0, max_steps=8), reported)
-    assert order[:9] == [0, 1, 2] * 3  # in turns
+    assert order[:9] == [0, 1, 2, 1, 2, 0, 2, 0, 1]  # in turns, each first in one
     speeds = [speed.value for speed, _ in results]
     assert max(speeds) / min(speeds) < 1.05  # the burst fell on all three alike
     assert all(not known(speed) and speed.steps == 8 for speed, _ in results)  # the burst widened each interval
@@ -129,3 +130,22 @@ def test_a_candidate_whose_step_fails_drops_out_and_the_others_go_on():
     (failed, failed_rows), (speed, rows) = time_in_turns([failing, good.step], Timing())
     assert failed is None and failed_rows == [] and calls == [1]
     assert speed.steps == len(rows) == 3
+
+
+def test_a_paired_ratio_is_the_median_ratio_turn_by_turn_over_the_turns_in_common():
+    ratio = paired_ratio({0: 1100.0, 1: 440.0, 2: 990.0, 4: 1000.0, 6: 1.0},  # 4 turns in common: 0, 1, 2, 4
+                         {0: 1000.0, 1: 400.0, 2: 900.0, 3: 700.0, 4: 500.0})
+    assert ratio.turns == 4 and ratio.value == pytest.approx(1.1) and ratio.agreeing == 1.0  # turn 4's 2.0 aside
+    assert ratio.tells_apart() and not ratio.tells_apart(precision=0.05 + 1e-3)  # 10% against 10% and 10.2%
+    wavering = paired_ratio({0: 1200.0, 1: 1200.0, 2: 900.0, 3: 1200.0}, {t: 1000.0 for t in range(4)})
+    assert wavering.value == pytest.approx(1.2) and wavering.agreeing == 0.75 and wavering.tells_apart()
+    wavering = paired_ratio({0: 1200.0, 1: 1200.0, 2: 900.0}, {t: 1000.0 for t in range(3)})
+    assert wavering.agreeing == pytest.approx(2 / 3) and not wavering.tells_apart()  # one turn in three says no
+    assert paired_ratio({0: 1.0, 1: 2.0}, {0: 1.0, 1: 2.0, 2: 3.0}) is None  # two turns in common: too few
+
+
+def test_time_in_turns_says_the_turn_of_each_step():
+    results = time_in_turns([FakeSteps(1000.0, 0.01, 0).step, FakeSteps(500.0, 0.9, 1).step], Timing(cap_s=3.0))
+    (_, quiet), (_, noisy) = results
+    assert [r["turn"] for r in quiet] == [0, 1, 2] and [r["turn"] for r in noisy] == list(range(len(noisy)))
+    assert len(noisy) > 3 and turn_speeds(noisy) == {r["turn"]: 256 / r["step_time_s"] for r in noisy}
