@@ -10,7 +10,7 @@ from dashboard.live import (REFRESH_S, WARM_POLL_S, await_first_step, chart_labe
                             short_name)
 from dashboard.messages import explain
 from dashboard.server import get_runner
-from dashboard.state import adopt_settings, drop_missing, session_runs, widget
+from dashboard.state import adopt_settings, drop_missing, kept, session_runs, widget
 from gaccum_core.views.axes import TOKEN_AXES, X_AXES, tokens_axis_note
 from gaccum_core.views.charts import ALL_CHARTS, CHART_TITLES, CHARTS, LOG_BY_DEFAULT
 from gaccum_core.views.samples import readable_sample, sample_line
@@ -24,7 +24,8 @@ from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError
-from dashboard.run_picks import run_choice_labels, runs_on_disk, tracked_or_disk, wrap_run_chips
+from dashboard.run_picks import (OFFERED, offered_runs, run_choice_labels, runs_on_disk, tracked_or_disk,
+                                 wrap_run_chips)
 from dashboard.markdown import plain
 
 st.set_page_config(page_title="gaccum · Train", layout="wide")
@@ -119,8 +120,11 @@ with overlay_col:
     # server's or a command line's) only when picked. Runs deleted meanwhile leave the pick.
     drop_missing("chart_overlay", earlier)
     wrap_run_chips("chart_overlay")
-    overlaid = widget(st.multiselect, "Other runs to overlay", "chart_overlay", [], options=earlier,
+    offered = offered_runs(earlier, kept("chart_overlay", []))  # the newest runs, and those picked
+    overlaid = widget(st.multiselect, "Other runs to overlay", "chart_overlay", [], options=offered,
                       format_func=labels_of.get, placeholder="any run on disk") if earlier else []
+    if len(earlier) > OFFERED:
+        st.caption(f"The newest {OFFERED:,} of {len(earlier):,} runs are offered here; the Runs page lists them all.")
 with log_col:
     # A multiselect wraps and lists every chart: a row of pills scrolled sideways out of reach at 1280 px.
     log_y = widget(st.multiselect, "Log y axis", "chart_log", sorted(LOG_BY_DEFAULT),

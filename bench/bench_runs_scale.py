@@ -13,6 +13,7 @@ team's (mostly finished), and times, each in a fresh process (a server restarted
                          a restart; the page's imports loaded first, and said apart: the same at any N)
   home / Runs, again     the same AppTest run again, after the server's warm-up (a second visit)
   Runs, filter           text typed in the Runs page's filter (a visit's next draw)
+  Train, first / again   the same for the Train page, whose runs to overlay come from the index too
 
 It counts the run folders each listing read (the index's work), prints a Markdown table and the growth from
 the smallest N (10x, 100x runs). No figure is asserted; absolute times drift on a shared machine.
@@ -40,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 # step, 1 interrupted (left queued by a server that died).
 MIX = ("finished", "bf16") * 7 + ("failed", "failed", "diverged", "stopped", "stopped", "queued")
 COLUMNS = ("listing, no index", "listing, restart", "listing, again", "home, first", "home, again",
-           "Runs, first", "Runs, again", "Runs, filter")
+           "Runs, first", "Runs, again", "Runs, filter", "Train, first", "Train, again")
+PAGES = {"home": "0_Home.py", "Runs": "2_Runs.py", "Train": "1_Train.py"}
 
 
 def make_templates(folder: Path) -> dict[str, Path]:
@@ -119,7 +121,7 @@ def visit(runs: str, page: str) -> dict[str, float]:
 
     import dashboard.server
 
-    page_file = ROOT / "app_pages" / ("0_Home.py" if page == "home" else "2_Runs.py")
+    page_file = ROOT / "app_pages" / PAGES[page]
     tree = ast.parse(page_file.read_text(encoding="utf-8"))  # the page's own imports, as a server holds them
     exec(compile(ast.Module([n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))], []), "imports",
                  "exec"), {})
@@ -155,6 +157,7 @@ def measure(runs: Path) -> dict[str, object]:
     """Every column for one runs directory, each in fresh processes."""
     cold, warm = _child("--listing", str(runs)), _child("--listing", str(runs))
     home, runs_page = _child("--visit", "home", str(runs)), _child("--visit", "Runs", str(runs))
+    train = _child("--visit", "Train", str(runs))
     assert cold["first_read"] == cold["rows"], cold  # no index: every folder read
     return {"listing, no index": (cold["first"], cold["first_read"]),
             "listing, restart": (warm["first"], warm["first_read"]), "listing, again": (warm["again"], warm["again_read"]),
@@ -162,7 +165,9 @@ def measure(runs: Path) -> dict[str, object]:
             "Runs, first": (runs_page["first"], runs_page["first_read"]),
             "Runs, again": (runs_page["again"], runs_page["again_read"]),
             "Runs, filter": (runs_page["filter"], None),
-            "imports": (home["imports"], runs_page["imports"]), "shown": runs_page["shown"]}
+            "Train, first": (train["first"], train["first_read"]),
+            "Train, again": (train["again"], train["again_read"]),
+            "imports": (home["imports"], runs_page["imports"], train["imports"]), "shown": runs_page["shown"]}
 
 
 def _cell(seconds: float, read: int | None) -> str:
@@ -180,9 +185,9 @@ def report(results: dict[int, dict[str, object]]) -> None:
         print(f"| × from {sizes[0]:,} to {n:,} ({n // sizes[0]}× the runs) | " +
               " | ".join(f"{r:.1f}×" for r in ratios) + " |")
     for n, found in results.items():
-        home, runs_page = found["imports"]
-        print(f"\n{n:,} runs: imports before a first draw (the same at any N) {home:.2f} s home, {runs_page:.2f} s Runs; "
-              f"the filter 'bf16' showed {found['shown']:,} runs", end="")
+        home, runs_page, train = found["imports"]
+        print(f"\n{n:,} runs: imports before a first draw (the same at any N) {home:.2f} s home, "
+              f"{runs_page:.2f} s Runs, {train:.2f} s Train; the filter 'bf16' showed {found['shown']:,} runs", end="")
     print()
 
 

@@ -3,14 +3,19 @@ tracks it or not (None once it was deleted, in another tab, session or process).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 import streamlit as st
 
-from gaccum_core.runs.catalog import run_labels
-from gaccum_core.runs.integrity import checked_status
+from dashboard.indexing import indexing_progress
+from gaccum_core.runs.catalog import choice_labels, run_choices
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.snapshot import RunSnapshot, disk_snapshot
 from gaccum_core.runs.store import RunStore, StoreError
-from gaccum_core.runs.tb_import import known_settings
+
+
+# Runs a multiselect offers: Streamlit sends every option to the browser on each draw of the page.
+OFFERED = 1_000
 
 
 def runs_on_disk(runner: Runner) -> tuple[str, ...]:
@@ -20,17 +25,16 @@ def runs_on_disk(runner: Runner) -> tuple[str, ...]:
 
 def run_choice_labels(store: RunStore) -> dict[str, str]:
     """Every readable run on disk, newest first, labelled as in the charts' legends (what tells it apart
-    from the others, its name, when it was created)."""
-    readable = {}
-    for run_id in reversed(store.list_runs()):
-        try:
-            status = checked_status(store.read_status(run_id))
-            readable[run_id] = store.read_config(run_id), status.get("name", ""), known_settings(status)
-        except (OSError, StoreError, ValueError):  # damaged, or deleted meanwhile: the Runs page says why
-            continue
-    ids = list(readable)
-    configs, names, known = zip(*readable.values()) if readable else ((), (), ())
-    return dict(zip(ids, run_labels(configs, names, ids, known)))
+    from the others, its name, when it was created); from the runs index, with a bar while many runs are read
+    into it."""
+    choices = run_choices(store, indexing_progress(store))
+    return dict(zip((choice.run_id for choice in choices), choice_labels(choices)))
+
+
+def offered_runs(run_ids: Sequence[str], picked: Iterable[str]) -> list[str]:
+    """The newest OFFERED of run_ids (newest first), then any older one already picked."""
+    picked = set(picked)
+    return [*run_ids[:OFFERED], *(run_id for run_id in run_ids[OFFERED:] if run_id in picked)]
 
 
 # Streamlit's multiselect keeps its chips on one row that scrolls sideways (the first ones faded out of view) and

@@ -5,15 +5,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
+import json
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
 from gaccum_core.config import HF_PREFIX, RunConfig, applies, is_factory, is_hf
 from gaccum_core.runs.claim import owner
-from gaccum_core.runs.index import Progress, RunIndex, code_digest
+from gaccum_core.runs.index import Progress, Row, RunIndex, code_digest
 from gaccum_core.runs.integrity import DamagedRun, read_run
 from gaccum_core.runs.store import RunStore, StoreError
 from gaccum_core.runs.tb_import import known_settings
@@ -146,10 +149,10 @@ def _told_apart(labels: list[str], run_ids: Sequence[str] | None) -> list[str]:
     """labels with each repeated one followed by its run's creation time (and a count when even that repeats)."""
     if run_ids is None:
         return labels
-    repeated = {label for label in labels if labels.count(label) > 1}
+    repeated = {label for label, count in Counter(labels).items() if count > 1}  # not list.count: 10,000 runs
     told = [f"{label} · {created_text(run_id)}" if label in repeated else label
             for label, run_id in zip(labels, run_ids)]
-    still = {label for label in told if told.count(label) > 1}  # created in the same second
+    still = {label for label, count in Counter(told).items() if count > 1}  # created in the same second
     seen: dict[str, int] = {}
     for i, label in enumerate(told):
         if label in still:
@@ -193,7 +196,8 @@ def _summary(metrics: pd.DataFrame, evals: pd.DataFrame) -> dict[str, object]:
 def disk_row(store: RunStore, run_id: str) -> dict[str, object]:
     """What a run's files say of it, the row the runs index keeps: its settings, status and final figures, or
     'damaged' with the reason; the pid in status.json and a tags.json that does not read kept apart (_pid,
-    _tags_error) for listed_row, which asks who trains it now."""
+    _tags_error) for listed_row, which asks who trains it now, and its config and known settings (_config,
+    _known) for run_choices."""
     row: dict[str, object] = {"run_id": run_id}
     try:
         files = read_run(store, run_id)
@@ -213,6 +217,7 @@ def disk_row(store: RunStore, run_id: str) -> dict[str, object]:
                total_steps=total, progress=min(summary["steps"] / total, 1.0) if total else None, **summary,
                _pid=status.get("pid"), _tags_error=tags_error)
     known = known_settings(status)
+    row.update(_config=_config_text(config), _known=None if known is None else sorted(known))
     if known is not None:  # imported: only the settings its hparams named are its own, the others left empty
         row.update(label=run_label(config, known), **{name: None for name in SETTINGS if name not in known},
                    effective_batch=None, world_size=None)
@@ -222,7 +227,7 @@ def disk_row(store: RunStore, run_id: str) -> dict[str, object]:
 def listed_row(store: RunStore, row: dict[str, object], live: Iterable[str] = ()) -> dict[str, object]:
     """A disk_row as the table lists it now: a run queued or running on disk that no live process owns is
     'interrupted', one another process trains says where."""
-    row = dict(row)
+    row = {k: v for k, v in row.items() if k not in ("_config", "_known")}  # run_choices' own
     pid, tags_error = row.pop("_pid", None), row.pop("_tags_error", "")
     state, message = row["state"], row.get("message", "")
     if state not in FINAL_STATES and state != RunState.DAMAGED and row["run_id"] not in set(live):
@@ -237,6 +242,22 @@ def listed_row(store: RunStore, row: dict[str, object], live: Iterable[str] = ()
     if "tags" in row:
         row["tags"] = tuple(row["tags"])  # the index keeps them as a JSON list
     return row
+
+
+def _config_text(config: RunConfig) -> str:
+    """The settings of a config that are not the default, as JSON: what a runs index row keeps of it (76 characters
+    where the whole config takes 968). The defaults are those of the code that computed the row: another version's
+    rows are computed again (_row_code)."""
+    return json.dumps({k: v for k, v in config.to_dict().items() if v != getattr(_DEFAULT, k)}, sort_keys=True)
+
+
+# Checking a config takes 90 µs: 0.9 s for 10,000 runs on every draw. Each is built once per process instead, and
+# shared by the runs with the same settings; the cache holds more than a runs directory's runs (a pass over more
+# than it holds would miss every one).
+@functools.lru_cache(maxsize=1 << 16)
+def _config_of(text: str) -> RunConfig:
+    """The config a row's _config_text stands for."""
+    return RunConfig.from_dict(json.loads(text))
 
 
 def describe_run(store: RunStore, run_id: str, live: Iterable[str] = ()) -> dict[str, object]:
@@ -274,19 +295,51 @@ def forget_runs(store: RunStore, run_ids: Iterable[str]) -> None:
     _index(store).forget(run_ids)
 
 
+def _rows(store: RunStore, progress: Progress | None) -> list[Row]:
+    """The disk_row of every run on disk, newest first, from the runs index (gaccum_core.runs.index): only runs
+    changed since they were indexed are read, and progress(done, total) follows them."""
+    run_ids = list(reversed(store.list_runs()))
+    return _index(store).rows(run_ids, functools.partial(disk_row, store), progress)
+
+
 def run_table(store: RunStore, live: Iterable[str] = (), hide_unstepped: bool = False,
               progress: Progress | None = None) -> pd.DataFrame:
     """Every run on disk, newest first; hide_unstepped leaves out the runs that ended without a step
     (stopped or failed before their first), which only clutter a summary such as the home page's. Rows come
-    from the runs index (gaccum_core.runs.index): only runs changed since they were indexed are read, and
-    progress(done, total) follows them."""
-    live, run_ids = set(live), list(reversed(store.list_runs()))
-    rows = [listed_row(store, row, live) for row in _index(store).rows(run_ids, functools.partial(disk_row, store),
-                                                                       progress)]
+    from the runs index (_rows)."""
+    live = set(live)
+    rows = [listed_row(store, row, live) for row in _rows(store, progress)]
     # A run deleted after the listing (in another tab, session or process) reads as missing: gone, not damaged.
     rows = [row for row in rows if row["state"] != RunState.DAMAGED or store.path(str(row["run_id"])).is_dir()]
     table = pd.DataFrame(rows)
     return table[~unstepped(table)].reset_index(drop=True) if hide_unstepped else table
+
+
+class RunChoice(NamedTuple):
+    """A readable run as a page offers it to draw: what run_labels labels it by."""
+
+    run_id: str
+    config: RunConfig
+    name: str
+    known: frozenset[str] | None  # an imported run's settings its hparams named (known_settings); None for gaccum's
+
+
+def run_choices(store: RunStore, progress: Progress | None = None) -> tuple[RunChoice, ...]:
+    """Every readable run on disk, newest first, from the runs index as run_table's rows (a draw with nothing
+    changed reads no run folder); damaged runs are left out (the Runs page says why)."""
+    return tuple(RunChoice(str(row["run_id"]), _config_of(row["_config"]), str(row["name"]),
+                           None if row["_known"] is None else frozenset(row["_known"]))
+                 for row in _rows(store, progress) if row["state"] != RunState.DAMAGED)
+
+
+@functools.lru_cache(maxsize=4)
+def choice_labels(choices: tuple[RunChoice, ...]) -> tuple[str, ...]:
+    """run_labels of these runs, computed again only when a run is added, deleted, renamed or changes settings:
+    0.13 s for 10,000 runs (0.6 s on a loaded machine), where comparing them with the last ones takes 10 ms."""
+    if not choices:
+        return ()
+    run_ids, configs, names, known = zip(*choices)
+    return tuple(run_labels(configs, names, run_ids, known))
 
 
 def all_tags(table: pd.DataFrame) -> list[str]:

@@ -7,10 +7,12 @@ from streamlit.testing.v1 import AppTest
 
 from page_charts import live_figures
 
+from dashboard import run_picks
 from gaccum_core.config import RunConfig
 from gaccum_core.states import RunState
 from gaccum_core.views.charts import CHARTS
 from gaccum_core.runs.runner import Runner
+from gaccum_core.runs.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = str(ROOT / "app_pages/1_Train.py")
@@ -324,6 +326,27 @@ def test_any_run_on_disk_can_be_overlaid_not_only_this_tabs(runs_dir):
     assert not at.exception
     loss = live_figures(at)["loss"]
     assert any("from the command line" in trace["name"] for trace in loss["data"]), [t["name"] for t in loss["data"]]
+
+
+def test_past_the_runs_offered_the_newest_are_offered_and_a_picked_older_one_stays(runs_dir, monkeypatch):
+    monkeypatch.setattr(run_picks, "OFFERED", 3)
+    store = RunStore(runs_dir)
+    # A second apart, in the order created (ids made in one second sort by their random part).
+    monkeypatch.setattr(store, "new_run_id", lambda name=None: f"20260101-0000{len(store.list_runs()):02d}-abcdef")
+    older = [store.create(RunConfig(device="cpu", model="mlp", seed=seed)) for seed in range(3)]
+    at = train_page()
+    overlay = at.multiselect(key="chart_overlay")
+    assert len(overlay.options) == 3 and not any("newest" in c.value for c in at.caption)  # all offered: no caption
+    overlay.set_value([older[0]]).run()
+    for seed in range(3, 5):
+        store.create(RunConfig(device="cpu", model="mlp", seed=seed))
+    at.run()
+    assert not at.exception
+    overlay = at.multiselect(key="chart_overlay")
+    assert overlay.value == [older[0]]  # picked, and no longer among the newest: still offered, still picked
+    assert len(overlay.options) == 4 and all(any(f"seed={seed}" in o for o in overlay.options) for seed in (0, 2, 3, 4))
+    assert any("The newest 3 of 5 runs" in c.value and "Runs page" in c.value for c in at.caption), \
+        [c.value for c in at.caption]
 
 
 def test_resume_of_a_run_deleted_elsewhere_says_so(runs_dir):

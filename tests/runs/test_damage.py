@@ -3,7 +3,6 @@ file (exit 2, no file changed: checked by checksums), the listing marks the run 
 status.json leaves the Home and Runs pages working for every other run."""
 
 import hashlib
-import io
 import json
 import re
 import shutil

@@ -42,14 +42,6 @@ def trained(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture
-def restarted():
-    """Forget what this process has seen of every runs directory, as a server just started has not."""
-    index._SEEN.clear()
-    yield lambda: index._SEEN.clear()
-    index._SEEN.clear()
-
-
-@pytest.fixture
 def runs(tmp_path, trained, restarted) -> tuple[RunStore, dict[str, str]]:
     """A runs directory with a run of every state: finished (tagged), failed, diverged, stopped before a first
     step, queued by a server now gone (interrupted), running in another process (its claim held), damaged,
