@@ -32,8 +32,8 @@ st.write("For an effective batch E and a memory budget: the largest micro-batch 
          "option combination, found by measuring a few sizes around where the memory line predicts the budget "
          "falls; the sizes near it are timed in turns until their speed is known (±5%, 95% interval) or for "
          f"about {DEFAULT.time_cap_s:g} s each. Of the settings that leave {DEFAULT.margin:.0%} of the budget "
-         "free, those as fast as the fastest within that precision tie, and the largest b among them is "
-         "recommended.")
+         "free, those the timing cannot tell from the fastest (within twice that precision, compared turn by "
+         "turn) tie, and the largest b among them is recommended.")
 controls = FieldWidgets("plan_", LABELS, DEFAULT.base)  # each input with the slot for its message, under it
 
 

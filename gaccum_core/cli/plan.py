@@ -42,7 +42,8 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
                     "measured around where that line crosses the budget, each a step of real training), time "
                     "the sizes near it until their samples/s is known within --precision (95% interval) or "
                     "--time-cap-s, then recommend, among the settings that fit with a margin, the largest b of "
-                    "those as fast as the fastest within that precision.")
+                    "those the timing cannot tell from the fastest (within twice that precision, compared turn "
+                    "by turn).")
     add_config_flags(parser, leave_out=PLANNED)
     add_target_flags(parser, for_run=False)
     for name in CROSSED:
