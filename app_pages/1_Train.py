@@ -74,8 +74,8 @@ run_name = name_col.text_input("Run name (optional)", key="run_name", max_chars=
 # (Nothing else running: a run started meanwhile would queue behind it anyway.) The watch below reruns the page
 # once the worker is ready.
 warming = config is not None and config.world_size == 1 and not runner.active_ids() and runner.spare_warming()
-if warming:
-    notes.caption("Start is enabled in a few seconds: the worker process that trains the run is importing torch.")
+if warming:  # under the row, not above it: Start stays where it is when the line goes
+    st.caption("Start is enabled in a few seconds: the worker process that trains the run is importing torch.")
 if start.button("Start", type="primary", key="start", disabled=config is None or problem is not None or warming):
     try:
         mine.append(runner.submit(config, run_name.strip() or None))  # drawn by this same script run
