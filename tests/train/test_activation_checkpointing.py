@@ -107,9 +107,10 @@ def test_checkpointing_keeps_fewer_activations(configs):
 
 def test_compiled_checkpointed_training_equals_compiled_training_without(configs):
     """torch.compile traces the checkpointed blocks (as a higher-order op): the weights compiled without, to
-    float rounding (inductor fuses the recomputing graph differently: measured 1.4e-6 at most, compile on vs off
-    itself 6.5e-6)."""
-    config = configs["gpt"].replace(compile="default", max_steps=2)
+    float rounding (inductor may fuse the recomputing graph differently). The cnn: 0.0 here; the gpt measured
+    1.4e-6 (compile on vs off itself 6.5e-6), but compiling it twice took 41 s of the suite from a cold cache
+    against 7 s for the cnn."""
+    config = configs["cnn"].replace(compile="default", max_steps=2)
     assert _max_delta(config, MODES[0]) <= 1e-5
 
 
