@@ -29,11 +29,27 @@ def test_selecting_a_row_moves_nothing_above_the_table(tmp_path):
         expect(table.get_by_test_id("data-grid-canvas")).to_be_visible(timeout=WAIT_MS)
         page.wait_for_timeout(2000)  # the grid takes clicks once it has drawn its rows
         before = table.bounding_box()
-        page.mouse.click(before["x"] + 20, before["y"] + ROW_PX * 1.5)  # the first row's checkbox
-        expect(page.get_by_text("Delete the 1 selected run")).to_be_visible(timeout=WAIT_MS)
+        _select_first_row(page, before)
         expect(page.get_by_test_id("stProgress").filter(has_text="finished: step 2 of 2")).to_be_visible(
             timeout=WAIT_MS)  # what appears on selecting: the run's progress, how it ended
         page.wait_for_timeout(1000)
         after = table.bounding_box()
         assert abs(after["y"] - before["y"]) <= 1, (before, after)
         assert abs(after["height"] - before["height"]) <= 1, (before, after)
+
+
+def _select_first_row(page, box) -> None:
+    """Click the first row's checkbox until the page says it is selected. A click the grid lost (a loaded machine:
+    its canvas not yet taking clicks; seen once in CI, the page idle, nothing selected) is clicked again once the
+    page is idle; a click taken is waited for, never clicked twice (that would clear it)."""
+    selected = page.get_by_text("Delete the 1 selected run")
+    for _ in range(4):
+        page.mouse.click(box["x"] + 20, box["y"] + ROW_PX * 1.5)
+        try:
+            expect(selected).to_be_visible(timeout=15_000)
+            return
+        except AssertionError:
+            if page.get_by_test_id("stStatusWidget").count():  # the page reruns: the click was taken
+                expect(selected).to_be_visible(timeout=WAIT_MS)
+                return
+    expect(selected).to_be_visible(timeout=1)
