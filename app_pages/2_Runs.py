@@ -24,7 +24,7 @@ from dashboard.runs_table import (SELECTED, RunFilter, draw_filter, draw_table, 
 from dashboard.import_box import import_box
 from dashboard.indexing import indexing_progress
 from dashboard.markdown import plain
-from dashboard.run_picks import wrap_run_chips
+from dashboard.run_picks import OFFERED, offered_runs, wrap_run_chips
 from dashboard.live import REFRESH_S
 from dashboard.server import chart_cache, get_runner
 from dashboard.state import widget
@@ -111,8 +111,14 @@ runs_now([table], run_filter)
 watch()
 import_box(store, SELECTED)  # under the table: its rows never move
 wrap_run_chips(SELECTED)
-selected = st.multiselect("Runs to compare, export or delete (or click their rows)", list(table["run_id"]),
-                          key=SELECTED, format_func=lambda r: f"{r} ({labels[r]})")
+in_table = list(table["run_id"])
+# Streamlit sends every option to the browser on each draw: the table's first OFFERED runs, and any picked.
+selected = st.multiselect("Runs to compare, export or delete (or click their rows)",
+                          offered_runs(in_table, st.session_state.get(SELECTED, [])), key=SELECTED,
+                          format_func=lambda r: f"{r} ({labels[r]})")
+if len(in_table) > OFFERED:
+    st.caption(f"The table's first {OFFERED:,} of {len(in_table):,} runs are offered here; click a row of the table "
+               "(its filter finds any run) to pick another.")
 # Each selected run's files are read once here: one deleted while the page draws is said removed, the rest drawn.
 runs_data, removed = read_runs(store, [r for r in selected if states[r] != RunState.DAMAGED])
 say_removed(removed)

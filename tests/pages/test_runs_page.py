@@ -228,3 +228,25 @@ def test_the_runs_page_draws_collectives_and_memory_per_rank_of_ddp_and_fsdp_run
                                                                                "mlp b=8 k=2 N=2 fsdp/every"}
     memory = json.loads(charts["memory"].proto.spec)
     assert "per rank" in memory["layout"]["title"]["text"]
+
+
+def test_past_the_runs_offered_the_table_picks_any_run(runs_dir, monkeypatch):
+    """With more runs than the multiselect offers (OFFERED, 2 here), the table's first are offered and a caption
+    says so; a click on a later row picks that run all the same."""
+    from dashboard import run_picks
+    from gaccum_core.runs.store import RunStore
+
+    monkeypatch.setattr(run_picks, "OFFERED", 2)
+    store = RunStore(runs_dir)
+    monkeypatch.setattr(store, "new_run_id", lambda name=None: f"20260101-0000{len(store.list_runs()):02d}-abcdef")
+    for seed in range(3):
+        store.create(CONFIG.replace(seed=seed))
+    at = runs_page()
+    ids = list(_table(at)["run_id"])
+    offered = at.multiselect(key="runs_selected").options
+    assert len(ids) == 3 and len(offered) == 2 and all(o.startswith(r) for o, r in zip(offered, ids))
+    assert any("first 2 of 3 runs" in c.value for c in at.caption), [c.value for c in at.caption]
+    _click_rows(at, [2])
+    assert not at.exception
+    assert at.multiselect(key="runs_selected").value == [ids[2]]
+    assert len(at.multiselect(key="runs_selected").options) == 3  # the picked one offered too
