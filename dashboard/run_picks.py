@@ -32,7 +32,8 @@ def run_choice_labels(store: RunStore) -> dict[str, str]:
 
 
 def offered_runs(run_ids: Sequence[str], picked: Iterable[str]) -> list[str]:
-    """The newest OFFERED of run_ids (newest first), then any older one already picked."""
+    """The first OFFERED of run_ids, in their order (newest first, as the pages list them), then any later one
+    already picked."""
     picked = set(picked)
     return [*run_ids[:OFFERED], *(run_id for run_id in run_ids[OFFERED:] if run_id in picked)]
 
