@@ -202,19 +202,19 @@ def test_a_gpt_run_in_the_browser_charts_against_tokens_and_shows_generated_text
         sample = page.locator("code").filter(has_text="step 6: The ")
         expect(sample.first).to_be_visible(timeout=WAIT_MS)  # the latest sample, under the charts
         expect(page.get_by_text("finished: step 6 of 6")).to_be_visible(timeout=WAIT_MS)
-        # The charts redraw after the run ends (a rerun): read them once the throughput chart is drawn again.
-        page.wait_for_function(f"() => 'throughput' in ({CHARTS_JS})()", timeout=WAIT_MS)
-        charts = page.evaluate(CHARTS_JS)
+        # The charts redraw after the run ends (a rerun): read them in the same look that finds the throughput chart
+        # drawn again (a look, then a read, raced a later redraw once in CI).
+        charts = page.wait_for_function(f"() => {{ const charts = ({CHARTS_JS})(); "
+                                        "return 'throughput' in charts ? charts : null; }", timeout=WAIT_MS).json_value()
         assert charts["throughput"]["y_title"] == "tokens/s"
         assert "validation perplexity" in charts
         assert charts["training loss"]["x_title"] == "optimizer step"
 
         page.get_by_text("tokens seen", exact=True).click()
         # Each chart is redrawn in its turn: wait for all of them (reading after the first was a race).
-        page.wait_for_function(f"""() => {{ const charts = ({CHARTS_JS})();
+        charts = page.wait_for_function(f"""() => {{ const charts = ({CHARTS_JS})();
             return ['training loss', 'throughput', 'validation perplexity'].every(
-                name => charts[name]?.x_title === 'tokens seen'); }}""", timeout=WAIT_MS)
-        charts = page.evaluate(CHARTS_JS)
+                name => charts[name]?.x_title === 'tokens seen') ? charts : null; }}""", timeout=WAIT_MS).json_value()
     (run_dir,) = {p for p in runs.iterdir() if p.is_dir()} - before  # Start made one run
     with open(run_dir / "metrics.csv", newline="") as file:
         tokens_seen = [int(row["tokens_seen"]) for row in csv.DictReader(file)]
