@@ -6,8 +6,10 @@ search.py."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Sequence
 
+from gaccum_core.intervals import plus_minus
 from gaccum_core.plan.search import MARGIN, UNAVAILABLE, Candidate, Options, mb, within
 from gaccum_core.plan.speed import PRECISION, Ratio, indistinguishable, paired_ratio
 
@@ -41,6 +43,25 @@ def speed_ratio(a: Candidate, b: Candidate) -> float:
     of their means."""
     ratio = _paired(a, b)
     return ratio.value if ratio is not None else a.samples_per_s / b.samples_per_s
+
+
+def ratio_words(a: Candidate, b: Candidate, tied: Sequence[Candidate], precision: float = PRECISION) -> str | None:
+    """a's speed over b's with its 95% interval, '1.30 ± 0.06' (to be followed by '× the samples/s of'); None
+    where no ratio may be claimed: both are among the settings called tied, their speeds cannot be told apart, or
+    either speed has no interval (timed over a single step). The half-width is what the two speeds' intervals
+    give their ratio (first order); for candidates timed in the same turns it is wider than the paired
+    comparison's, whose shared slowdowns cancel."""
+    if (a in tied and b in tied) or not (_interval(a) and _interval(b)) or same_speed(a, b, precision):
+        return None
+    value = speed_ratio(a, b)
+    spread = math.hypot(a.samples_per_s_error / a.samples_per_s, b.samples_per_s_error / b.samples_per_s)
+    return plus_minus(value, value * spread)
+
+
+def _interval(candidate: Candidate) -> bool:
+    """Whether the candidate's speed has a 95% interval: two timed steps or more, a finite half-width."""
+    error = candidate.samples_per_s_error
+    return (candidate.timed_steps or 0) >= 2 and error is not None and math.isfinite(error)
 
 
 def _paired(a: Candidate, b: Candidate) -> Ratio | None:
@@ -94,13 +115,13 @@ def reason(choice: Candidate | None, candidates: Sequence[Candidate], budget_mb:
 def checkpointing_trade(choice: Candidate, safe: Sequence[Candidate], budget_mb: float, margin: float = MARGIN,
                         precision: float = PRECISION) -> str:
     """The activation-checkpointing trade in numbers, where the plan crossed it: '; b=16, k=4 with full
-    checkpointing: 1.30× the samples/s of b=4, k=16 without, at 82% of the budget' (the choice against the
+    checkpointing: 1.30 ± 0.06× the samples/s of b=4, k=16 without, at 82% of the budget' (the choice against the
     recommendation of its options without checkpointing), or for a choice without it, what each checkpointing
     mode would fit and at what speed. '' when only one checkpointing setting was measured."""
     crossed = sorted({c.options.checkpointing for c in safe} - {choice.options.checkpointing})
     if not crossed:
         return ""
-    mine = choice.options.checkpointing
+    mine, tied = choice.options.checkpointing, ties(safe, precision)
     clauses = []
     for other in (["off"] if mine != "off" else crossed):
         if other not in crossed:
@@ -109,14 +130,15 @@ def checkpointing_trade(choice: Candidate, safe: Sequence[Candidate], budget_mb:
                           budget_mb, margin, precision)
         if rival is None:
             continue
-        same = same_speed(choice, rival, precision)
         if mine != "off":
-            speed = "as fast as" if same else f"{speed_ratio(choice, rival):.2f}× the samples/s of"
+            ratio = ratio_words(choice, rival, tied, precision)
+            speed = "as fast as" if ratio is None else f"{ratio}× the samples/s of"
             clauses.append(f"b={choice.micro_batch_size}, k={choice.accum_steps} {choice.options.checkpointing_words()}:"
                            f" {speed} b={rival.micro_batch_size}, k={rival.accum_steps} without, at "
                            f"{choice.peak_mb / budget_mb:.0%} of the budget")
         else:
-            speed = "as fast" if same else f"at {speed_ratio(rival, choice):.2f}× the samples/s"
+            ratio = ratio_words(rival, choice, tied, precision)
+            speed = "as fast" if ratio is None else f"at {ratio}× the samples/s"
             clauses.append(f"{other} checkpointing fits b={rival.micro_batch_size}, k={rival.accum_steps} at "
                            f"{rival.peak_mb / budget_mb:.0%} of the budget, {speed} (it recomputes each block's "
                            "activations in backward)")
@@ -145,16 +167,17 @@ def _tie_words(choice: Candidate, tied: Sequence[Candidate], precision: float) -
 
 def _against_plain(choice: Candidate, plain_safe: Sequence[Candidate], tied: Sequence[Candidate],
                    budget_mb: float, margin: float, precision: float) -> str:
-    """'; 1.50× the samples/s of fp32 without options, whose ...': the recommendation against plain fp32."""
+    """'; 1.50 ± 0.04× the samples/s of fp32 without options, whose ...': the recommendation against plain fp32."""
     plain = recommend(plain_safe, budget_mb, margin, precision)
     largest = max(c.micro_batch_size for c in plain_safe)
     room = (f"; it needs less memory: b={choice.micro_batch_size} fits where fp32 stops at b={largest}"
             if choice.micro_batch_size > largest else "")
     if any(c.options == Options() for c in tied):  # fp32 is named among the ties: no ratio to quote
         return room
-    if same_speed(choice, plain, precision):
+    ratio = ratio_words(choice, plain, tied, precision)
+    if ratio is None:
         return f"; as fast as fp32 without options at b={plain.micro_batch_size} within the precision{room}"
-    return (f"; {speed_ratio(choice, plain):.2f}× the samples/s of fp32 without options, "
+    return (f"; {ratio}× the samples/s of fp32 without options, "
             f"whose recommended size within the margin is b={plain.micro_batch_size}{room}")
 
 

@@ -130,7 +130,8 @@ def test_reason_when_plain_fp32_wins_mentions_the_budget_and_the_margin():
     assert reason(choice, fp32, 100.0).endswith("samples/s).")  # nothing else measured
 
 
-FP32_UP_TO_16 = [candidate(8, 40.0, 800.0), candidate(16, 70.0, 1000.0), candidate(32, 120.0, None, OVER_BUDGET)]
+FP32_UP_TO_16 = [candidate(8, 40.0, 800.0, error=16.0), candidate(16, 70.0, 1000.0, error=20.0),
+                 candidate(32, 120.0, None, OVER_BUDGET)]  # each speed ± 2 %
 
 
 def bf16_reason(bf16: list[Candidate]) -> str:
@@ -140,16 +141,18 @@ def bf16_reason(bf16: list[Candidate]) -> str:
 
 
 def test_reason_gives_the_speed_ratio_against_fp32_when_another_option_wins():
-    sentence = bf16_reason([candidate(8, 25.0, 1200.0, options=BF16), candidate(16, 45.0, 1500.0, options=BF16)])
+    sentence = bf16_reason([candidate(8, 25.0, 1200.0, options=BF16, error=24.0),
+                            candidate(16, 45.0, 1500.0, options=BF16, error=30.0)])
     assert sentence.startswith("bf16 at b=16, k=4 is the fastest")
-    assert "1.50× the samples/s of fp32 without options" in sentence
+    assert "1.500 ± 0.042× the samples/s of fp32 without options" in sentence  # 1.5·√(0.02² + 0.02²) = 0.0424
     assert "whose recommended size within the margin is b=16" in sentence
     assert "needs less memory" not in sentence  # same b as fp32's largest
 
 
 def test_reason_says_the_winner_needs_less_memory_when_its_micro_batch_is_larger():
-    sentence = bf16_reason([candidate(16, 45.0, 1500.0, options=BF16), candidate(32, 80.0, 2000.0, options=BF16)])
-    assert "2.00× the samples/s of fp32" in sentence
+    sentence = bf16_reason([candidate(16, 45.0, 1500.0, options=BF16, error=30.0),
+                            candidate(32, 80.0, 2000.0, options=BF16, error=40.0)])
+    assert "2.000 ± 0.057× the samples/s of fp32" in sentence  # 2·√(0.02² + 0.02²) = 0.0566
     assert "it needs less memory: b=32 fits where fp32 stops at b=16" in sentence
     assert sentence.endswith(".") and "\n" not in sentence
 
