@@ -11,7 +11,8 @@ Where it may run:
   and Equivalence pages compute on it in a worker process of their own (runs/aside.py).
 - With GACCUM_USER_CODE set, every process (the server's workers, and a command line started with it)
   looks names up in that folder only: FILE.py inside it (a relative path is taken from there), MODULE a
-  module found there.
+  module found there, resolved level by level before anything runs (every file, a package's __init__.py
+  too, Python source inside the folder that Python would import as that name).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import importlib
 import importlib.util
 import os
 import sys
+from importlib.machinery import ExtensionFileLoader, FrozenImporter, ModuleSpec, PathFinder, SourceFileLoader
 from pathlib import Path
 from types import ModuleType
 from typing import Callable
@@ -78,12 +80,58 @@ def _file_in(field: str, value: str, where: str, folder: Path) -> Path:
         if not path.is_file():
             raise ConfigError(field, value, f"{_FORM}: there is no file {path}")
         return path
-    base = folder.joinpath(*where.split("."))
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.is_file() and _inside(path.resolve(), folder):
-            return path.resolve()
-    raise ConfigError(field, value, f"a module found in {USER_CODE_ENV}={folder}: there is no "
-                      f"{base.relative_to(folder)}.py or {base.relative_to(folder)}/__init__.py there")
+    return _module_in(field, value, where, folder)
+
+
+def _module_in(field: str, value: str, where: str, folder: Path) -> Path:
+    """The source file of module `where`, found level by level in folder as Python finds it, nothing executed
+    (find_spec on a dotted name would import its parents): each level's file, a package's __init__.py too,
+    Python source inside folder that Python would not take from elsewhere."""
+    parts, search, path = where.split("."), [str(folder)], folder
+    for depth, part in enumerate(parts, 1):
+        spec = PathFinder.find_spec(part, search)
+        if spec is None:
+            base = "/".join(parts[:depth])
+            raise _refuse_module(field, value, folder, f"there is no {base}.py or {base}/__init__.py there")
+        path = _source_in(field, value, ".".join(parts[:depth]), spec, folder)
+        search = list(spec.submodule_search_locations or [])
+    return path
+
+
+def _refuse_module(field: str, value: str, folder: Path, why: str) -> ConfigError:
+    return ConfigError(field, value, f"a module found in {USER_CODE_ENV}={folder}: {why}")
+
+
+def _source_in(field: str, value: str, name: str, spec: ModuleSpec, folder: Path) -> Path:
+    """The resolved file of one level of a module name; ConfigError unless Python source inside folder."""
+    if spec.origin is None:
+        raise _refuse_module(field, value, folder, f"{name} is a namespace package (a folder without "
+                             "__init__.py); gaccum runs Python source files only")
+    if not isinstance(spec.loader, SourceFileLoader):
+        kind = "a compiled extension module" if isinstance(spec.loader, ExtensionFileLoader) else "not Python source"
+        raise _refuse_module(field, value, folder, f"{name} is {kind} ({Path(spec.origin).name}); gaccum runs "
+                             "Python source files only")
+    path = Path(spec.origin).resolve()
+    if not _inside(path, folder):
+        raise _refuse_module(field, value, folder, f"{name} resolves outside it ({spec.origin} is {path})")
+    elsewhere = _taken_elsewhere(name, path)
+    if elsewhere:
+        raise _refuse_module(field, value, folder, f"{name} is {elsewhere}, which Python imports instead of "
+                             f"{spec.origin}; rename yours")
+    return path
+
+
+def _taken_elsewhere(name: str, path: Path) -> str | None:
+    """What Python imports as `name` instead of the file at path (built in, frozen, imported already), or None."""
+    if name in sys.builtin_module_names:
+        return "built into Python"
+    if FrozenImporter.find_spec(name) is not None:
+        return "frozen into Python"
+    loaded = sys.modules.get(name)
+    file = getattr(loaded, "__file__", None)
+    if loaded is not None and (not file or Path(file).resolve() != path):
+        return f"imported already from {file or 'Python itself'}"
+    return None
 
 
 def _defines(path: Path, function: str) -> bool:
@@ -153,17 +201,27 @@ def _import_file(field: str, value: str, path: Path) -> ModuleType:
 
 
 def _import_module(field: str, value: str, where: str, folder: Path | None) -> ModuleType:
-    if folder is not None and str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))  # the folder's modules first
+    if folder is not None:
+        _first_on_path(field, value, where.partition(".")[0], folder)
     try:
-        module = importlib.import_module(where)
+        return importlib.import_module(where)
     except (Exception, SystemExit) as exc:  # ModuleNotFoundError, or the module's own error while importing
         raise ConfigError(field, value, f"an importable module: {first_line(exc)}") from None
-    where_from = Path(getattr(module, "__file__", None) or "").resolve()
-    if folder is not None and not _inside(where_from, folder):
-        raise ConfigError(field, value, f"a module found in {USER_CODE_ENV}={folder}: {where} is "
-                          f"{where_from if where_from.name else 'built into Python'}; name its file instead")
-    return module
+
+
+def _first_on_path(field: str, value: str, top: str, folder: Path) -> None:
+    """The folder on sys.path, and Python's own lookup of the top-level name (every finder on sys.meta_path and
+    sys.path, nothing executed) finding the folder's file; ConfigError otherwise."""
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))  # the folder's modules first
+    mine = _module_in(field, value, top, folder)
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or spec.origin is None or Path(spec.origin).resolve() != mine:
+        raise _refuse_module(field, value, folder, f"{top} is {getattr(spec, 'origin', None) or 'not found'} "
+                             f"to Python's import, not {mine}; rename yours")
 
 
 def _import(field: str, value: str, where: str) -> ModuleType:
