@@ -1,10 +1,12 @@
 """The runs directory's index: each run's row of the runs table (settings, state, final figures) kept in an
-SQLite database beside the runs (runs/.index.sqlite), so that listing thousands of runs reads the files of
-only those that changed, also in a server just restarted.
+SQLite database (runs/.index.sqlite; on a network filesystem, this host's own file in a local cache folder:
+index_place), so that listing thousands of runs reads the files of only those that changed, also in a server
+just restarted.
 
 The run folders stay the source of truth. A row is stored with the stamp of the files it was read from
-(inode, mtime_ns and size of each, taken before reading them) and read again from the folder whenever a
-stamp differs: an atomic replace is a new inode, an appended CSV row a new size. A run with no row is read
+(inode, mtime_ns, ctime_ns and size of each, taken before reading them) and read again from the folder
+whenever a stamp differs: an atomic replace is a new inode, an appended CSV row a new size, an edit in place
+whose mtime was put back a new ctime (which no one can set). A run with no row is read
 and added; the row of a folder that is gone is dropped. Several processes (servers, command lines) list and
 write at once: WAL mode, a busy timeout, and each batch of whole rows one transaction, so a reader never sees
 half a row. Being a cache, a damaged index file is replaced by an empty one, and where it cannot be written
@@ -25,7 +27,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, TypeVar
 
-INDEX_FILE = ".index.sqlite"
+from gaccum_core.runs.index_place import is_network, this_host_index
+
 # The files a row is read from: a change to any of them makes the row stale.
 STAMPED = ("status.json", "config.json", "metrics.csv", "eval.csv", "tags.json", "checkpoint.pt")
 BATCH = 100  # runs read from their folders between two commits (and two progress reports)
@@ -43,7 +46,8 @@ _SEEN_LOCK = threading.Lock()
 
 
 def stamp(run_dir: str | Path) -> str:
-    """The versions of the files a run's row is read from: inode, mtime_ns and size of each, '-' when absent."""
+    """The versions of the files a run's row is read from: inode, mtime_ns, ctime_ns and size of each, '-' when
+    absent."""
     parts, base = [], os.fspath(run_dir) + os.sep
     for name in STAMPED:
         try:
@@ -51,7 +55,7 @@ def stamp(run_dir: str | Path) -> str:
         except OSError:  # absent, or the folder itself is gone
             parts.append("-")
         else:
-            parts.append(f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}")
+            parts.append(f"{st.st_ino}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_size}")
     return " ".join(parts)
 
 
@@ -101,7 +105,8 @@ class RunIndex:
 
     def __init__(self, root: str | Path, version: str) -> None:
         self.root, self.version = Path(root), version
-        self.path = self.root / INDEX_FILE
+        self.path, fstype = this_host_index(self.root)
+        self.in_cache = is_network(fstype)  # this host's file in a cache folder, not beside the runs
         self.table = f"runs_{version}"
 
     def rows(self, run_ids: Sequence[str], read: Callable[[str], Row], progress: Progress | None = None,
@@ -196,6 +201,11 @@ class RunIndex:
     def _connect(self, write: bool) -> sqlite3.Connection:
         if not write and not self.path.exists():
             raise sqlite3.OperationalError("no index yet")
+        if write and self.in_cache:  # the cache folder is made at the first write
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise sqlite3.OperationalError(str(exc)) from exc
         db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
         try:
             if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
@@ -221,7 +231,7 @@ class RunIndex:
         """Replace a damaged index file with an empty one, under a lock so that two processes that found it
         damaged replace it once; whether the index can be used now."""
         try:
-            with open(self.root / (INDEX_FILE + ".lock"), "a") as lock:
+            with open(f"{self.path}.lock", "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 if not self._damaged():
                     return True  # another process replaced it meanwhile
