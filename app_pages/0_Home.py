@@ -11,6 +11,7 @@ from dashboard.nav import PAGES
 from dashboard.indexing import indexing_progress
 from dashboard.prefetch import prefetch_train_page
 from gaccum_core.runs.catalog import run_table
+from gaccum_core.runs.index_place import describe as describe_index
 from gaccum_core.runs.store import RunStore
 from gaccum_core.views.run_table import COLUMN_HELP
 
@@ -33,6 +34,7 @@ def _active(runner) -> list:
 
 def _latest_runs(store: RunStore, active_ids: list[str]) -> None:
     st.subheader("Latest runs")
+    st.caption(f"Runs index: {plain(describe_index(store.root))}")
     # Runs ended before a step say nothing here; a bar while many runs are read into the runs index.
     table = run_table(store, active_ids, hide_unstepped=True, progress=indexing_progress(store))
     if table.empty:

@@ -117,3 +117,17 @@ def test_a_same_size_edit_with_its_mtime_put_back_is_read_again(tmp_path, restar
     assert run_table(store).loc[0, "message"] == "after!"  # this process
     restarted()
     assert run_table(store).loc[0, "message"] == "after!"  # a server restarted
+
+
+def test_doctor_and_the_home_page_say_where_the_index_is(shared_runs, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from gaccum_core.cli.doctor import doctor_report
+
+    where = place.describe(shared_runs.root)
+    assert f"runs index    {where}" in doctor_report("cpu", check_compile=False, runs_dir=str(shared_runs.root))
+    monkeypatch.setenv("GACCUM_RUNS_DIR", str(shared_runs.root))
+    home = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=60).run()
+    assert not home.exception
+    (line,) = [c.value for c in home.caption if c.value.startswith("Runs index")]
+    assert str(place.this_host_index(shared_runs.root)[0]) in line.replace("\\", "") and "nfs4" in line
