@@ -1,10 +1,17 @@
-"""The accumulation contract on its own: windows, weights and sample order."""
+"""The accumulation contract on its own: windows, weights and sample order; the textbook weighting through the engine."""
+
+import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from gaccum_core.config import RunConfig
 from gaccum_core.train.accumulation import (epoch_order, micro_batch_divisors, plan_epoch, planned_steps, window_at,
                                             windows_per_epoch)
+from gaccum_core.train.engine import Engine
+from gaccum_core.train.metrics import NullSink
 
 
 @pytest.mark.parametrize("b,k", [(32, 1), (8, 4), (1, 32), (5, 3), (7, 7)])
@@ -61,24 +68,42 @@ def test_micro_batch_divisors_for_each_reduction():
     assert micro_batch_divisors("mean", counts, world_size=2) == [10.5, 10.5, 10.5]  # DDP averages the ranks
 
 
+class _Trail(NullSink):
+    """The model's weights, flat, after each step."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model, self.weights = model, []
+
+    def log_step(self, row: dict) -> None:
+        self.weights.append(parameters_to_vector(self.model.parameters()).detach().clone())
+
+
+def _trained(reduction: str, max_steps: int) -> tuple[Engine, list[torch.Tensor]]:
+    """mlp on 118 fake 8x8 images in windows of 8x4 (the 4th, last, holds 22: 8, 8, 6), plain SGD at lr 0.1:
+    the engine and its weights after each step."""
+    config = RunConfig(model="mlp", dataset="fake", image_size=8, fake_samples=118, micro_batch_size=8,
+                       accum_steps=4, reduction=reduction, max_steps=max_steps, device="cpu", eval_every=10**9,
+                       optimizer="sgd", momentum=0.0, lr=0.1)
+    engine = Engine(config)
+    trail = _Trail(engine.model)
+    engine.run(trail)
+    return engine, trail.weights
+
+
 def test_the_textbook_weighting_on_images_is_exact_until_a_partial_window():
     """mean_per_micro_batch on images: equal micro-batches make it the mean, until the epoch's partial last
     window (118 samples, windows of 32: the last holds 22), which it divides by k as the tutorials do."""
-    import torch
-
-    from gaccum_core.config import RunConfig
-    from gaccum_core.train.engine import Engine
-    from gaccum_core.train.metrics import NullSink
-
-    def weights(reduction, max_steps):
-        config = RunConfig(model="mlp", dataset="fake", image_size=8, fake_samples=118, micro_batch_size=8,
-                           accum_steps=4, reduction=reduction, max_steps=max_steps, device="cpu", eval_every=10**9)
-        engine = Engine(config)
-        engine.run(NullSink())
-        return torch.cat([p.detach().flatten() for p in engine.model.parameters()])
-
-    torch.testing.assert_close(weights("mean_per_micro_batch", 3), weights("mean", 3), rtol=0, atol=1e-7)
-    assert (weights("mean_per_micro_batch", 4) - weights("mean", 4)).abs().max() > 1e-4
+    textbook, weights = _trained("mean_per_micro_batch", 4)
+    torch.testing.assert_close(weights[2], _trained("mean", 3)[1][2], rtol=0, atol=1e-7)
+    # The textbook's 4th step by hand, from the weights after three: each micro-batch's mean loss over k = 4
+    # (not over the 3 micro-batches the window holds), summed; then plain SGD.
+    model = copy.deepcopy(textbook.model)
+    vector_to_parameters(weights[2], model.parameters())
+    x, y = textbook.data.train.batch(epoch_order(118, seed=textbook.config.seed, epoch=0)[96:118])
+    loss = sum(F.cross_entropy(model(xs), ys) for xs, ys in zip(x.split(8), y.split(8))) / 4
+    by_hand = weights[2] - 0.1 * parameters_to_vector(torch.autograd.grad(loss, list(model.parameters())))
+    assert (by_hand - weights[2]).abs().max() > 1e-3  # the step moves weights by far more than the tolerance
+    torch.testing.assert_close(weights[3], by_hand, rtol=0, atol=1e-6)
 
 
 def test_a_window_is_made_when_asked_for_and_equals_the_epochs_plan():

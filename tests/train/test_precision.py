@@ -81,3 +81,18 @@ def test_fp16_unscaled_grad_norm_matches_fp32():
     _, fp16 = run(amp="fp16", init_scale=1024.0, max_steps=1)
     assert fp16.steps[0]["grad_norm"] == pytest.approx(fp32.steps[0]["grad_norm"], rel=2e-2)
     assert fp16.steps[0]["loss"] == pytest.approx(fp32.steps[0]["loss"], rel=1e-2)
+
+
+def test_clipped_fp16_takes_the_clipped_fp32_step():
+    """fp16 gradients are unscaled before clipping: clipped at the scale of 1024 they would move 1024x less."""
+    before, fp32 = run(max_steps=2, lr=0.5, grad_clip=0.1)
+    _, fp16 = run(amp="fp16", init_scale=1024.0, max_steps=2, lr=0.5, grad_clip=0.1)
+    assert min(r["grad_norm"] for r in fp32.steps) > 0.3  # the clip bites on both steps
+    assert not any(r["skipped"] for r in fp16.steps)
+    for got, want in zip(fp16.steps, fp32.steps):
+        assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=2e-3)  # measured: 2e-4 apart
+    moved = max((p - q).abs().max().item() for p, q in zip(fp32.weights[-1], before))
+    assert moved > 5e-3  # the two steps move weights by far more than the tolerance below
+    # Measured: fp16 autocast's rounding leaves the weights at most 1.3e-4 from fp32's after two steps.
+    for got, want in zip(fp16.weights[-1], fp32.weights[-1]):
+        torch.testing.assert_close(got, want, atol=1e-3, rtol=0)
