@@ -9,7 +9,7 @@ from dashboard import server
 from page_charts import live_figures
 
 from gaccum_core.views.charts import CHARTS
-from gaccum_core.config import RunConfig
+from gaccum_core.config import DEFAULT_RUN, RunConfig
 from gaccum_core.train.metrics import STEP_COLUMNS
 
 HEADER = ",".join(STEP_COLUMNS)
@@ -39,7 +39,7 @@ def test_train_page_runs_a_tiny_run_and_draws_its_charts(runs_dir, downloads):
     at = AppTest.from_file(str(ROOT / "app_pages/1_Train.py"), default_timeout=120).run()
     assert not at.exception
     for key in ("cfg_model", "cfg_dataset", "cfg_clear_cache", "cfg_compile", "cfg_optimizer", "cfg_device"):
-        assert at.selectbox(key=key) is not None
+        assert at.selectbox(key=key).value == getattr(DEFAULT_RUN, key.removeprefix("cfg_"))  # the page's defaults
     assert at.number_input(key="cfg_micro_batch_size").value == 32 and at.number_input(key="cfg_accum_steps").value == 4
     assert at.metric[0].value == "128"
     at.selectbox(key="cfg_model").select("mlp")

@@ -359,7 +359,8 @@ def test_resume_of_a_run_deleted_elsewhere_says_so(runs_dir):
     (run_id,) = at.session_state["session_runs"]
     assert runner().wait(run_id, timeout=60).state == RunState.STOPPED
     at.run()
-    assert at.button(key="resume") is not None
+    resume = at.button(key="resume")
+    assert not resume.disabled and resume.label.endswith(" from its checkpoint"), resume.label  # offered, usable
     runner().delete(run_id)  # the Runs page, in another tab
     at.button(key="resume").click().run()
     assert not at.exception
