@@ -7,7 +7,7 @@ from dashboard import live_chart
 from dashboard.checks import refusal
 from dashboard.controls import LABELS, Controls, config_from
 from dashboard.live import (REFRESH_S, WARM_POLL_S, await_first_step, chart_labels, live_charts, progress,
-                            short_name)
+                            short_name, started_from, stepless_line)
 from dashboard.messages import explain
 from dashboard.server import get_runner
 from dashboard.state import adopt_settings, drop_missing, kept, session_runs, widget
@@ -21,11 +21,11 @@ from gaccum_core.lab.loopcode import render_loop
 from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.runs.files import run_error_words
 from gaccum_core.runs.integrity import DamagedRun
+from gaccum_core.runs.resume import RESUMABLE, resume_refusal
 from gaccum_core.runs.runner import RunBusyError
-from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError
-from dashboard.run_picks import (OFFERED, offered_runs, run_choice_labels, runs_on_disk, tracked_or_disk,
-                                 wrap_run_chips)
+from dashboard.run_picks import (OFFERED, last_stopped, offered_runs, run_choice_labels, runs_on_disk,
+                                 tracked_or_disk, wrap_run_chips)
 from dashboard.markdown import plain
 
 st.set_page_config(page_title="gaccum · Train", layout="wide")
@@ -93,16 +93,20 @@ drawn_runs = runs_on_disk(runner)  # a run deleted or added elsewhere redraws th
 if stop.button("Stop", key="stop", disabled=not active):
     for snapshot in active:
         runner.stop(snapshot.run_id)
-latest = runner.snapshot(mine[-1]) if mine and runner.knows(mine[-1]) else None
-if latest is not None and latest.state in (RunState.STOPPED, RunState.FAILED) and not active:
-    if st.button(f"Resume {plain(short_name(latest))} from its checkpoint", key="resume",
-                 help="goes on exactly where it stopped, in the same run directory (Runs page: any run)"):
-        try:
-            runner.resume(latest.run_id)
-        except (CheckpointError, DamagedRun, RunBusyError, StoreError, OSError) as exc:
-            st.error(f"Cannot resume: {run_error_words(runner.store.path(latest.run_id), exc)}")
-        else:
-            st.rerun()
+latest_id = mine[-1] if mine else last_stopped(runner)  # a tab with no run of its own: the newest stopped one
+latest = tracked_or_disk(runner, latest_id) if latest_id else None
+resumable = latest is not None and latest.state in RESUMABLE and not active
+refused = resumable and resume_refusal(runner.store, latest.run_id)
+if refused:  # no checkpoint.pt, or a config.json that does not read: said instead of a Resume that cannot work
+    st.caption(plain(refused))
+elif resumable and st.button(f"Resume {plain(short_name(latest))} from its checkpoint", key="resume",
+                             help="goes on exactly where it stopped, in the same run directory (Runs page: any run)"):
+    try:  # what checkpoint.pt holds is checked now: a refusal says why
+        runner.resume(latest.run_id)
+    except (CheckpointError, DamagedRun, RunBusyError, StoreError, OSError) as exc:
+        st.error(f"Cannot resume: {run_error_words(runner.store.path(latest.run_id), exc)}")
+    else:
+        st.rerun()
 
 # Tokens seen is offered while a language run is set up or among this session's runs: image runs count none.
 language = (config is not None and config.is_text) or any(runner.config(r).is_text for r in mine)
@@ -113,7 +117,7 @@ with x_col:
 with smooth_col:
     smoothing = widget(st.slider, "Smoothing (loss, throughput)", "chart_smoothing", 0.6, min_value=0.0, max_value=0.99)
 labels_of = run_choice_labels(runner.store)  # every run on disk, newest first, in the legends' words
-earlier = [r for r in labels_of if r not in mine[-1:]]
+earlier = [r for r in labels_of if r != latest_id]
 overlay_col, log_col = st.columns([3, 2])
 with overlay_col:
     # The latest run is always drawn; any other run on disk (this tab's, another tab's, an earlier
@@ -134,7 +138,7 @@ with log_col:
 def shown_runs():
     """The picked runs, this session's latest and any run in progress (e.g. after a reload); runs
     deleted meanwhile (on the Runs page, in any session) are left out."""
-    ids = [r for r in overlaid if r in earlier] + mine[-1:]
+    ids = [r for r in overlaid if r in earlier] + ([latest_id] if latest_id else [])
     ids += [s.run_id for s in runner.snapshots() if not s.done and s.run_id not in ids]
     snapshots = []
     for run_id in dict.fromkeys(ids):
@@ -200,11 +204,19 @@ def live() -> None:
     """Progress and charts, refreshed from the runner's snapshots while a run is going."""
     snapshots = shown_runs()
     for snapshot in snapshots:
-        if not snapshot.done or snapshot.run_id == (mine[-1] if mine else None):
-            progress(snapshot)
+        if not snapshot.done or snapshot.run_id == latest_id:
+            progress(snapshot)  # with how it ended, and why
+        if snapshot.run_id == latest_id and started_from(runner, latest_id):
+            st.caption(plain(f"Initial weights: {started_from(runner, latest_id)}"))
     if not snapshots:
         st.info("No run yet: set up a run on the left and press Start.")
         live_chart.preload(st.container())  # plotly.js loads (~1 s) while the user sets up, not after Start
+        return
+    for snapshot, label in zip(snapshots, chart_labels(snapshots)):  # the latest's end is said by its progress
+        if snapshot.done and not snapshot.metrics and snapshot.run_id != latest_id:
+            st.caption(stepless_line(plain(label), snapshot.state, snapshot.message))
+    snapshots = [s for s in snapshots if s.metrics or not s.done]  # nothing to draw of a run that ended stepless
+    if not snapshots:
         return
     charts = live_charts(snapshots, x_axis, smoothing, frozenset(log_y or ()))
     for group in charts.coincidences:  # the Runs page says the same of the same runs

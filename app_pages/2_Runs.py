@@ -4,7 +4,7 @@ resume or stop them."""
 import streamlit as st
 
 from gaccum_core.config import plural
-from gaccum_core.runs.catalog import read_runs, run_labels, run_table, settings_table, tables_csv
+from gaccum_core.runs.catalog import read_runs, run_labels, run_table, settings_table, tables_csv, unstepped
 from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.views.axes import X_AXES
 from gaccum_core.views.applicable import not_applicable
@@ -14,6 +14,7 @@ from gaccum_core.views.colours import run_colours
 from gaccum_core.views.series import RunSeries
 from gaccum_core.runs.files import run_error_words
 from gaccum_core.runs.integrity import DamagedRun
+from gaccum_core.runs.resume import RESUMABLE, resume_refusal
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError, validate_run_id
@@ -25,13 +26,12 @@ from dashboard.import_box import import_box
 from dashboard.indexing import indexing_progress
 from dashboard.markdown import plain
 from dashboard.run_picks import OFFERED, offered_runs, wrap_run_chips
-from dashboard.live import REFRESH_S
+from dashboard.live import REFRESH_S, stepless_line
 from dashboard.server import chart_cache, get_runner
 from dashboard.state import widget
 
 st.set_page_config(page_title="gaccum · Runs", layout="wide")
 st.title("Runs")
-RESUMABLE = (RunState.STOPPED, RunState.INTERRUPTED, RunState.FAILED)
 runner = get_runner()
 store = runner.store
 if "deleted" in st.session_state:
@@ -55,10 +55,10 @@ for message in damaged(table):
     st.warning(plain(f"Damaged: {message}. Delete the run, or repair the file by hand."))
 for run_id, where in running_elsewhere(table, live):
     st.info(plain(f"{run_id} is {where}: stop it there (it cannot be resumed or deleted from here meanwhile)."))
-linked = st.query_params.get("run")
-if linked is not None and SELECTED not in st.session_state:
-    try:  # ?run=<id> links to a run, ?run=<id>,<id> to several (a sweep's cell); each id checked before any path
-        ids = [validate_run_id(run_id) for run_id in linked.split(",")]
+linked = st.query_params.get_all("run")
+if linked and SELECTED not in st.session_state:
+    try:  # ?run=<id> links to a run, ?run=<id>,<id> or ?run=<id>&run=<id> to several; each id checked before any path
+        ids = list(dict.fromkeys(validate_run_id(run_id) for text in linked for run_id in text.split(",")))
         st.session_state[SELECTED] = [run_id for run_id in ids if run_id in set(table["run_id"])]
         for missing in (run_id for run_id in ids if run_id not in set(table["run_id"])):
             st.warning(plain(f"No run {missing!r} in {store.root.resolve()}."))
@@ -154,7 +154,12 @@ if readable:
     colour = run_colours(store.list_runs())
     runs = [RunSeries(r, legend, runs_data[r].metrics, runs_data[r].evals, colour.get(r))
             for r, legend in zip(readable, legends)]
-    figures = build_figures(runs, x_axis, smoothing)
+    ended_stepless = table.loc[unstepped(table)].set_index("run_id")["message"].fillna("")
+    for run in (r for r in runs if r.run_id in ended_stepless):  # said once, instead of charts that wait forever
+        why = "" if runner.knows(run.run_id) else ended_stepless[run.run_id]  # else its progress, above, says why
+        st.caption(stepless_line(plain(run.label), states[run.run_id], why))
+    runs = [r for r in runs if r.run_id not in ended_stepless]
+    figures = build_figures(runs, x_axis, smoothing) if runs else {}
     for group in coinciding(runs):  # as the Train page says it
         st.caption(group.sentence([plain(label) for label in group.labels]))
     skipped = not_applicable(runs, tuple(figures))  # said in a line each, as on the Train page
@@ -197,8 +202,13 @@ if resumable:
     st.subheader("Resume")
     st.caption("A resumed run goes on from its checkpoint.pt in its own directory, exactly as if it had never "
                "stopped (its gradients of a half-done window included); rows after the checkpoint are dropped.")
-    for run_id in resumable:
-        st.button(f"Resume {plain(run_id)} ({states[run_id]})", key=f"resume_{run_id}", on_click=resume, args=(run_id,))
+    for run_id in resumable:  # Resume where checkpoint.pt is there and config.json reads; else why not
+        refused = resume_refusal(store, run_id)
+        if refused:
+            st.caption(plain(refused))
+        else:
+            st.button(f"Resume {plain(run_id)} ({states[run_id]})", key=f"resume_{run_id}", on_click=resume,
+                      args=(run_id,))
 for run_id in (r for r in readable if states[r] == RunState.IMPORTED):  # no Resume: said why instead
     st.caption(plain(f"{run_id} {NOT_RESUMABLE}."))
 if "resume_error" in st.session_state:

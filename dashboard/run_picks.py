@@ -8,10 +8,11 @@ from collections.abc import Iterable, Sequence
 import streamlit as st
 
 from dashboard.indexing import indexing_progress
-from gaccum_core.runs.catalog import choice_labels, run_choices
+from gaccum_core.runs.catalog import choice_labels, run_choices, run_table
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.snapshot import RunSnapshot, disk_snapshot
 from gaccum_core.runs.store import RunStore, StoreError
+from gaccum_core.states import RunState
 
 
 # Runs a multiselect offers: Streamlit sends every option to the browser on each draw of the page.
@@ -21,6 +22,16 @@ OFFERED = 1_000
 def runs_on_disk(runner: Runner) -> tuple[str, ...]:
     """The ids of the runs in the runs directory, oldest first: cheap enough to poll every second."""
     return tuple(runner.store.list_runs())
+
+
+def last_stopped(runner: Runner) -> str | None:
+    """The newest run on disk that was stopped (by the user, or by its server's end) after a step or more: what a
+    Train tab with no run of its own offers to resume; None when there is none."""
+    table = run_table(runner.store, runner.active_ids(), hide_unstepped=True)
+    if table.empty:
+        return None
+    stopped = table[table["state"].isin([RunState.STOPPED, RunState.INTERRUPTED])]
+    return None if stopped.empty else str(stopped["run_id"].iloc[0])
 
 
 def run_choice_labels(store: RunStore) -> dict[str, str]:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, Callable
 
 import streamlit as st
 
+from dashboard import link
 from dashboard.controls import CLEAR_LABELS, LABELS, REDUCTION_LABELS
 from dashboard.messages import explain
-from dashboard.state import widget
+from dashboard.state import kept, set_kept, widget
 from gaccum_core import config as cfg
 from gaccum_core.sweeps.checks import check_sweep
 from gaccum_core.sweeps.spec import SweepSpec
@@ -20,10 +21,13 @@ from gaccum_core.train.device import max_processes, resolve_device
 PREFIX = "sweep_"
 # The default grid: b=8 against b=32 at E=64, the exact mean against the textbook mean per micro-batch,
 # twice each: 8 short runs of cnn on digits, the b/k pairs coinciding under mean and not under the other.
-DEFAULT_COMMON = {"model": "cnn", "dataset": "digits", "epochs": 3, "seed": 0}
-DEFAULT_E = 64
-DEFAULT_LISTS = {"micro_batch_size": [8, 32], "reduction": ["mean", "mean_per_micro_batch"], "amp": ["off"],
-                 "compile": ["off"], "clear_cache": ["off"], "nproc": [1]}
+# Each control's default, by its name (its key is PREFIX + name, and so is its query parameter in the URL).
+DEFAULTS: dict[str, Any] = {
+    "model": "cnn", "dataset": "digits", "epochs": 3, "max_steps": 0, "effective_batch": 64,
+    "micro_batch_size": [8, 32], "reduction": ["mean", "mean_per_micro_batch"], "amp": ["off"], "compile": ["off"],
+    "clear_cache": ["off"], "nproc": [1], "activation_checkpointing": ["off"], "sharding": ["ddp"], "packing": ["off"],
+    "optimizer": cfg.DEFAULT_RUN.optimizer, "lr": cfg.DEFAULT_RUN.lr, "seed": 0, "repeats": 3, "same_seed": False,
+}
 SWEEP_LABELS = {**LABELS, "micro_batch_size": "Micro-batch sizes b", "reduction": "Loss reductions",
                 "amp": "Precisions", "compile": "torch.compile modes", "clear_cache": "Cache clearing",
                 "nproc": "Processes N", "sharding": "Sharding (N > 1)", "effective_batch": "Effective batch E = N·b·k",
@@ -36,10 +40,17 @@ def divisors(n: int, most: int = 4096) -> list[int]:
     return [d for d in range(1, min(n, most) + 1) if n % d == 0]
 
 
-def _pick(field: str, options: list, default: list, **kwargs: Any) -> list:
+def _pick(field: str, options: list, **kwargs: Any) -> list:
     """A multiselect of the values to cross, returned in the options' order (the sweep's id follows it)."""
-    picked = widget(st.multiselect, SWEEP_LABELS[field], PREFIX + field, default, options=options, **kwargs)
+    picked = widget(st.multiselect, SWEEP_LABELS[field], PREFIX + field, DEFAULTS[field], options=options, **kwargs)
     return [o for o in options if o in picked]
+
+
+def _control(draw: Callable[..., Any], name: str, **kwargs: Any) -> Any:
+    """One control, by its name: its label, key and default (shown instead of a link's value it does not offer)."""
+    if "options" in kwargs and kept(PREFIX + name, DEFAULTS[name]) not in kwargs["options"]:
+        set_kept(PREFIX + name, DEFAULTS[name])
+    return widget(draw, SWEEP_LABELS[name], PREFIX + name, DEFAULTS[name], **kwargs)
 
 
 def _cpu_or_gpus() -> int:
@@ -47,40 +58,49 @@ def _cpu_or_gpus() -> int:
 
 
 def draw() -> tuple[dict[str, Any], dict[str, list], dict[str, Any]]:
+    """Every control in the sidebar, a fresh session's from the URL, then the URL from them; (common settings,
+    lists to cross, sweep options)."""
+    found, refused = link.restore_controls(PREFIX, DEFAULTS)
+    with st.sidebar:
+        notes = st.container()  # the link's values not used, above the controls
+    common, lists, options = _controls()
+    shown = {**common, **lists, **options}
+    link.write_controls(shown, DEFAULTS)
+    for exc in refused.values():
+        notes.warning(f"The link's setting was not used, the default is shown: {explain(exc, SWEEP_LABELS)}")
+    for name, text in link.not_shown(found, shown).items():
+        notes.warning(f"The link's setting was not used: {SWEEP_LABELS[name]} = {text} is not offered here.")
+    return common, lists, options
+
+
+def _controls() -> tuple[dict[str, Any], dict[str, list], dict[str, Any]]:
     """Every control in the sidebar; (common settings, lists to cross, sweep options)."""
     common: dict[str, Any] = {}
     with st.sidebar:
         st.header("Model and data")
-        common["model"] = widget(st.selectbox, LABELS["model"], PREFIX + "model", DEFAULT_COMMON["model"],
-                                 options=list(cfg.MODELS))
-        common["dataset"] = widget(st.selectbox, LABELS["dataset"], PREFIX + "dataset", DEFAULT_COMMON["dataset"],
-                                   options=list(cfg.DATASETS))
-        common["epochs"] = widget(st.number_input, LABELS["epochs"], PREFIX + "epochs", DEFAULT_COMMON["epochs"])
-        common["max_steps"] = widget(st.number_input, LABELS["max_steps"], PREFIX + "max_steps", 0)
+        common["model"] = _control(st.selectbox, "model", options=list(cfg.MODELS))
+        common["dataset"] = _control(st.selectbox, "dataset", options=list(cfg.DATASETS))
+        common["epochs"] = _control(st.number_input, "epochs")
+        common["max_steps"] = _control(st.number_input, "max_steps")
         st.header("Grid")
-        effective = widget(st.number_input, SWEEP_LABELS["effective_batch"], PREFIX + "effective_batch", DEFAULT_E)
-        lists = {"micro_batch_size": _pick("micro_batch_size", divisors(effective) if effective >= 1 else [],
-                                           DEFAULT_LISTS["micro_batch_size"]),
-                 "reduction": _pick("reduction", list(cfg.REDUCTIONS), DEFAULT_LISTS["reduction"],
-                                    format_func=REDUCTION_LABELS.get),
-                 "amp": _pick("amp", list(cfg.AMP_MODES), DEFAULT_LISTS["amp"]),
-                 "compile": _pick("compile", list(cfg.COMPILE_MODES), DEFAULT_LISTS["compile"]),
-                 "clear_cache": _pick("clear_cache", list(cfg.CLEAR_CACHE_MODES), DEFAULT_LISTS["clear_cache"],
-                                      format_func=CLEAR_LABELS.get),
-                 "nproc": _pick("nproc", list(range(1, _cpu_or_gpus() + 1)), DEFAULT_LISTS["nproc"]),
-                 "activation_checkpointing": _pick("activation_checkpointing", list(cfg.AC_MODES), ["off"])}
+        effective = _control(st.number_input, "effective_batch")
+        lists = {"micro_batch_size": _pick("micro_batch_size", divisors(effective) if effective >= 1 else []),
+                 "reduction": _pick("reduction", list(cfg.REDUCTIONS), format_func=REDUCTION_LABELS.get),
+                 "amp": _pick("amp", list(cfg.AMP_MODES)),
+                 "compile": _pick("compile", list(cfg.COMPILE_MODES)),
+                 "clear_cache": _pick("clear_cache", list(cfg.CLEAR_CACHE_MODES), format_func=CLEAR_LABELS.get),
+                 "nproc": _pick("nproc", list(range(1, _cpu_or_gpus() + 1))),
+                 "activation_checkpointing": _pick("activation_checkpointing", list(cfg.AC_MODES))}
         if any(n > 1 for n in lists["nproc"]):
-            lists["sharding"] = _pick("sharding", list(cfg.SHARDINGS), ["ddp"])
+            lists["sharding"] = _pick("sharding", list(cfg.SHARDINGS))
         if common["dataset"] in cfg.TEXT_DATASETS and common["dataset"] != "tokens":  # tokens: packed by nature
-            lists["packing"] = _pick("packing", ["off", "on"], ["off"])
+            lists["packing"] = _pick("packing", ["off", "on"])
         st.header("Optimizer and repeats")
-        common["optimizer"] = widget(st.selectbox, LABELS["optimizer"], PREFIX + "optimizer", cfg.DEFAULT_RUN.optimizer,
-                                     options=list(cfg.OPTIMIZERS))
-        common["lr"] = widget(st.number_input, LABELS["lr"], PREFIX + "lr", cfg.DEFAULT_RUN.lr)
-        common["seed"] = widget(st.number_input, LABELS["seed"], PREFIX + "seed", DEFAULT_COMMON["seed"])
-        options = {"effective_batch": effective,
-                   "repeats": widget(st.number_input, SWEEP_LABELS["repeats"], PREFIX + "repeats", 3),
-                   "same_seed": widget(st.checkbox, SWEEP_LABELS["same_seed"], PREFIX + "same_seed", False)}
+        common["optimizer"] = _control(st.selectbox, "optimizer", options=list(cfg.OPTIMIZERS))
+        common["lr"] = _control(st.number_input, "lr")
+        common["seed"] = _control(st.number_input, "seed")
+        options = {"effective_batch": effective, "repeats": _control(st.number_input, "repeats"),
+                   "same_seed": _control(st.checkbox, "same_seed")}
     return common, lists, options
 
 

@@ -1,9 +1,10 @@
 """A run made ready to go on from its checkpoint: before the runner queues it again, and as its process starts.
 
-Before any worker or rank starts, prepare_resume checks that checkpoint.pt loads, is whole, names a sharded run's
-own files and fits the run's settings (longer ones where asked), then cuts the run's rows back to its step. In the
-run's process, resume_engine puts the checkpoint into the engine, each rank checking it again against its own
-model. How a checkpoint is written, read and checked: gaccum_core.train.checkpoint.
+Whether a page offers Resume at all (checkpoint.pt there, config.json read): resume_refusal. Before any worker or
+rank starts, prepare_resume checks that checkpoint.pt loads, is whole, names a sharded run's own files and fits the
+run's settings (longer ones where asked), then cuts the run's rows back to its step. In the run's process,
+resume_engine puts the checkpoint into the engine, each rank checking it again against its own model. How a
+checkpoint is written, read and checked: gaccum_core.train.checkpoint.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gaccum_core.config import RunConfig
+from gaccum_core.config import RunConfig, first_line
 from gaccum_core.runs.files import replace_atomically
 from gaccum_core.runs.store import RunStore
 from gaccum_core.runs.tb_import import NOT_RESUMABLE
@@ -19,6 +20,9 @@ from gaccum_core.states import RunState
 from gaccum_core.train.checkpoint import CheckpointError, CheckpointManager
 from gaccum_core.train.distributed import Ranks, share_from_rank0
 from gaccum_core.train.engine import Engine
+
+# The states of a run that Resume can take on from its checkpoint (a finished one only when extended, from the CLI).
+RESUMABLE = frozenset({RunState.STOPPED, RunState.INTERRUPTED, RunState.FAILED})
 
 
 def checkpoints_in(run_dir: Path) -> CheckpointManager:
@@ -29,6 +33,20 @@ def checkpoints_in(run_dir: Path) -> CheckpointManager:
 def run_checkpoints(store: RunStore, run_id: str) -> CheckpointManager:
     """A run's checkpoints, in its directory."""
     return checkpoints_in(store.path(run_id))
+
+
+def resume_refusal(store: RunStore, run_id: str) -> str | None:
+    """Why a page offers no Resume for a stopped or failed run (it has no checkpoint.pt, or its config.json does
+    not read), in a sentence; None when it offers it: what checkpoint.pt holds is checked when Resume is pressed
+    (prepare_resume)."""
+    if not store.checkpoint_path(run_id).exists():
+        return (f"Run {run_id} cannot be resumed: it has no checkpoint.pt, as it ended before its first checkpoint "
+                "was saved; start a new run with its settings instead.")
+    try:
+        store.read_config(run_id)
+    except (OSError, ValueError) as exc:  # a ConfigError or a StoreError is a ValueError
+        return f"Run {run_id} cannot be resumed: its config.json cannot be read ({first_line(exc)})."
+    return None
 
 
 def prepare_resume(store: RunStore, run_id: str, config: RunConfig, status: dict[str, Any], epochs: int | None,
