@@ -65,7 +65,7 @@ FIELD_HELP = {
                    "for a vocabulary of at most 65,536 ids) or uint32",
     "cache_dir": "where text is kept tokenised (one flat file of token ids per corpus and tokenizer, reused by "
                  "later runs, other ranks and the planner); empty: GACCUM_CACHE_DIR, else token-cache beside the "
-                 "runs directory",
+                 "runs directory (--runs-dir, else GACCUM_RUNS_DIR, else ./runs)",
     "activation_checkpointing": "keep only each block's input and recompute its activations during backward "
                                 "(torch.utils.checkpoint, non-reentrant, dropout masks preserved): off, selective "
                                 "(every ac_every-th block) or full (every block); less activation memory for more "

@@ -1,7 +1,10 @@
 """Where runs are kept, one rule for the command line and the dashboard: --runs-dir, else GACCUM_RUNS_DIR,
 else ./runs. A run started from the command line in another folder shows up in the dashboard."""
 
+import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +85,28 @@ def test_the_server_keeps_runs_where_the_command_line_does(monkeypatch, value, e
     else:
         monkeypatch.setenv("GACCUM_RUNS_DIR", value)
     assert server.runs_dir() == runs_dir() == expected
+
+
+def test_the_token_cache_goes_beside_the_runs_dir_the_flag_names(elsewhere, monkeypatch):
+    """--cache-dir, else GACCUM_CACHE_DIR, else token-cache beside the runs directory the command resolved: the
+    flag's, not ./runs in the working folder; in the command's process and in the processes it starts."""
+    import gaccum_core.cli.run as cli_run
+    from gaccum_core.data.token_cache import default_cache_dir
+    from gaccum_core.runs.supervisor import child_env
+
+    monkeypatch.delenv("GACCUM_CACHE_DIR")
+    seen = []
+
+    def record(args):  # where the run would tokenise: here, and in a worker process or torchrun rank
+        child = subprocess.run([sys.executable, "-c", "from gaccum_core.data.token_cache import default_cache_dir; "
+                                "print(default_cache_dir())"], env=child_env(), capture_output=True, text=True)
+        seen.extend([default_cache_dir(), Path(child.stdout.strip())])
+        return 0
+
+    monkeypatch.setattr(cli_run, "run_command", record)
+    given = elsewhere.parent / "given" / "runs"
+    assert main(["run", "--model", "mlp", "--runs-dir", str(given)]) == 0
+    assert seen == [given.parent / "token-cache"] * 2 and elsewhere / "token-cache" not in seen
+    assert "GACCUM_RUNS_DIR" not in os.environ  # the command's runs directory ended with it
+    rule = "token-cache beside the runs directory (--runs-dir, else GACCUM_RUNS_DIR, else ./runs)"
+    assert "".join(rule.split()) in "".join(command_help("run").split())  # argparse may wrap at a hyphen

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Mapping, Sequence
 
+from gaccum_core import runsdir
 from gaccum_core.cli import check, doctor, export, import_runs, plan, resume, run, sweep, worker
 from gaccum_core.cli.args import OneLineParser
 
@@ -37,4 +38,5 @@ def command_help(name: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m gaccum_core`: parse, then carry out the command; its exit status."""
     args = build_parser().parse_args(argv)
-    return args.handler(args)
+    with runsdir.exported(getattr(args, "runs_dir", None)):  # the token cache beside --runs-dir, in every process
+        return args.handler(args)
