@@ -353,12 +353,11 @@ def _check_weights_file(cfg: RunConfig) -> None:
     path = cfg.weights_file
     if not path:
         return
-    if is_hf(cfg.model):
-        raise ConfigError("weights_file", path, f"empty with {cfg.model}: an hf: model loads the weights saved in its "
-                          "directory (model.safetensors or pytorch_model.bin beside its config.json)")
     if not takes_weights_file(cfg.model):
-        raise ConfigError("weights_file", path, f"empty with model {cfg.model}: a weights file starts timm:NAME or "
-                          f"a torchvision model ({', '.join(TORCHVISION_MODELS)}) from your weights")
+        own = (" (an hf: model loads the weights saved in its directory: model.safetensors or pytorch_model.bin "
+               "beside its config.json)") if is_hf(cfg.model) else ""
+        raise ConfigError("weights_file", path, "a weights file applies only to timm:NAME and torchvision models "
+                          f"({', '.join(TORCHVISION_MODELS)}), not to {cfg.model}{own}")
     if not path.strip() or not path.lower().endswith(WEIGHTS_SUFFIXES):
         raise ConfigError("weights_file", path, "the path of the model's state dict in a "
                           + ", ".join(WEIGHTS_SUFFIXES) + " file")

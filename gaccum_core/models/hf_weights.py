@@ -23,6 +23,7 @@ import torch
 
 from gaccum_core.config import ConfigError, first_line
 from gaccum_core.hfdir import hf_directory
+from gaccum_core.models.pretrained import unreadable
 
 # In the order from_pretrained prefers them: safetensors first (no pickle), a sharded index, then PyTorch's.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -87,7 +88,7 @@ def _file_shapes(model: str, path: Path, label: str) -> Shapes | None:
     except _Damaged as exc:
         raise _refuse(model, f"{label} does not open: {exc}") from None
     except Exception as exc:  # SafetensorError (truncated, a header that is not JSON), torch's zip or unpickler
-        raise _refuse(model, f"{label} does not open ({first_line(exc)})") from None
+        raise _refuse(model, f"{label} does not open: {unreadable(exc)}") from None
     return None if shapes is None else {name: (shape, path.name) for name, shape in shapes.items()}
 
 

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import pickle
+import re
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from gaccum_core.config import ConfigError, first_line, plural
@@ -40,10 +44,11 @@ def read_state_dict(path: str) -> dict[str, torch.Tensor]:
 
             loaded: Any = load_file(file, device="cpu")
         else:
-            loaded = torch.load(file, map_location="cpu", weights_only=True)
+            with warnings.catch_warnings(action="ignore"):  # torch's on a pickle's protocol: one line says it all
+                loaded = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated, not safetensors, a pickle of objects weights_only refuses
         raise ConfigError("weights_file", path, "a file that opens as a state dict (as safetensors or torch.save "
-                          f"write one): {first_line(exc)}") from None
+                          f"write one): {unreadable(exc)}") from None
     if isinstance(loaded, dict):
         loaded = next((loaded[k] for k in _WRAPPERS if isinstance(loaded.get(k), dict)), loaded)
     if not isinstance(loaded, dict) or not loaded:
@@ -52,6 +57,18 @@ def read_state_dict(path: str) -> dict[str, torch.Tensor]:
     if odd is not None:
         raise ConfigError("weights_file", path, f"a state dict (names to tensors): its {odd!r} is {_kind(loaded[odd])}")
     return {str(name).removeprefix("module."): value for name, value in loaded.items()}
+
+
+def unreadable(exc: Exception) -> str:
+    """Why a weights file does not open, in gaccum's words: what it is not. Never torch's own advice, to load it
+    again with weights_only=False, which would run whatever code the file's pickle holds."""
+    if isinstance(exc, SafetensorError):
+        return f"it is not a safetensors file ({first_line(exc)})"
+    if not isinstance(exc, pickle.UnpicklingError):
+        return first_line(exc)
+    named = re.search(r"GLOBAL (\S+)", str(exc))  # torch's weights-only unpickler names the class it refused
+    return (f"it holds Python objects ({named[1]}), not tensors only, and gaccum never unpickles objects" if named
+            else "it is not a file torch.save wrote (damaged, or another format)")
 
 
 def _kind(value: Any) -> str:
@@ -140,7 +157,7 @@ def load_timm(create: Callable[..., nn.Module], name: str, model: str, path: str
     file = shapes_of(read_state_dict(path))
     cfg = get_pretrained_cfg(name)
     if cfg is None:
-        raise ConfigError("weights_file", path, f"empty with {model}: timm has no pretrained config to load it with")
+        raise ConfigError("weights_file", path, f"a timm model with a pretrained config to load it by: timm has none for {name}")
     heads = (cfg.classifier,) if isinstance(cfg.classifier, str) else tuple(cfg.classifier or ())
     head, conv = (heads[0] if heads else None), f"{cfg.first_conv}.weight" if cfg.first_conv else None
     rows = _rows(file, head)

@@ -163,7 +163,7 @@ def test_a_missing_or_unreadable_file_is_refused_in_one_line(tmp_path, capsys, n
 
 
 @pytest.mark.parametrize("model, weights_file, expected", [
-    ("cnn", "w.pth", "a weights file starts timm:NAME or a torchvision model"),
+    ("cnn", "w.pth", "a weights file applies only to timm:NAME and torchvision models"),
     ("timm:test_resnet", "w.onnx", "the path of the model's state dict in a .safetensors, .pth, .pt, .bin file"),
 ])
 def test_a_weights_file_the_model_cannot_take_is_refused_by_the_config(model, weights_file, expected):
