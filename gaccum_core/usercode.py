@@ -106,7 +106,7 @@ def _source_in(field: str, value: str, name: str, spec: ModuleSpec, folder: Path
     """The resolved file of one level of a module name; ConfigError unless Python source inside folder."""
     if spec.origin is None:
         raise _refuse_module(field, value, folder, f"{name} is a namespace package (a folder without "
-                             "__init__.py); gaccum runs Python source files only")
+                             "__init__.py), whose parts Python may find anywhere: give it an __init__.py")
     if not isinstance(spec.loader, SourceFileLoader):
         kind = "a compiled extension module" if isinstance(spec.loader, ExtensionFileLoader) else "not Python source"
         raise _refuse_module(field, value, folder, f"{name} is {kind} ({Path(spec.origin).name}); gaccum runs "
@@ -116,7 +116,7 @@ def _source_in(field: str, value: str, name: str, spec: ModuleSpec, folder: Path
         raise _refuse_module(field, value, folder, f"{name} resolves outside it ({spec.origin} is {path})")
     elsewhere = _taken_elsewhere(name, path)
     if elsewhere:
-        raise _refuse_module(field, value, folder, f"{name} is {elsewhere}, which Python imports instead of "
+        raise _refuse_module(field, value, folder, f"{name} is {elsewhere}: Python imports that, not "
                              f"{spec.origin}; rename yours")
     return path
 
