@@ -3,6 +3,7 @@
 import gc
 import importlib
 import os
+import subprocess
 import sys
 import threading
 from typing import Iterator
@@ -65,6 +66,19 @@ def token_cache_dir(tmp_path_factory, monkeypatch):
     folder = tmp_path_factory.mktemp("token-cache")
     monkeypatch.setenv("GACCUM_CACHE_DIR", str(folder))
     return folder
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MB tmpfs of its own (mounting needs root, as on the CI machines), for a full or read-only disk."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a 4 MB tmpfs here ({done.stderr.strip()}): this test needs root")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 @pytest.fixture

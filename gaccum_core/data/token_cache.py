@@ -8,6 +8,9 @@ Per corpus and tokenizer, a folder <cache_dir>/<name>-<key>/ in nanoGPT's layout
   train_docs.npy, val_docs.npy  int64 (documents, 2): where each document starts and ends in its split's ids,
                               an added byte 0 left out (so padded sequences are each document's own chunks).
   meta.json                   sources, tokenizer, dtype, counts, the build's seconds and MB/s.
+  verified.json               each file's (size, mtime_ns, ctime_ns, inode) when the cache was last found whole
+                              (cache_check.py: checked on opening, again whenever one of them differs; a damaged
+                              cache is tokenised again, saying why).
 key: sha256 of the corpus's identity (its files' resolved paths, sizes and modification times, the field read)
 and the tokenizer's. A build streams (split, text) documents in batches through the tokenizer's batched encode
 into a temporary folder renamed at the end, under a lock (fcntl.flock) that concurrent runs and the ranks of a
@@ -19,6 +22,8 @@ build's MB/s per tokenizer, for estimates.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import errno
 import fcntl
 import hashlib
 import io
@@ -35,13 +40,17 @@ from typing import Protocol
 
 import numpy as np
 
+from gaccum_core.config import ConfigError
+from gaccum_core.data import cache_check
+from gaccum_core.data.cache_check import META
 from gaccum_core.data.tokenising import (SPLITS, BuildProgress, Progress, SplitWriter, StopCheck, Tokens,
                                          TokenisingStopped, ids_dtype, ignore, never, tokenise)
 from gaccum_core.runsdir import runs_dir
 
-FORMAT = 1  # of the folder's files: a change makes new keys
+FORMAT = 1  # of the folder's files: a change makes new keys, and needs its Layout in cache_check.LAYOUTS
+LAYOUT = cache_check.LAYOUTS[FORMAT]  # the files and checks of the format written
 LOCK_POLL_S = 0.1
-META, SPEED = "meta.json", "speed.json"
+SPEED = "speed.json"
 CACHE_ENV = "GACCUM_CACHE_DIR"
 
 
@@ -92,8 +101,9 @@ def cache_folder(root: Path, name: str, identity: dict, tokens: Tokens) -> Path:
 
 def open_cache(root: Path, source: DocumentSource, tokens: Tokens, progress: Progress | None = None,
                should_stop: StopCheck | None = None) -> TokenCache:
-    """The cache of source under root, built first if there is none (or waited for, while another process builds
-    it). TokenisingStopped when should_stop asks; KeyboardInterrupt and any error leave no cache."""
+    """The cache of source under root, verified (cache_check) or built first when there is none or it is damaged
+    (or waited for, while another process builds or verifies it). TokenisingStopped when should_stop asks;
+    KeyboardInterrupt and any error leave no cache."""
     identity = source.identity()
     folder = cache_folder(root, source.name, identity, tokens)
     cache = read_cache(folder)
@@ -102,32 +112,57 @@ def open_cache(root: Path, source: DocumentSource, tokens: Tokens, progress: Pro
     progress, should_stop = progress or ignore, should_stop or never
     root.mkdir(parents=True, exist_ok=True)
     waiting = BuildProgress(source.name, 0, source.total_bytes, 0.0, 0.0, waiting=True)
-    with _locked(root / f"{folder.name}.lock", should_stop, lambda: progress(waiting)):
-        cache = read_cache(folder)  # built by the process this one waited for
+    with _build_lock(root / f"{folder.name}.lock", should_stop, lambda: progress(waiting)) as writable:
+        cache = read_cache(folder)  # verified, or built, by the process this one waited for
         if cache is None:
-            _build(folder, source, identity, tokens, progress, should_stop)
+            _verify_or_build(folder, source, identity, tokens, progress, should_stop, writable)
             cache = read_cache(folder)
     if cache is None:
         raise OSError(f"the token cache {folder} was built but cannot be read back")
     return cache
 
 
+def _verify_or_build(folder: Path, source: DocumentSource, identity: dict, tokens: Tokens, progress: Progress,
+                     should_stop: StopCheck, writable: bool) -> None:
+    """Record folder verified when it holds a whole cache, else build it (saying why when it was damaged); called
+    under the lock, or where the root is read-only (writable False), where a damaged cache is refused."""
+    stamped = cache_check.stamps(folder, LAYOUT)
+    why = cache_check.damage(folder, LAYOUT, tokens.vocab_size) if folder.exists() else None
+    if folder.exists() and why is None and stamped is not None:
+        cache_check.record(folder, LAYOUT, stamped)
+        return
+    if not writable:
+        state = f"is damaged ({why})" if folder.exists() else "is not built"
+        raise ConfigError("cache_dir", str(folder.parent), f"a folder the token cache can be written to: the cache of "
+                          f"{source.name} there {state}, and the folder is read-only")
+    if why is not None:
+        progress = _saying_why(progress, why)
+        progress(BuildProgress(source.name, 0, source.total_bytes, 0.0, 0.0))  # said before the first batch
+    _build(folder, source, identity, tokens, progress, should_stop)
+    stamped, why = cache_check.stamps(folder, LAYOUT), cache_check.damage(folder, LAYOUT, tokens.vocab_size)
+    if why is not None or stamped is None:
+        raise OSError(f"the token cache {folder} was built but is not whole: {why}")
+    cache_check.record(folder, LAYOUT, stamped)
+
+
+def _saying_why(progress: Progress, why: str) -> Progress:
+    """progress, each BuildProgress saying why the corpus is tokenised again."""
+    return lambda where: progress(dataclasses.replace(where, damaged=why))
+
+
 def read_cache(folder: Path) -> TokenCache | None:
-    """The cache in folder, memory-mapped; None when there is none whole (no meta.json, or files of other sizes)."""
+    """The cache in folder, memory-mapped, when it was verified with its files as they are now (cache_check);
+    None otherwise: there is none, it was never verified, or a file changed since."""
+    if not cache_check.is_verified(folder, LAYOUT):
+        return None
     try:
         meta = json.loads((folder / META).read_text(encoding="utf-8"))
         dtype = np.dtype(meta["dtype"])
         splits = {}
         for split in SPLITS:
             count = meta["tokens"][split]
-            path = folder / f"{split}.bin"
-            if path.stat().st_size != count * dtype.itemsize:
-                return None
-            ids = np.memmap(path, dtype=dtype, mode="r") if count else np.zeros(0, dtype)
-            spans = np.load(folder / f"{split}_docs.npy", mmap_mode="r")
-            if spans.shape != (meta["documents"][split], 2):
-                return None
-            splits[split] = (ids, spans)
+            ids = np.memmap(folder / f"{split}.bin", dtype=dtype, mode="r") if count else np.zeros(0, dtype)
+            splits[split] = (ids, np.load(folder / f"{split}_docs.npy", mmap_mode="r"))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return TokenCache(meta, splits, folder)
@@ -164,7 +199,7 @@ def _build(folder: Path, source: DocumentSource, identity: dict, tokens: Tokens,
                 "documents": {s: w.documents for s, w in writers.items()},
                 "seconds": round(seconds, 3), "mb_per_s": round(total / 2**20 / max(seconds, 1e-9), 3)}
         (temporary / META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
-        if folder.exists():  # a cache that read_cache found broken
+        if folder.exists():  # a damaged cache
             shutil.rmtree(folder)
         os.rename(temporary, folder)
     except BaseException:  # a stop, Ctrl-C, a full disk: no folder left that looks whole
@@ -233,6 +268,20 @@ def _held(path: Path) -> Iterator[bool]:
         yield True
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path, should_stop: StopCheck, waiting: Callable[[], None]) -> Iterator[bool]:
+    """_locked, yielding True; False, holding nothing, where the folder cannot hold the lock file (read-only)."""
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        yield False
+        return
+    with _locked(path, should_stop, waiting):
+        yield True
 
 
 @contextlib.contextmanager

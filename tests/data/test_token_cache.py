@@ -105,7 +105,7 @@ def test_the_cache_layout_is_nanogpts_with_document_spans(tmp_path):
     folder, = (tmp_path / "cache").glob("notes.txt-*/")
     meta = json.loads((folder / "meta.json").read_text())
     assert sorted(p.name for p in folder.iterdir()) == ["meta.json", "train.bin", "train_docs.npy", "val.bin",
-                                                        "val_docs.npy"]
+                                                        "val_docs.npy", "verified.json"]
     assert meta["dtype"] == "uint16" and meta["tokenizer"] == {"kind": "bytes"} and meta["mb_per_s"] > 0
     train_docs, val_docs = _plain_splits(path.read_text(encoding="utf-8"))
     ids = np.fromfile(folder / "train.bin", dtype=np.uint16)

@@ -15,19 +15,6 @@ from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 4 MB tmpfs of its own (mounting needs root, as on the CI machines)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a 4 MB tmpfs here ({done.stderr.strip()}): this test needs root")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
 def fill(directory: Path) -> Path:
     """Write a file until the disk holding directory is full; the file."""
     filler = directory / "filler"
