@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 TRAINING_SWITCH_INTERVAL_S = 0.0005
 
 _lock = threading.Lock()
+_checked = False
 _started = False
 _done = threading.Event()
 _result: dict[str, object] = {}
@@ -71,6 +72,24 @@ def chart_cache() -> ChartCache:
     from gaccum_core.views.chart_cache import ChartCache
 
     return ChartCache()
+
+
+def check_settings() -> None:
+    """Once per server process, on its first page run (app.py) and so before the warm-up starts a worker: a
+    GACCUM_* variable set to a value the server cannot use ends it, one line on stderr per bad value, exit 2.
+    Never drawn as a page's traceback: nothing has started that could use it."""
+    global _checked
+    from gaccum_core.runs.server_env import env_problems
+
+    with _lock:
+        if _checked:
+            return
+        _checked = True
+    problems = env_problems()
+    if problems:
+        sys.stderr.write("".join(f"gaccum: error: {line}\n" for line in problems))
+        sys.stderr.flush()
+        os._exit(2)  # the script thread of a Streamlit server: sys.exit would end this page's run only
 
 
 def start() -> None:
