@@ -139,3 +139,17 @@ def test_an_extension_module_is_refused_though_a_same_named_py_is_beside_it(fold
     (folder / f"compiled{suffix}").write_bytes(b"")  # Python prefers it to compiled.py
     message = _refused(resolve, "compiled:build")
     assert f"compiled is a compiled extension module (compiled{suffix})" in message, message
+
+
+def test_the_worker_refuses_a_name_an_earlier_path_entry_would_give_python_unrun(folder, monkeypatch):
+    """The folder is on sys.path already, after another entry holding the same name: Python's own lookup
+    (sys.meta_path, then sys.path in order) is asked before the import, which would run the other file."""
+    earlier = folder.parent / "earlier"
+    earlier.mkdir()
+    (earlier / "shadow.py").write_text(EVIL.replace("with_name('ran.marker')", "parent.with_name('ran.marker')"),
+                                       encoding="utf-8")
+    (folder / "shadow.py").write_text(BUILD, encoding="utf-8")
+    monkeypatch.setattr(sys, "path", [str(earlier), str(folder), *sys.path])
+    message = _refused(_import, "shadow:build")
+    assert f"shadow is {earlier / 'shadow.py'} to Python's import, not {folder / 'shadow.py'}" in message, message
+    assert not (folder.parent / "ran.marker").exists()
