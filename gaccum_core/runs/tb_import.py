@@ -27,6 +27,7 @@ from gaccum_core.runs.event_files import EventFilesError, EventFolder, Point, re
 from gaccum_core.runs.files import RunWriter
 from gaccum_core.runs.foreign_names import EVALS, METRICS, Column, named_settings, tag_columns
 from gaccum_core.runs.store import RunStore, StoreError, now_iso
+from gaccum_core.runs.tensorboard import RUN_ID, one_process_row
 from gaccum_core.states import RunState
 from gaccum_core.train.metrics import COUNT_COLUMNS
 
@@ -128,6 +129,8 @@ def _store_run(store: RunStore, folder: EventFolder, name: str) -> ImportedRun:
     kept = [tag for tag in sorted(folder.scalars) if tag not in columns]
     hparams = {**text_settings(folder.texts), **folder.hparams}  # the plugin's hparams over the Trainer's args
     config, settings, refused = _config(hparams)
+    if RUN_ID in hparams and config.world_size == 1:  # gaccum's own one-process run: its comm/ columns unwritten
+        steps = [one_process_row(row) for row in steps]
     run_id = store.new_run_id(name)
     run = ImportedRun(run_id, folder.path, len(steps), len(evals), len(kept), {k: v for k, (v, _) in settings.items()})
     used = {hparam for _, hparam in settings.values()}

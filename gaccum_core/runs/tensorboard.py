@@ -2,7 +2,7 @@
 
 runs/<id>/tb/ (config.tensorboard on; global rank 0 alone) holds every metrics.csv and eval.csv column under the
 tag of its group (TAGS, the one mapping: train/loss, memory/train_mem_mb, comm/reduce_scatter_calls,
-eval/test_accuracy, …) against the optimizer step, and in the same file the run's id, name and settings as hparams
+eval/test_accuracy, …) against the optimizer step (comm/ only where several processes communicate), and in the same file the run's id, name and settings as hparams
 with the final figures (FINAL_TAGS) as their metrics. torch's hparams() makes those summaries; they are written
 here, not by SummaryWriter.add_hparams, which puts them in a run folder of their own (pytorch #32651).
 
@@ -33,11 +33,13 @@ if TYPE_CHECKING:  # tensorboard on use: the run store imports this module, and 
 TB_DIR = "tb"  # in the run's folder
 EVENT_FILES = "events.out.tfevents.*"  # what TensorBoard reads in a folder
 TABLES = {"metrics": STEP_COLUMNS, "eval": EVAL_COLUMNS}
+# The comm/ columns, as a run in one process has them: one rank, no collectives (written only by runs of several).
+ONE_PROCESS = {"world_size": 1, **dict.fromkeys(COLLECTIVE_COLUMNS, 0)}
 # A metrics.csv column's group; every other one is train/ (loss, lr, scale, skipped_total, samples…).
 _GROUPS = {
     **dict.fromkeys(("mem_allocated_mb", "mem_reserved_mb", "mem_peak_mb", "activation_mb", *TRAINING_MEMORY_COLUMNS,
                      "grad_kept_mb"), "memory"),
-    **dict.fromkeys(("world_size", *COLLECTIVE_COLUMNS), "comm"),
+    **dict.fromkeys(ONE_PROCESS, "comm"),
     **dict.fromkeys(("step_time_s", "samples_per_s", "tokens_per_s", "cache_clear_s", "wall_time_s"), "speed"),
 }
 
@@ -95,14 +97,27 @@ def step_events(row: Row, table: str, wall_time: float | None = None) -> list[Ev
     and a language run's generated sample as text."""
     from tensorboard.compat.proto.summary_pb2 import Summary
 
+    quiet = table == "metrics" and not communicates(row)
     values = [Summary.Value(tag=tag_of(column, table), simple_value=float(row[column]))
-              for column in TABLES[table] if column != "step" and row.get(column) is not None]
+              for column in TABLES[table] if column != "step" and row.get(column) is not None
+              and not (quiet and column in ONE_PROCESS)]
     events = [_event(row["step"], Summary(value=values), wall_time)] if values else []
     if row.get("sample") is not None:
         from torch.utils.tensorboard.summary import text
 
         events.append(_event(row["step"], text(SAMPLE_TAG, row["sample"]), wall_time))
     return events
+
+
+def communicates(row: Row) -> bool:
+    """Whether the step's processes talked (more than one): a single process's comm/ scalars, always ONE_PROCESS's
+    values, are not written, and the first group TensorBoard opens on is not seven flat lines."""
+    return (row.get("world_size") or 1) > 1
+
+
+def one_process_row(row: Row) -> Row:
+    """A row read back from the event files of a one-process gaccum run, with the comm/ columns it did not write."""
+    return {**ONE_PROCESS, **row}
 
 
 def settings_events(config: RunConfig, run_id: str, name: str, step: int) -> list[Event]:

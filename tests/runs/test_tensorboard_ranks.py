@@ -29,5 +29,10 @@ def test_rank_0_alone_writes_one_event_file_with_each_step_once(tmp_path):
     loss = scalars(tb_dir)["train/loss"]
     assert [s for s, _ in loss] == [row["step"] for row in rows] == [1, 2, 3, 4, 5]
     assert all(same_float32(v, row["loss"]) for (_, v), row in zip(loss, rows))
-    assert scalars(tb_dir)["comm/world_size"][0][1] == 2
+    comm = {tag: values for tag, values in scalars(tb_dir).items() if tag.startswith("comm/")}
+    assert sorted(comm) == ["comm/all_gather_bytes", "comm/all_gather_calls", "comm/allreduce_bytes",
+                            "comm/allreduce_calls", "comm/reduce_scatter_bytes", "comm/reduce_scatter_calls",
+                            "comm/world_size"]  # two processes communicate: every comm/ scalar is written
+    assert [v for _, v in comm["comm/world_size"]] == [2] * 5
+    assert all(same_float32(v, row["allreduce_calls"]) for (_, v), row in zip(comm["comm/allreduce_calls"], rows))
     assert hparams(tb_dir)[0]["nproc"] == 2
