@@ -17,7 +17,7 @@ import streamlit as st
 from gaccum_core.runs.catalog import all_tags
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.store import RunStore, StoreError, parse_tags
-from gaccum_core.views.run_table import COLUMN_HELP, shown_columns, shown_rows, unstepped_note
+from gaccum_core.views.run_table import COLUMN_HELP, COLUMN_TITLES, shown_columns, shown_rows, unstepped_note
 from dashboard.markdown import plain
 from dashboard.live import progress
 
@@ -32,7 +32,8 @@ COLUMN_CONFIG = {
                                         width="medium"),
     "final_loss": st.column_config.NumberColumn(format="%.4f", help=COLUMN_HELP["final_loss"]),
     "test_accuracy": st.column_config.NumberColumn(format="%.3f"),
-    "peak_mem_mb": st.column_config.NumberColumn(format="%.0f"),
+    "peak_train_mem_mb": st.column_config.NumberColumn(COLUMN_TITLES["peak_train_mem_mb"], format="%.3g",
+                                                       help=COLUMN_HELP["peak_train_mem_mb"]),
     "samples_per_s": st.column_config.NumberColumn(format="%.0f"),
     "tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.0f"),
     "perplexity": st.column_config.NumberColumn(format="%.2f"),

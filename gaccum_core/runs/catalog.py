@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import io
 import json
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -182,7 +181,9 @@ def _summary(metrics: pd.DataFrame, evals: pd.DataFrame) -> dict[str, object]:
         "steps": len(metrics),
         "final_loss": None if last is None else last_epoch_loss(metrics),  # as a sweep's summary counts it
         "test_accuracy": evals["test_accuracy"].iloc[-1] if len(evals) else None,
-        "peak_mem_mb": metrics["mem_peak_mb"].max() if len(metrics) else None,
+        # The training memory the memory chart draws and the planner counts, not the process's (on the CPU mostly
+        # the interpreter: ~700 MB for every run, whatever accumulation saves).
+        "peak_train_mem_mb": metrics["train_mem_mb"].max() if len(metrics) else None,
         "samples_per_s": metrics["samples_per_s"].median() if len(metrics) else None,
         # Language runs: tokens/s and the last validation perplexity (empty for image runs).
         "tokens_per_s": metrics["tokens_per_s"].median() if len(metrics) else None,
@@ -369,67 +370,3 @@ def filter_runs(table: pd.DataFrame, text: str = "", states: Iterable[str] = (),
             haystack += " " + table["tags"].map(lambda own: " ".join(own) if isinstance(own, tuple) else "")
         keep &= haystack.str.casefold().str.contains(words, regex=False)
     return table[keep]
-
-
-@dataclasses.dataclass(frozen=True)
-class RunData:
-    """What a page draws of a run, read together: its settings, its metrics and evaluations as tables and as
-    written (for downloads), and the weights it started from."""
-
-    config: RunConfig
-    metrics: pd.DataFrame
-    evals: pd.DataFrame
-    metrics_csv: bytes
-    evals_csv: bytes
-    weights: str = ""  # status.json's: a weights file with its sha256, an hf: model's file, or the seed's draw
-    known: frozenset[str] | None = None  # an imported run's settings its hparams named (known_settings)
-
-
-def read_runs(store: RunStore, run_ids: Iterable[str]) -> tuple[dict[str, RunData], list[str]]:
-    """Each run's data, and apart the runs deleted meanwhile (a file gone as it was read: in another tab,
-    session or process)."""
-    found, removed = {}, []
-    for run_id in run_ids:
-        try:
-            found[run_id] = RunData(store.read_config(run_id), store.read_metrics(run_id), store.read_evals(run_id),
-                                    store.metrics_csv(run_id), store.evals_csv(run_id), _started_from(store, run_id),
-                                    _known(store, run_id))
-        except FileNotFoundError:
-            removed.append(run_id)
-    return found, removed
-
-
-def _started_from(store: RunStore, run_id: str) -> str:
-    """The weights a run started from, as its status says them; '' before it started."""
-    try:
-        return str(store.read_status(run_id).get("weights", ""))
-    except (StoreError, ValueError):  # status.json damaged meanwhile: the table says so
-        return ""
-
-
-def _known(store: RunStore, run_id: str) -> frozenset[str] | None:
-    """An imported run's settings its hparams named; None for a run of gaccum's (or a status.json damaged meanwhile)."""
-    try:
-        return known_settings(store.read_status(run_id))
-    except (StoreError, ValueError):
-        return None
-
-
-def combined_csv(store: RunStore, run_ids: Iterable[str], table: str = "metrics") -> str:
-    """The metrics (or evals) of several runs in one CSV, as tables_csv writes them."""
-    read = {"metrics": store.read_metrics, "evals": store.read_evals}[table]
-    return tables_csv({run_id: (store.read_config(run_id), read(run_id)) for run_id in run_ids})
-
-
-def tables_csv(tables: Mapping[str, tuple[RunConfig, pd.DataFrame]]) -> str:
-    """Several runs' tables (metrics or evals) in one CSV: each row carries its run's id and every setting,
-    prefixed config_ so that no setting collides with a metric (config_lr beside lr)."""
-    frames = []
-    for run_id, (config, frame) in tables.items():
-        settings = {"run_id": run_id, **{f"config_{k}": v for k, v in dataclasses.asdict(config).items()}}
-        frames.append(frame.assign(**settings)[[*settings, *frame.columns]])
-    if not frames:
-        return ""
-    buffer = io.StringIO()
-    pd.concat(frames, ignore_index=True).to_csv(buffer, index=False)
-    return buffer.getvalue()

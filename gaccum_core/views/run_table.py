@@ -13,12 +13,17 @@ from gaccum_core.states import RunState
 
 # The table's columns, in the order shown.
 COLUMNS = ("run_id", "name", "state", "progress", "tags", "label", "dataset", "world_size", "effective_batch",
-           "steps", "final_loss", "test_accuracy", "perplexity", "peak_mem_mb", "samples_per_s", "tokens_per_s",
+           "steps", "final_loss", "test_accuracy", "perplexity", "peak_train_mem_mb", "samples_per_s", "tokens_per_s",
            "skipped", "lr", "optimizer", "created", "message")
 LANGUAGE_COLUMNS = ("perplexity", "tokens_per_s")  # said only when a language run is listed
 # What a column's figure is, where its name alone does not say (the tables' column help, Home's and Runs').
 COLUMN_HELP = {"final_loss": "training loss over the run's last epoch, its steps weighted by their samples "
-                             "(the Sweeps page's figure)"}
+                             "(the Sweeps page's figure)",
+               "peak_train_mem_mb": "the largest training memory of the run's steps (per rank: the largest rank's): "
+                                    "weights + gradients + optimizer state + activations saved for backward, the "
+                                    "memory chart's main line and the figure the planner counts; not the process's "
+                                    "memory, on the CPU mostly the interpreter and libraries"}
+COLUMN_TITLES = {"peak_train_mem_mb": "peak training memory (MB)"}  # a column named by what it is, not its key
 GOING = (RunState.QUEUED, RunState.RUNNING)
 
 

@@ -80,3 +80,20 @@ def test_a_run_is_read_again_only_when_one_of_its_files_changes(runs, monkeypatc
     assert table.loc[ids["bf16"], "tags"] == ("changed",) and table.loc[ids["stopped"], "message"] == "edited"
     store.delete(ids["baseline"])
     assert ids["baseline"] not in set(run_table(store)["run_id"])
+
+
+def test_the_memory_column_is_the_peak_training_memory_of_the_runs_steps(runs):
+    """Named by what it is: the largest training memory of its steps (weights + gradients + optimizer state +
+    activations), what the memory chart draws, not the process's resident memory (~700 MB on the CPU, every run)."""
+    from dashboard.runs_table import COLUMN_CONFIG
+    from gaccum_core.views.run_table import shown_columns
+
+    store, ids = runs
+    table = run_table(store)
+    row = table.set_index("run_id").loc[ids["baseline"]]
+    steps = store.metric_rows(ids["baseline"])
+    assert "peak_mem_mb" not in table.columns
+    assert row["peak_train_mem_mb"] == max(step["train_mem_mb"] for step in steps)
+    assert row["peak_train_mem_mb"] * 10 < min(step["mem_peak_mb"] for step in steps)  # far below the process's
+    assert "peak_train_mem_mb" in shown_columns(table)
+    assert COLUMN_CONFIG["peak_train_mem_mb"]["label"] == "peak training memory (MB)"
