@@ -110,3 +110,24 @@ def test_the_token_cache_goes_beside_the_runs_dir_the_flag_names(elsewhere, monk
     assert "GACCUM_RUNS_DIR" not in os.environ  # the command's runs directory ended with it
     rule = "token-cache beside the runs directory (--runs-dir, else GACCUM_RUNS_DIR, else ./runs)"
     assert "".join(rule.split()) in "".join(command_help("run").split())  # argparse may wrap at a hyphen
+
+
+def test_a_run_resumed_by_its_directory_finds_the_token_cache_beside_that_runs_dir(elsewhere, monkeypatch):
+    import gaccum_core.cli.resume as cli_resume
+    from gaccum_core.data.token_cache import default_cache_dir
+
+    monkeypatch.delenv("GACCUM_CACHE_DIR")
+    seen = []
+
+    class Recording:  # where the resumed run would tokenise
+        def __init__(self, runs_dir, **kwargs):
+            seen.append(default_cache_dir())
+
+        def resume(self, run_id, **kwargs):
+            raise RuntimeError("not resumed here")
+
+    monkeypatch.setattr(cli_resume, "Runner", Recording)
+    run = elsewhere.parent / "other" / "runs" / "20261101-000000-abcdef"
+    run.mkdir(parents=True)
+    assert main(["resume", str(run)]) == 2
+    assert seen == [run.parent.parent / "token-cache"]

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from gaccum_core import runsdir
 from gaccum_core.cli.args import Commands, add_runs_dir_flag, flag_error, typed
 from gaccum_core.cli.progress import follow_to_the_end
 from gaccum_core.config import ConfigError
@@ -39,7 +40,13 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
 def resume_command(args: argparse.Namespace) -> int:
     """Resume a run from its checkpoint with a progress bar; exit codes as for run."""
     given = Path(args.run)
-    runs_dir, run_id = (given.parent, given.name) if given.is_dir() else (Path(args.runs_dir), args.run)
+    if given.is_dir():  # a run named by its directory: its runs directory is the command's (the token cache's too)
+        with runsdir.exported(str(given.parent)):
+            return _resume(args, given.parent, given.name)
+    return _resume(args, Path(args.runs_dir), args.run)
+
+
+def _resume(args: argparse.Namespace, runs_dir: Path, run_id: str) -> int:
     runner = Runner(runs_dir, executor=args.executor, warm_spare=False)
     try:
         runner.resume(run_id, epochs=args.epochs, max_steps=args.max_steps)
