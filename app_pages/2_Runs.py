@@ -146,9 +146,6 @@ if readable:
         width="stretch")
 
     st.subheader("Charts")
-    x_axis = widget(st.radio, "x axis", "runs_x", "step", options=list(X_AXES), format_func=X_AXES.get,
-                    horizontal=True)
-    smoothing = widget(st.slider, "Smoothing (loss, throughput)", "runs_smoothing", 0.6, min_value=0.0, max_value=0.99)
     # Named as on the Train page (what differs, the run's name, when made), coloured by creation order on disk.
     names = dict(zip(table["run_id"], table["name"].fillna("")))
     legends = run_labels(list(configs.values()), [names[r] for r in readable], readable, list(known.values()))
@@ -160,15 +157,20 @@ if readable:
         why = "" if runner.knows(run.run_id) else ended_stepless[run.run_id]  # else its progress, above, says why
         st.caption(stepless_line(plain(run.label), states[run.run_id], why))
     runs = [r for r in runs if r.run_id not in ended_stepless]
-    figures = build_figures(runs, x_axis, smoothing) if runs else {}
-    for group in coinciding(runs):  # as the Train page says it
-        st.caption(group.sentence([plain(label) for label in group.labels]))
-    skipped = not_applicable(runs, tuple(figures))  # said in a line each, as on the Train page
-    left, right = st.columns(2)
-    for i, (name, figure) in enumerate((n, f) for n, f in figures.items() if n not in skipped):
-        (left if i % 2 == 0 else right).plotly_chart(figure, key=f"runs_chart_{name}", width="stretch", theme=None)
-    for line in skipped.values():
-        st.caption(line)
+    if runs:
+        x_axis = widget(st.radio, "x axis", "runs_x", "step", options=list(X_AXES), format_func=X_AXES.get,
+                        horizontal=True)
+        smoothing = widget(st.slider, "Smoothing (loss, throughput)", "runs_smoothing", 0.6, min_value=0.0,
+                           max_value=0.99)
+        figures = build_figures(runs, x_axis, smoothing)
+        for group in coinciding(runs):  # as the Train page says it
+            st.caption(group.sentence([plain(label) for label in group.labels]))
+        skipped = not_applicable(runs, tuple(figures))  # said in a line each, as on the Train page
+        left, right = st.columns(2)
+        for i, (name, figure) in enumerate((n, f) for n, f in figures.items() if n not in skipped):
+            (left if i % 2 == 0 else right).plotly_chart(figure, key=f"runs_chart_{name}", width="stretch", theme=None)
+        for line in skipped.values():
+            st.caption(line)
 
     st.subheader("Export")
     export_all, export_evals = st.columns(2)

@@ -25,7 +25,8 @@ _LIST = "list:"  # a list's kind: _LIST + its items' kind
 
 
 def _parse(field: str, kind: str, text: str) -> Any:
-    """A query parameter's text as a value of kind (bool, int, float, str); ConfigError naming the field if it is not one."""
+    """A query parameter's text as a value of kind (bool, int, float, str); ConfigError naming the field if it is
+    not one."""
     try:
         if kind == "bool":
             return {"true": True, "false": False}[text.lower()]
