@@ -88,4 +88,4 @@ def describe(root: str | Path) -> str:
     path, kind = this_host_index(root)
     if is_network(kind):
         return f"{path} (this host's own: the runs directory is on {kind}, a network filesystem)"
-    return f"{path} (beside the runs: {kind or 'a filesystem'} not shared by several hosts)"
+    return f"{path} (beside the runs: " + (f"{kind}, a local filesystem)" if kind else "no filesystem type known here)")
