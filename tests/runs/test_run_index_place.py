@@ -47,8 +47,9 @@ MOUNTINFO = r"""22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
 
 
 @pytest.mark.parametrize("path,expected", [
-    ("/shared/runs", "nfs4"), ("/shared", "nfs4"), ("/sharedlocal/runs", "xfs"), ("/shared/scratch space/runs", "lustre"),
-    ("/home/me/mnt/runs", "fuse.sshfs"), ("/home/me/runs", "ext4"), ("/", "ext4")])
+    ("/shared/runs", "nfs4"), ("/shared", "nfs4"), ("/sharedlocal/runs", "xfs"),
+    ("/shared/scratch space/runs", "lustre"), ("/home/me/mnt/runs", "fuse.sshfs"), ("/home/me/runs", "ext4"),
+    ("/", "ext4")])
 def test_the_filesystem_type_is_that_of_the_longest_mount_point_above_the_path(path, expected):
     assert place.fs_type(Path(path), MOUNTINFO) == expected
 
