@@ -54,7 +54,8 @@ class Corpus:
         return sum(os.stat(path).st_size for path in self.paths)
 
     def identity(self) -> dict:
-        """The shards' resolved paths, sizes and modification times, and the field read: a token cache's key."""
+        """The shards' resolved paths, sizes and modification times, and the field read: a token cache's key (not
+        ctime, which a chmod or a backup's restore changes: the cache's verification stamps hold it)."""
         files = []
         for path in self.paths:
             info = os.stat(path)
