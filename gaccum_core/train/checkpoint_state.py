@@ -1,9 +1,10 @@
 """What a checkpoint holds of a run's progress, captured from the live objects and put back into them.
 
 Everything a run's future depends on, so that a resumed run equals the uninterrupted one: besides the
-model and optimizer, the LR schedule, GradScaler, every RNG the run uses (torch's CPU and CUDA generators
-and Python's `random`; the sample order has its own generator fixed by (seed, epoch), and NumPy is not
-used), the position (epoch, window, micro-batches of that window done), the counters, and for a run
+model and optimizer, the LR schedule, GradScaler, every RNG the run uses (the run's own torch CPU and CUDA
+generators, seeded from its seed and rank, which dropout draws from: captured and restored within
+seeding.RunRng.active; Python's `random`; the sample order has its own generator fixed by (seed, epoch), and
+NumPy is not used; a multi-process run's checkpoint adds "rngs", each rank's), the position (epoch, window, micro-batches of that window done), the counters, and for a run
 stopped mid-window the gradients accumulated so far with those micro-batches' losses. Plain tensors,
 numbers, strings and lists only, so it loads with torch.load(weights_only=True). Where it is written,
 read and checked: gaccum_core.train.checkpoint.

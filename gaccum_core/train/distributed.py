@@ -148,6 +148,13 @@ def share_from_rank0(obj: Any) -> Any:
     return shared[0]
 
 
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's object, in rank order, on every rank (each rank's generators for a checkpoint)."""
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
 def gather_step(values: list[float | torch.Tensor], device: torch.device) -> torch.Tensor:
     """Every rank's values for this step, one row per rank: one small all_gather per optimizer step."""
     mine = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device).reshape(()) for v in values])

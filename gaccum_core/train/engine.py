@@ -21,6 +21,7 @@ from gaccum_core import faults
 from gaccum_core.config import ConfigError, RunConfig, first_line
 from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
+from gaccum_core.seeding import RunRng
 from gaccum_core.states import RunState
 from gaccum_core.train.accumulation import (MicroBatch, Window, epoch_order, micro_batch_divisors, planned_steps,
                                             window_at, windows_per_epoch)
@@ -29,7 +30,7 @@ from gaccum_core.train.checkpoint import CheckpointManager, check_resumable, ful
 from gaccum_core.train.checkpoint_state import (Counters, Position, TrainingState, capture, capture_progress, restore,
                                                 restore_progress)
 from gaccum_core.train.device import resolve_device
-from gaccum_core.train.distributed import Parallel, Ranks, Replicated, share, share_from_rank0
+from gaccum_core.train.distributed import Parallel, Ranks, Replicated, gather_objects, share, share_from_rank0
 from gaccum_core.train.fsdp import Sharded
 from gaccum_core.train.errors import CompileError, Diverged
 from gaccum_core.train.evaluation import evaluate, sample_text
@@ -88,6 +89,8 @@ class Engine:
         self._cache_clear_s = 0.0  # seconds spent clearing the cache in the current window
         self.rows = StepRows(ranks, self.device, config.is_text, self.parallel and self.parallel.count)
         self.training = TrainingState()  # position, counters, in-flight losses: what a checkpoint carries
+        # What dropout and its kin draw, from the run's seed: each rank its own masks, as its own samples.
+        self.rng = RunRng(config.seed, self.device, ranks.rank)
 
     @property
     def sharded(self) -> bool:
@@ -96,15 +99,22 @@ class Engine:
 
     def checkpoint(self) -> dict:
         """A checkpoint of the run where it is now (what it holds: gaccum_core.train.checkpoint_state); a sharded
-        run's ranks each write their part of it first (CheckpointManager.save_shards), all at the same step."""
+        run's ranks each write their part of it first (CheckpointManager.save_shards), all at the same step. Every
+        rank of a multi-process run takes part: "rngs" holds each rank's generators, rank 0's checkpoint the job's."""
         self.training.wall_time_s = time.perf_counter() - self._start
-        if not self.sharded:
-            return {**capture(self.model, self.opt, self.opt.params, self.training, self.config.to_dict(),
-                              self.device), "data": self.data.identity}
-        name = share_from_rank0(shard_dir_name(self.training.counters.step))
-        # Rank 0, which writes checkpoint.pt, records every shard file's SHA-256 in it.
-        shards = self.shared_checkpoints().save_shards(self.model, self.optimizer, name, digest=self.ranks.is_main)
-        state = capture_progress(self.opt, self.opt.params, self.training, self.config.to_dict(), self.device)
+        shards = {}
+        if self.sharded:
+            name = share_from_rank0(shard_dir_name(self.training.counters.step))
+            # Rank 0, which writes checkpoint.pt, records every shard file's SHA-256 in it.
+            shards = self.shared_checkpoints().save_shards(self.model, self.optimizer, name, digest=self.ranks.is_main)
+        with self.rng.active():  # the generators a checkpoint records are the run's
+            if self.sharded:
+                state = capture_progress(self.opt, self.opt.params, self.training, self.config.to_dict(), self.device)
+            else:
+                state = capture(self.model, self.opt, self.opt.params, self.training, self.config.to_dict(),
+                                self.device)
+        if self.ranks.distributed:
+            state["rngs"] = gather_objects(state["rng"])
         return {**state, **shards, "data": self.data.identity}
 
     def resume_from(self, state: dict) -> None:
@@ -112,11 +122,15 @@ class Engine:
         Each rank checks it first, against its own model (CheckpointError naming what would not fit)."""
         shapes = None if self.sharded else {k: v.shape for k, v in self.model.state_dict().items()}
         check_resumable(state, self.config, self.sharded, shapes, self.data.identity)
+        if "rngs" in state:  # each rank of a multi-process run takes its own generators back
+            state = {**state, "rng": state["rngs"][self.ranks.rank]}
         if self.sharded:  # each rank checks the shard files' SHA-256 before DCP unpickles them
             self.shared_checkpoints().load_shards(self.model, self.optimizer, state)
-            self.training = restore_progress(state, self.opt, self.opt.params, self.device)
-        else:
-            self.training = restore(state, self.model, self.opt, self.opt.params, self.device)
+        with self.rng.active():  # the generators restored are the run's
+            if self.sharded:
+                self.training = restore_progress(state, self.opt, self.opt.params, self.device)
+            else:
+                self.training = restore(state, self.model, self.opt, self.opt.params, self.device)
 
     def shared_checkpoints(self) -> CheckpointManager:
         """The run's checkpoints, whose directory every rank of a sharded run must reach (one machine, or a shared
@@ -152,9 +166,7 @@ class Engine:
         eval_stop = should_stop if not self.ranks.distributed else never
         evaluations = ((lambda sink, epoch, counters: self._log_eval(sink, epoch, counters, eval_stop))
                        if evaluate else (lambda sink, epoch, counters: True))
-        # Given to rank 0 only (the ranks' states are the same at every step's end), but to every rank of a
-        # sharded run, whose ranks each write their part of the checkpoint.
-        save = on_checkpoint
+        save = self._checkpoint_sink(on_checkpoint)
         self.model.train()
         epoch = begin.epoch
         if cfg.eval_every and 0 < counters.step and counters.step % cfg.eval_every == 0 \
@@ -198,6 +210,15 @@ class Engine:
         if save is not None:
             save(self.checkpoint())
         return RunState.FINISHED
+
+    def _checkpoint_sink(self, on_checkpoint: CheckpointSink | None) -> CheckpointSink | None:
+        """on_checkpoint, given to rank 0 (and to every rank of a sharded run, each writing its part); the other ranks
+        of a multi-process run take part in every checkpoint rank 0 keeps, giving it their generators' states."""
+        if not self.ranks.distributed:
+            return on_checkpoint
+        if not share_from_rank0(on_checkpoint is not None):
+            return None
+        return on_checkpoint or (lambda state: None)
 
     def _stopped_between_windows(self, save: CheckpointSink | None) -> RunState:
         """Stopped at a window's end (or during an evaluation, whose step the checkpoint's last_eval_step then
@@ -257,8 +278,13 @@ class Engine:
         fault = faults.due(step, i) if faults.ARMED else None
         first = i == self.training.position.micro  # the window's first micro-batch run in this segment
         with self.activations.measure() if first and self._measure_activations(stop - start) else nullcontext():
-            loss = lambda: summed_cross_entropy(self.forward, self.precision, x, y)  # noqa: E731
+            loss = lambda: self._forward_loss(x, y)  # noqa: E731
             return loss() if fault is None else faults.inject(fault, loss)
+
+    def _forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The summed loss of one micro-batch's forward pass, drawing (dropout) from the run's generators."""
+        with self.rng.active():
+            return summed_cross_entropy(self.forward, self.precision, x, y)
 
     def _train_window(self, window: Window, order: torch.Tensor, epoch: int,
                       counters: Counters, should_stop: StopCheck) -> Row | None:
