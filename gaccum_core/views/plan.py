@@ -12,6 +12,7 @@ from plotly.colors import qualitative
 
 from gaccum_core.train.metrics import time_left_words
 from gaccum_core.plan.search import FITS, UNAVAILABLE, Candidate, Options, mb
+from gaccum_core.views.point_labels import label_places
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,6 +26,7 @@ _LAYOUT = dict(template="plotly_white", height=360, margin=dict(l=55, r=10, t=40
 # A trace's `meta` says what it draws, for tests and anyone reading the figure's JSON.
 OPTION, UNMEASURED, BUDGET, MARGIN_LINE, RECOMMENDED = "option", "no peak", "budget", "margin", "recommended"
 LEVER = "lever"  # the trade-off chart's points of one checkpointing setting
+EN = "\u2002"  # an en space
 # The trade-off chart: a colour per activation-checkpointing setting, a marker per precision.
 LEVER_COLOURS = {"off": PALETTE[0], "selective": PALETTE[2], "full": PALETTE[1]}
 PRECISION_SYMBOLS = {"off": "circle", "bf16": "diamond", "fp16": "square"}
@@ -183,34 +185,41 @@ def speed_figure(plan: Plan) -> go.Figure:
 
 def tradeoff_figure(plan: Plan) -> go.Figure:
     """Samples/s against peak memory for every timed candidate: one colour per activation-checkpointing setting
-    (the lever that buys memory with recompute), a marker per precision, each point labelled b and k; the budget
-    and its margin as vertical lines, the recommendation a star. Where checkpointing moves a point left (less
+    (the lever that buys memory with recompute), a marker per precision, each point labelled b and k where the label
+    overlaps nothing (else in its hover); both axes from 0; the budget and its margin as vertical lines, the
+    recommendation a star. Where checkpointing moves a point left (less
     memory) and down (recompute), and accumulation (a smaller b, a larger k) moves it left too."""
     budget, margin = plan.request.budget_mb, plan.request.margin
     timed = [c for c in plan.candidates if c.samples_per_s is not None and c.peak_mb is not None]
+    x_range, y_range = _tradeoff_ranges(timed, budget)
+    choice = plan.recommended
+    starred = next((c for c in timed if c == choice), None)  # the recommendation, when timed: a star
+    labels = _labels(timed, starred, x_range, y_range)
     traces: list[dict[str, Any]] = []
     for lever, colour in LEVER_COLOURS.items():
         mine = [c for c in timed if c.options.checkpointing == lever]
         if mine:
             traces.append(dict(
                 type="scatter", x=[c.peak_mb for c in mine], y=[c.samples_per_s for c in mine],
-                error_y=_error_bars(mine), mode="markers+text", meta=LEVER,
-                name=f"checkpointing {lever}", text=[f"b={c.micro_batch_size} k={c.accum_steps}" for c in mine],
-                textposition="middle right", textfont=dict(size=10, color=colour),
+                error_y=_error_bars(mine), mode="markers+text", meta=LEVER, name=f"checkpointing {lever}",
+                text=["" if c is starred else labels[id(c)][0] for c in mine],  # the star says its own
+                textposition=[labels[id(c)][1] for c in mine],
+                textfont=dict(size=10, color=colour),
                 hovertext=[_hover(c) for c in mine], hoverinfo="text",
                 marker=dict(size=11, color=colour, symbol=[PRECISION_SYMBOLS[c.options.amp] for c in mine],
                             line=dict(width=1, color="white"))))
-    choice = plan.recommended
-    if choice is not None and choice.samples_per_s is not None and choice.peak_mb is not None:
+    if starred is not None:
+        text, place = labels[id(starred)]
         traces.append(dict(
-            type="scatter", x=[choice.peak_mb], y=[choice.samples_per_s], mode="markers", meta=RECOMMENDED,
+            type="scatter", x=[choice.peak_mb], y=[choice.samples_per_s], mode="markers+text", meta=RECOMMENDED,
             name=f"recommended: {choice.options.label()} b={choice.micro_batch_size}", hovertext=[_hover(choice)],
+            text=[text], textposition=place, textfont=dict(size=10, color=BUDGET_COLOUR),
             hoverinfo="text", marker=dict(symbol="star", size=18, color="gold", line=dict(width=1.5, color="black"))))
     figure = go.Figure(data=traces)
     per_rank = " per rank" if plan.request.world_size > 1 else ""
     figure.update_layout(title="speed against memory, by lever (colour: activation checkpointing)",
-                         xaxis=dict(title=dict(text=f"peak MB{per_rank}"), rangemode="tozero"),
-                         yaxis=dict(title=dict(text="samples/s"), rangemode="tozero"), uirevision="plan_tradeoff",
+                         xaxis=dict(title=dict(text=f"peak MB{per_rank}"), range=list(x_range)),
+                         yaxis=dict(title=dict(text="samples/s"), range=list(y_range)), uirevision="plan_tradeoff",
                          **_LAYOUT)
     if traces:
         figure.add_vline(x=budget, line=dict(color=BUDGET_COLOUR, width=2),
@@ -220,6 +229,26 @@ def tradeoff_figure(plan: Plan) -> go.Figure:
     else:
         figure.add_annotation(text="no size was timed", xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False)
     return figure
+
+
+def _tradeoff_ranges(timed: list[Candidate], budget: float) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The trade-off chart's axes, from 0: to past the budget and the largest peak, and past the top of the
+    highest error bar (a wide interval's bar is cut at 0: no speed is below it)."""
+    errors = _error_bars(timed)["array"]
+    top = max((c.samples_per_s + e for c, e in zip(timed, errors)), default=1.0)
+    right = max([budget, *(c.peak_mb for c in timed)])
+    return (0.0, right * 1.08), (0.0, top * 1.1)
+
+
+def _labels(timed: list[Candidate], starred: Candidate | None, x_range: tuple[float, float],
+            y_range: tuple[float, float]) -> dict[int, tuple[str, str]]:
+    """Each point's label 'b=16 k=4' and its place, the recommendation's first, then the fastest first; '' where it
+    would overlap (its hover says it)."""
+    ordered = sorted(timed, key=lambda c: (c is not starred, -c.samples_per_s))
+    # The star reaches past the offset plotly gives its text: an en space each side keeps its label off it.
+    words = [f"{EN * (c is starred)}b={c.micro_batch_size} k={c.accum_steps}{EN * (c is starred)}" for c in ordered]
+    places = label_places([(c.peak_mb, c.samples_per_s) for c in ordered], words, x_range, y_range)
+    return {id(c): (text if place else "", place or "middle right") for c, text, place in zip(ordered, words, places)}
 
 
 def _headings(terse: bool) -> dict[str, str]:

@@ -57,7 +57,8 @@ def test_the_tradeoff_chart_colours_each_lever_and_stars_the_recommendation():
     assert list(levers["checkpointing off"]["x"]) == [45.0, 80.0, 70.0]  # timed only: the over-budget b=8 has no speed
     assert list(levers["checkpointing off"]["marker"]["symbol"]) == ["circle", "circle", "diamond"]  # bf16: diamond
     assert levers["checkpointing full"]["marker"]["color"] == LEVER_COLOURS["full"] != LEVER_COLOURS["off"]
-    assert list(levers["checkpointing full"]["text"]) == ["b=16 k=4"]
+    assert list(levers["checkpointing full"]["text"]) == [""]  # the recommendation: its star says b and k
     star = next(t for t in figure["data"] if t["meta"] == RECOMMENDED)
     assert list(star["x"]) == [82.0] and list(star["y"]) == [1300.0]
+    assert [text.strip() for text in star["text"]] == ["b=16 k=4"]
     assert [shape["x0"] for shape in figure["layout"]["shapes"]] == [100.0, 90.0]  # the budget and its margin

@@ -27,12 +27,24 @@ def runs(tmp_path):
     return store, dict(baseline=baseline, bf16=bf16, stopped=stopped, failed=failed, queued=queued)
 
 
-def test_the_table_shows_tags_and_progress(runs):
+def test_the_table_shows_tags_progress_and_the_peak_training_memory(runs):
+    """The memory column is named by what it is: the largest training memory of the run's steps (weights +
+    gradients + optimizer state + activations), what its memory chart draws, not the process's resident memory
+    (~700 MB on the CPU for every run, whatever accumulation saves)."""
+    from dashboard.runs_table import COLUMN_CONFIG
+    from gaccum_core.views.run_table import shown_columns
+
     store, ids = runs
     table = run_table(store).set_index("run_id")
     assert table.loc[ids["baseline"], "tags"] == ("ref", "sgd")
     assert table.loc[ids["baseline"], "progress"] == 1.0 and table.loc[ids["baseline"], "total_steps"] == 2
     assert all_tags(table) == ["amp", "ref", "sgd"]
+    steps = store.metric_rows(ids["baseline"])
+    assert "peak_mem_mb" not in table.columns
+    assert table.loc[ids["baseline"], "peak_train_mem_mb"] == max(step["train_mem_mb"] for step in steps)
+    assert table.loc[ids["baseline"], "peak_train_mem_mb"] * 10 < min(step["mem_peak_mb"] for step in steps)
+    assert "peak_train_mem_mb" in shown_columns(table)
+    assert COLUMN_CONFIG["peak_train_mem_mb"]["label"] == "peak training memory (MB)"
 
 
 def test_runs_that_ended_before_their_first_step_can_be_left_out(runs):
@@ -81,19 +93,3 @@ def test_a_run_is_read_again_only_when_one_of_its_files_changes(runs, monkeypatc
     store.delete(ids["baseline"])
     assert ids["baseline"] not in set(run_table(store)["run_id"])
 
-
-def test_the_memory_column_is_the_peak_training_memory_of_the_runs_steps(runs):
-    """Named by what it is: the largest training memory of its steps (weights + gradients + optimizer state +
-    activations), what the memory chart draws, not the process's resident memory (~700 MB on the CPU, every run)."""
-    from dashboard.runs_table import COLUMN_CONFIG
-    from gaccum_core.views.run_table import shown_columns
-
-    store, ids = runs
-    table = run_table(store)
-    row = table.set_index("run_id").loc[ids["baseline"]]
-    steps = store.metric_rows(ids["baseline"])
-    assert "peak_mem_mb" not in table.columns
-    assert row["peak_train_mem_mb"] == max(step["train_mem_mb"] for step in steps)
-    assert row["peak_train_mem_mb"] * 10 < min(step["mem_peak_mb"] for step in steps)  # far below the process's
-    assert "peak_train_mem_mb" in shown_columns(table)
-    assert COLUMN_CONFIG["peak_train_mem_mb"]["label"] == "peak training memory (MB)"
