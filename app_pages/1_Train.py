@@ -109,7 +109,8 @@ elif resumable and st.button(f"Resume {plain(short_name(latest))} from its check
         st.rerun()
 
 # Tokens seen is offered while a language run is set up or among this session's runs: image runs count none.
-language = (config is not None and config.is_text) or any(runner.config(r).is_text for r in mine)
+language = ((config is not None and config.is_text) or any(runner.config(r).is_text for r in mine)
+            or (latest is not None and latest.config.is_text))
 x_col, smooth_col = st.columns([2, 2])
 with x_col:
     x_axis = widget(st.radio, "x axis", "chart_x", "step", options=[x for x in X_AXES if language or x not in TOKEN_AXES],
@@ -206,8 +207,8 @@ def live() -> None:
     for snapshot in snapshots:
         if not snapshot.done or snapshot.run_id == latest_id:
             progress(snapshot)  # with how it ended, and why
-        if snapshot.run_id == latest_id and started_from(runner, latest_id):
-            st.caption(plain(f"Initial weights: {started_from(runner, latest_id)}"))
+        if snapshot.run_id == latest_id and (weights := started_from(runner, latest_id)):
+            st.caption(plain(f"Initial weights: {weights}"))
     if not snapshots:
         st.info("No run yet: set up a run on the left and press Start.")
         live_chart.preload(st.container())  # plotly.js loads (~1 s) while the user sets up, not after Start
