@@ -47,8 +47,8 @@ class RunRng:
     in the process (another thread, another run) draws from it or moves it. A checkpoint records and restores the
     global generators within active() (gaccum_core.train.checkpoint_state).
 
-    Python's random is not swapped (nothing in a run draws from it; its getstate alone took 35 us, twice the whole
-    swap, per micro-batch): a checkpoint still records and restores it, as NumPy's is not."""
+    Python's random is not swapped (nothing in a run draws from it, and its getstate alone took 35 us per
+    micro-batch, twice the torch swap): a checkpoint records and restores it as before. NumPy's is neither."""
 
     def __init__(self, seed: int, device: torch.device, rank: int = 0) -> None:
         """Seeded without touching the global generators."""
