@@ -34,7 +34,7 @@ FIELD_HELP = {
     "warmup_steps": "optimizer steps of linear warmup",
     "epochs": "passes over the training set",
     "max_steps": "stop after this many optimizer steps (0 = no limit)",
-    "seed": "seed for the initial weights and the sample order",
+    "seed": "seed for the initial weights, the sample order and what training draws (dropout; each rank its own)",
     "device": "auto, cpu, cuda or cuda:N",
     "data_dir": "where mnist, fashionmnist and cifar10 are read from; for imagefolder, the folder of class "
                 "folders (or of train/ and val/ each holding them); for tokens, the folder of train.bin (and "

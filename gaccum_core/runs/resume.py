@@ -81,7 +81,8 @@ def resumable_at(store: RunStore, run_id: str, config: RunConfig) -> tuple[int, 
 def resume_engine(store: RunStore | None, run_id: str, engine: Engine, ranks: Ranks) -> None:
     """A run with a checkpoint continues from it, its rows after it dropped. A data-parallel run's ranks all take
     rank 0's checkpoint (its ranks stop only at a step's end, so it holds no gradients in flight, and the ranks'
-    weights, optimizer states and RNGs are the same). store: on global rank 0 only."""
+    weights and optimizer states are the same; each rank takes its own generators from its "rngs"). store: on global
+    rank 0 only."""
     checkpoint = run_checkpoints(store, run_id).load() if store is not None else None
     if ranks.distributed:
         checkpoint = share_from_rank0(checkpoint)

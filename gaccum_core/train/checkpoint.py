@@ -251,6 +251,7 @@ def _problems(state: dict[str, Any], sharded: bool, shapes: dict[str, torch.Size
         yield from _model_problems(state["model"], shapes)
         yield from _optimizer_problems(state["optimizer"], state.get("grads"))
     yield from _rng_problems(state["rng"])
+    yield from _ranks_rng_problems(state.get("rngs", []))
     yield from _count_problems("counters", state["counters"], Counters, {"last_eval_step": -1})
     if "step" not in state["counters"]:
         yield " lacks its step counters (counters.step)"
@@ -305,6 +306,16 @@ def _rng_problems(rng: Any) -> Iterator[str]:
     if not isinstance(python, list) or len(python) != 3 or not isinstance(python[1], list) or \
             len(python[1]) != len(random.getstate()[1]):
         yield f"'s rng['python'] is {_shown(python)}, not Python's random.getstate() as a list"
+
+
+def _ranks_rng_problems(rngs: Any) -> Iterator[str]:
+    """Each rank's generators ("rngs", written by a run of several processes): a list of what "rng" holds."""
+    if not isinstance(rngs, list):
+        yield f"'s rngs is {_shown(rngs)}, not a list of each rank's random generators' states"
+        return
+    for rank, rng in enumerate(rngs):
+        for problem in _rng_problems(rng):
+            yield problem.replace("'s rng", f"'s rngs[{rank}]", 1)
 
 
 def _count_problems(part: str, values: Any, kind: type, lowest: dict[str, int]) -> Iterator[str]:

@@ -26,7 +26,8 @@ from gaccum_core.states import RunState
 from gaccum_core.train.accumulation import (MicroBatch, Window, epoch_order, micro_batch_divisors, planned_steps,
                                             window_at, windows_per_epoch)
 from gaccum_core.train.activation import checkpoint_blocks
-from gaccum_core.train.checkpoint import CheckpointManager, check_resumable, full_state_dict, shard_dir_name
+from gaccum_core.train.checkpoint import (CheckpointError, CheckpointManager, check_resumable, full_state_dict,
+                                         shard_dir_name)
 from gaccum_core.train.checkpoint_state import (Counters, Position, TrainingState, capture, capture_progress, restore,
                                                 restore_progress)
 from gaccum_core.train.device import resolve_device
@@ -123,6 +124,9 @@ class Engine:
         shapes = None if self.sharded else {k: v.shape for k, v in self.model.state_dict().items()}
         check_resumable(state, self.config, self.sharded, shapes, self.data.identity)
         if "rngs" in state:  # each rank of a multi-process run takes its own generators back
+            if len(state["rngs"]) != self.ranks.world_size:
+                raise CheckpointError(f"checkpoint.pt holds the random generators of {len(state['rngs'])} ranks, "
+                                      f"not of this run's {self.ranks.world_size}: not a whole gaccum checkpoint")
             state = {**state, "rng": state["rngs"][self.ranks.rank]}
         if self.sharded:  # each rank checks the shard files' SHA-256 before DCP unpickles them
             self.shared_checkpoints().load_shards(self.model, self.optimizer, state)
