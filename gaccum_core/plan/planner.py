@@ -22,7 +22,7 @@ from gaccum_core.config import AC_MODES, AMP_MODES, CLEAR_CACHE_MODES, COMPILE_M
 from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.plan.modes import choose
-from gaccum_core.plan.probe import measure, time_speeds
+from gaccum_core.plan.probe import free_cores, measure, threads_for_the_cpu, time_speeds
 from gaccum_core.plan.progress import Tally
 from gaccum_core.plan.search import (MARGIN, TIMED_PER_OPTIONS, UNAVAILABLE, Candidate, Options, best_fit,
                                      combinations, hint_points, mb, search, timing_sizes, typical_probes, within)
@@ -238,7 +238,7 @@ def make_plan(request: PlanRequest, progress: Progress | None = None) -> Plan:
         tally.stepped(index, candidate, finished)
         report(candidate)
 
-    with _collections_of_the_plan_only():
+    with _collections_of_the_plan_only(), threads_for_the_cpu(device):
         shape = None if request.sharding == (DDP,) else layout(
             build_seeded_model(request.base, data.input_shape, data.num_classes))
         probes = _Probes(plan, shape, probed)
@@ -268,13 +268,11 @@ def busy_words() -> str:
     the CPU than it has cores (the last minute's load average); '' otherwise or where there is no load average.
     On such a machine a step's speed follows the others' work: measured on a 2-core box under two busy
     processes, identical settings timed 20% apart and five plans recommended three different settings."""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
+    free = free_cores()
+    if free is None or free >= 0:
         return ""
     cores = os.cpu_count() or 1
-    if load <= cores:
-        return ""
+    load = cores - free
     return (f" The machine was busy while the sizes were timed (load {load:.1f} on {cores} cores): their speeds "
             "followed the other work, so this recommendation may change; plan again when it is quieter.")
 
