@@ -23,6 +23,7 @@ from gaccum_core.runs.claim import Claim
 from gaccum_core.runs.index_place import INDEX_FILE
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.store import RunStore
+from index_writers import write_rounds
 
 TINY = RunConfig(device="cpu", model="mlp", micro_batch_size=16, accum_steps=2, max_steps=3)
 
@@ -226,17 +227,6 @@ def test_the_runner_indexes_a_run_as_it_ends(tmp_path, restarted, reads):
     assert run_id not in _stored(runner.store)
 
 
-def _write_rounds(root: str, run_ids: list[str], rounds: int, start, done) -> None:
-    """One process of the test below: change its runs' status, then list (indexing every change), each round."""
-    store = RunStore(root)
-    start.wait(timeout=120)
-    for i in range(rounds):
-        for run_id in run_ids:
-            store.update_status(run_id, message=f"round {i}")
-        run_table(store)
-    done.put(len(run_ids))
-
-
 @pytest.mark.multiprocess
 def test_two_processes_writing_at_once_leave_a_consistent_index(tmp_path, trained, restarted):
     store = RunStore(tmp_path)
@@ -246,7 +236,7 @@ def test_two_processes_writing_at_once_leave_a_consistent_index(tmp_path, traine
     context = multiprocessing.get_context("spawn")
     start, done = context.Barrier(2), context.Queue()
     halves = (run_ids[::2], run_ids[1::2])
-    workers = [context.Process(target=_write_rounds, args=(str(tmp_path), half, 5, start, done)) for half in halves]
+    workers = [context.Process(target=write_rounds, args=(str(tmp_path), half, 5, start, done)) for half in halves]
     for worker in workers:
         worker.start()
     for worker in workers:
