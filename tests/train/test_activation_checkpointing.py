@@ -16,6 +16,8 @@ from gaccum_core.train.checks import preflight
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import NullSink
 from hfmodels import saved_model
+from jobs import WAIT_S, WORLD
+from spawned import run_ranks
 from training import trained
 
 PARAGRAPHS = "\n\n".join(f"Note {i}: " + "tokens of different lengths weigh by count " * (1 + i % 4) for i in range(22))
@@ -114,14 +116,29 @@ def test_compiled_checkpointed_training_equals_compiled_training_without(configs
     assert _max_delta(config, MODES[0]) <= 1e-5
 
 
+SHARDINGS = {"ddp": dict(sharding="ddp"), "fsdp-last": dict(sharding="fsdp", fsdp_sync="last")}
+
+
+@pytest.fixture(scope="module")
+def two_process_states(configs, tmp_path_factory):
+    """2 processes (spawned, gloo), the Llama for 4 steps, in each sharding with and without checkpointing: the 4
+    runs one after the other in the same two processes (one start, not a torchrun job each); rank 0's state_dicts.
+    Dropout off: the ranks leave the global RNG unseeded, so two runs with dropout draw different masks."""
+    import checkpointed_rank
+
+    runs = [configs["hf"].replace(nproc=WORLD, max_steps=4, no_dropout=True, **sharding, **mode)
+            for sharding in SHARDINGS.values() for mode in ({}, MODES[0])]
+    out = tmp_path_factory.mktemp("ac_ranks")
+    run_ranks(checkpointed_rank.main, WORLD, (WORLD, str(out), runs), 2 * WAIT_S)
+    return dict(zip(runs, torch.load(out / "rank0.pt")))
+
+
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("sharding", [dict(sharding="ddp"), dict(sharding="fsdp", fsdp_sync="last")],
-                         ids=["ddp", "fsdp-last"])
-def test_two_processes_checkpointed_train_the_weights_they_train_without(configs, jobs, sharding):
-    """2 processes (torchrun, gloo), the Llama: checkpointing inside DDP and inside each FSDP2 unit. Dropout off:
-    a worker leaves the global RNG unseeded, so two runs with dropout draw different masks with or without it."""
-    config = configs["hf"].replace(nproc=2, max_steps=4, no_dropout=True, **sharding)
-    off, on = jobs(config).model, jobs(config.replace(**MODES[0])).model
+@pytest.mark.parametrize("sharding", list(SHARDINGS))
+def test_two_processes_checkpointed_train_the_weights_they_train_without(configs, two_process_states, sharding):
+    """Checkpointing inside DDP and inside each FSDP2 unit: the weights trained without it, to float rounding."""
+    config = configs["hf"].replace(nproc=WORLD, max_steps=4, no_dropout=True, **SHARDINGS[sharding])
+    off, on = two_process_states[config], two_process_states[config.replace(**MODES[0])]
     assert list(on) == list(off)
     delta = max((on[k] - off[k]).abs().max().item() for k in off)
     print(f"\n{config.sharding} {config.fsdp_sync}: max |Δ| checkpointed vs not {delta}")
