@@ -124,13 +124,13 @@ def two_process_states(configs, tmp_path_factory):
     """2 processes (spawned, gloo), the Llama for 4 steps, in each sharding with and without checkpointing: the 4
     runs one after the other in the same two processes (one start, not a torchrun job each); rank 0's state_dicts.
     Dropout off: the ranks leave the global RNG unseeded, so two runs with dropout draw different masks."""
-    import checkpointed_rank
+    import configs_rank
 
     runs = [configs["hf"].replace(nproc=WORLD, max_steps=4, no_dropout=True, **sharding, **mode)
             for sharding in SHARDINGS.values() for mode in ({}, MODES[0])]
     out = tmp_path_factory.mktemp("ac_ranks")
-    run_ranks(checkpointed_rank.main, WORLD, (WORLD, str(out), runs), 2 * WAIT_S)
-    return dict(zip(runs, torch.load(out / "rank0.pt")))
+    run_ranks(configs_rank.main, WORLD, (WORLD, str(out), runs), 2 * WAIT_S)
+    return {config: run["model"] for config, run in zip(runs, torch.load(out / "rank0.pt"))}
 
 
 @pytest.mark.multiprocess

@@ -1,6 +1,6 @@
 """Your own model on the one accumulation contract, also across processes and interruptions (issue 20):
 an hf: causal LM on a text file and a factory model on an image folder, each stopped mid-window and
-resumed bit for bit, and trained by 2 data-parallel processes (torchrun, gloo) equal to 1 process."""
+resumed bit for bit, and trained by 2 data-parallel processes (spawned, gloo) equal to 1 process."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import NullSink
 from hfmodels import saved_model
 from images import write_pngs
+from spawned import run_ranks
 
 WAIT_S = 300  # only so a broken run fails instead of hanging
 FACTORY = '''
@@ -87,22 +88,17 @@ def _parameters(config: RunConfig) -> dict[str, torch.Tensor]:
 
 @pytest.mark.multiprocess
 def test_two_processes_train_your_own_models_as_one_process_does(own, tmp_path):
-    """Each job: 2 processes of b against 1 process of 2b (same k), a partial last window included;
-    the hf: model weighs every rank's target tokens by the window's total."""
-    runner = Runner(tmp_path, executor="thread")
-    jobs = {name: runner.submit(config.replace(nproc=2, micro_batch_size=config.micro_batch_size // 2))
-            for name, config in own.items()}
-    try:
-        for name, run_id in jobs.items():
-            snapshot = _ended(runner, run_id)
-            assert snapshot.state == RunState.FINISHED, snapshot.message
-            config = own[name]
-            reference = _parameters(config)
-            trained = runner.store.load_model(run_id)
-            for key in reference:
-                torch.testing.assert_close(trained[key], reference[key], rtol=1e-5, atol=1e-5,
-                                           msg=lambda m, key=key, name=name: f"{name} {key}: {m}")
-            metrics = runner.store.read_metrics(run_id)
-            assert metrics["samples"].iloc[-1] < config.effective_batch_size  # the partial last window
-    finally:
-        runner.close()
+    """Each config: 2 processes of b against 1 process of 2b (same k), a partial last window included;
+    the hf: model weighs every rank's target tokens by the window's total. Both configs trained one after the
+    other in the same two spawned processes (one start, not a torchrun job each)."""
+    import configs_rank
+
+    runs = {name: config.replace(nproc=2, micro_batch_size=config.micro_batch_size // 2) for name, config in own.items()}
+    run_ranks(configs_rank.main, 2, (2, str(tmp_path), list(runs.values())), WAIT_S)
+    for (name, config), run in zip(own.items(), torch.load(tmp_path / "rank0.pt")):
+        reference = _parameters(config)
+        assert run["model"].keys() == reference.keys()
+        for key in reference:
+            torch.testing.assert_close(run["model"][key], reference[key], rtol=1e-5, atol=1e-5,
+                                       msg=lambda m, key=key, name=name: f"{name} {key}: {m}")
+        assert run["steps"][-1]["samples"] < config.effective_batch_size  # the partial last window
