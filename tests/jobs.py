@@ -1,14 +1,17 @@
 """Multi-process runs (torchrun, gloo on the CPU) against single-process oracles: what the DDP and FSDP tests share.
 
 Each 2-process job is run once per module (torchrun alone costs seconds) and shared between the tests that
-read it; the single-process references train in the test process.
+read it, or several configs trained one after the other in one spawned job (spawned_runs); the single-process
+references train in the test process.
 """
 
 from __future__ import annotations
 
 import functools
 import time
+from pathlib import Path
 
+import pandas as pd
 import psutil
 import pytest
 import torch
@@ -21,6 +24,7 @@ from gaccum_core.states import RunState
 from gaccum_core.train.accumulation import plan_epoch
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import RowKeeper
+from spawned import run_ranks
 
 WORLD = 2
 ATOL = RTOL = 1e-5
@@ -82,7 +86,26 @@ class Jobs:
         return self._done[config]
 
 
-def assert_matches_references(job: Job) -> dict[str, float]:
+class RankRun:
+    """One config trained by a spawned job's ranks on the engine: its config, step rows (the columns metrics.csv
+    holds) and whole state_dict, read as a Job's."""
+
+    def __init__(self, config: RunConfig, run: dict) -> None:
+        self.config = config
+        self.metrics = pd.DataFrame(run["steps"])
+        self.model = run["model"]
+
+
+def spawned_runs(configs: list[RunConfig], out_dir: Path) -> dict[RunConfig, RankRun]:
+    """Each config trained in turn by the same WORLD spawned processes (one start for them all, not a torchrun
+    job each; tests/train/configs_rank.py): the runs by config."""
+    import configs_rank
+
+    run_ranks(configs_rank.main, WORLD, (WORLD, str(out_dir), configs), WAIT_S * len(configs))
+    return {config: RankRun(config, run) for config, run in zip(configs, torch.load(out_dir / "rank0.pt"))}
+
+
+def assert_matches_references(job: Job | RankRun) -> dict[str, float]:
     """The 2-process parameters and step rows equal both 1-process references; the largest |diff| of each."""
     initial = initial_state(job.config)
     # The runs really trained: equality below is not two untouched initialisations agreeing.

@@ -1,4 +1,5 @@
-"""FSDP2 sharding (torchrun, gloo on the CPU, 2 processes) against single-process oracles.
+"""FSDP2 sharding (gloo on the CPU, 2 processes) against single-process oracles: the oracles, counts and fp16
+run one after the other in one spawned pair of ranks; model.pt and the endings are torchrun jobs of the runner.
 
 Two sharded processes with micro-batches of b = 4 must train the parameters one process trains with b = 8
 (same k) and with one batch per window, in every sync mode and reshard setting, partial last windows and an
@@ -26,7 +27,9 @@ from gaccum_core.train.fsdp import blocks
 from gaccum_core.train.memory import MB
 from hfmodels import saved_model
 from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,
-                  last_windows, max_diff, one_process_references, reference, stop_and_assert_stopped, wait_for_rows)
+                  last_windows, max_diff, one_process_references, reference, spawned_runs, stop_and_assert_stopped,
+                  wait_for_rows)
+from spawned import run_ranks
 
 pytestmark = pytest.mark.multiprocess
 
@@ -35,7 +38,7 @@ B, K = 4, 4
 BASE = RunConfig(model="mlp", dataset="fake", image_size=8, fake_samples=118, fake_classes=10, micro_batch_size=B,
                  accum_steps=K, nproc=WORLD, epochs=2, device="cpu", optimizer="sgd", lr=0.05, momentum=0.9,
                  sharding="fsdp")
-# Each torchrun job costs seconds, so two of the four modes carry a second case each: AdamW (at its usual lr,
+# Each run costs seconds, so two of the four modes carry a second case each: AdamW (at its usual lr,
 # which keeps float rounding in near-zero gradients below the tolerance, see test_distributed), and 100 samples,
 # whose epochs each end in one global micro-batch of 4 samples, all rank 0's: rank 1's share is empty.
 _CASES = {("every", "on"): {}, ("every", "off"): dict(optimizer="adamw", lr=1e-3, weight_decay=0.01),
@@ -56,40 +59,40 @@ def _param_bytes(config: RunConfig) -> int:
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_every_sync_mode_and_reshard_setting_trains_the_one_process_parameters(jobs, mode):
+def test_every_sync_mode_and_reshard_setting_trains_the_one_process_parameters(runs, mode):
     """fsdp_sync every/last × reshard after backward on/off: 2 sharded processes train the parameters and
     log the losses and gradient norms of 1 process (b=8, k=4) and (b=32, k=1), partial last windows included
     (SGD with momentum, and AdamW with every and reshard off)."""
     config = MODES[mode]
     assert last_windows(config).samples < config.effective_batch_size  # each epoch ends in a partial window
-    job = jobs(config)
+    job = runs[config]
     assert (job.metrics["world_size"] == WORLD).all()
     diffs = assert_matches_references(job)
     assert max(diffs.values()) <= ATOL
 
 
-def test_adamw_keeps_each_ranks_part_of_its_moments(jobs):
+def test_adamw_keeps_each_ranks_part_of_its_moments(runs):
     """AdamW's state is sharded: each rank holds half of its two moments (and a step count per parameter)."""
     whole = _param_bytes(ADAMW) / MB
-    optimizer_mb = jobs(ADAMW).metrics["optimizer_mb"]
+    optimizer_mb = runs[ADAMW].metrics["optimizer_mb"]
     assert ADAMW.optimizer == "adamw"
     assert optimizer_mb.tolist() == pytest.approx([2 * whole / WORLD] * len(optimizer_mb), rel=0.01)
 
 
-def test_a_rank_with_an_empty_share_takes_part_and_the_parameters_still_match(jobs):
+def test_a_rank_with_an_empty_share_takes_part_and_the_parameters_still_match(runs):
     """A last window with nothing for rank 1 (it runs forward and backward on zero samples, joining every
     all-gather and reduce-scatter) trains the one-process parameters."""
     (micro,) = last_windows(EMPTY_SHARE).micro_batches
     assert micro.size <= B  # all of it in rank 0's share
-    job = jobs(EMPTY_SHARE)
+    job = runs[EMPTY_SHARE]
     assert job.metrics.groupby("epoch")["samples"].last().tolist() == [micro.size] * EMPTY_SHARE.epochs
-    assert_matches_references(job)  # the same job as its mode's oracle: no second torchrun
+    assert_matches_references(job)  # the same run as its mode's oracle
 
 
 # --- collectives and the gradient memory kept between micro-batches -----------------------------------------
 
 
-def test_reduce_scatters_per_step_are_the_units_with_last_and_units_times_micro_batches_with_every(jobs):
+def test_reduce_scatters_per_step_are_the_units_with_last_and_units_times_micro_batches_with_every(runs):
     """fsdp_sync last: one reduce-scatter per FSDP unit with parameters per step, carrying the whole gradient;
     every: that times the step's micro-batches. DDP's all-reduce is not used at all."""
     data = load_data(BASE)
@@ -97,8 +100,8 @@ def test_reduce_scatters_per_step_are_the_units_with_last_and_units_times_micro_
     units = sum(1 for m in blocks(model) if next(m.parameters(), None) is not None)
     assert units == 3  # the mlp's three Linear layers; its root holds no parameter of its own
     param_bytes = _param_bytes(BASE)
-    last = jobs(MODES["last-reshard_on"]).metrics
-    every = jobs(MODES["every-reshard_on"]).metrics
+    last = runs[MODES["last-reshard_on"]].metrics
+    every = runs[MODES["every-reshard_on"]].metrics
     assert (last["micro_batches"] == K).any() and (last["micro_batches"] < K).any()
     assert (last["reduce_scatter_calls"] == units).all()
     assert (last["reduce_scatter_bytes"] == param_bytes).all()
@@ -110,11 +113,11 @@ def test_reduce_scatters_per_step_are_the_units_with_last_and_units_times_micro_
           f"every {every['reduce_scatter_calls'].tolist()} (micro-batches {every['micro_batches'].tolist()})")
 
 
-def test_keeping_gathered_weights_between_micro_batches_saves_all_gathers(jobs):
+def test_keeping_gathered_weights_between_micro_batches_saves_all_gathers(runs):
     """Reshard after backward off: a window's later forwards find their weights gathered, so fewer all-gathers
     per step than with it on, and the weights kept show in the rank's counted weights."""
     for sync in ("every", "last"):
-        on, off = jobs(MODES[f"{sync}-reshard_on"]).metrics, jobs(MODES[f"{sync}-reshard_off"]).metrics
+        on, off = runs[MODES[f"{sync}-reshard_on"]].metrics, runs[MODES[f"{sync}-reshard_off"]].metrics
         # Full windows: a window of one micro-batch has no "between" (its only backward reshards).
         on, off = on[on["micro_batches"] == K], off[off["micro_batches"] == K]
         assert len(on) and len(off)
@@ -125,12 +128,12 @@ def test_keeping_gathered_weights_between_micro_batches_saves_all_gathers(jobs):
               f"off {off['weights_mb'].iloc[0]:.4f}")
 
 
-def test_a_rank_keeps_half_the_gradient_with_every_and_all_of_it_with_last(jobs):
+def test_a_rank_keeps_half_the_gradient_with_every_and_all_of_it_with_last(runs):
     """grad_kept_mb: 1/N of the fp32 gradient with every (reduce-scattered after each micro-batch), the whole
     of it with last (accumulated unsharded until the window's last micro-batch)."""
     whole = _param_bytes(BASE) / MB
-    every = jobs(MODES["every-reshard_on"]).metrics["grad_kept_mb"]
-    last = jobs(MODES["last-reshard_on"]).metrics["grad_kept_mb"]
+    every = runs[MODES["every-reshard_on"]].metrics["grad_kept_mb"]
+    last = runs[MODES["last-reshard_on"]].metrics["grad_kept_mb"]
     assert every.tolist() == pytest.approx([whole / WORLD] * len(every), rel=0.02)
     assert last.tolist() == pytest.approx([whole] * len(last), rel=1e-6)
     print(f"\ngrad_kept_mb: every {every.iloc[0]:.4f}, last {last.iloc[0]:.4f}; the whole gradient {whole:.4f} MB")
@@ -173,10 +176,10 @@ def text_config(tmp_path_factory):
     return config
 
 
-def test_sharded_gpt_weights_tokens_across_ranks_as_one_process_does(jobs, text_config):
+def test_sharded_gpt_weights_tokens_across_ranks_as_one_process_does(runs, text_config):
     """Each rank divides its summed token loss by 1/N of the window's target tokens over all ranks: the sharded
     gpt trains the one-process parameters and counts the same tokens; each block is a unit of its own."""
-    job = jobs(text_config)
+    job = runs[text_config]
     assert_matches_references(job)
     for config in one_process_references(text_config).values():
         assert job.metrics["tokens"].tolist() == [r["tokens"] for r in reference(config)[1]]
@@ -186,29 +189,43 @@ def test_sharded_gpt_weights_tokens_across_ranks_as_one_process_does(jobs, text_
     assert (job.metrics["reduce_scatter_calls"] == len(model.blocks) + 1).all()
 
 
-def test_a_sharded_hf_llama_shards_its_decoder_layers_and_trains_the_one_process_parameters(jobs, text_config,
-                                                                                            tmp_path_factory):
-    """An hf: model (a tiny Llama saved with save_pretrained) is sharded per decoder layer (its
-    _no_split_modules), then the root; AdamW over 2 ranks trains the one-process parameters."""
-    config = text_config.replace(model=f"hf:{saved_model(tmp_path_factory, 'llama')}", optimizer="adamw", lr=1e-3,
-                                 fsdp_reshard_after_backward="off")
+@pytest.fixture(scope="module")
+def llama_config(text_config, tmp_path_factory):
+    """The text run on an hf: model (a tiny Llama saved with save_pretrained), AdamW, gathered weights kept."""
+    return text_config.replace(model=f"hf:{saved_model(tmp_path_factory, 'llama')}", optimizer="adamw", lr=1e-3,
+                               fsdp_reshard_after_backward="off")
+
+
+def test_a_sharded_hf_llama_shards_its_decoder_layers_and_trains_the_one_process_parameters(runs, llama_config):
+    """An hf: model is sharded per decoder layer (its _no_split_modules), then the root; AdamW over 2 ranks
+    trains the one-process parameters."""
+    config = llama_config
     data = load_data(config)
     model = build_seeded_model(config, data.input_shape, data.num_classes)
     layers = blocks(model)
     assert layers and all(type(layer).__name__ == "LlamaDecoderLayer" for layer in layers)
-    job = jobs(config)
+    job = runs[config]
     assert_matches_references(job)
     assert (job.metrics["reduce_scatter_calls"] == len(layers) + 1).all()
+
+
+FP16 = MODES["last-reshard_on"].replace(amp="fp16", epochs=3)
+
+
+@pytest.fixture(scope="module")
+def runs(text_config, llama_config, tmp_path_factory):
+    """Every config the oracles, the counts and the fp16 check read, trained one after the other by one spawned
+    pair of sharded ranks (one start, not a torchrun job each): the runs by config."""
+    return spawned_runs([*MODES.values(), FP16, text_config, llama_config], tmp_path_factory.mktemp("fsdp_ranks"))
 
 
 # --- mixed precision ---------------------------------------------------------------------------------
 
 
-def test_an_fp16_sharded_run_scales_its_loss_and_trains(jobs):
+def test_an_fp16_sharded_run_scales_its_loss_and_trains(runs):
     """fp16: weights gathered in fp16 (MixedPrecisionPolicy), reductions in fp32, a GradScaler on the sharded
     gradients; the run finishes with the loss falling and every step's scale logged."""
-    config = MODES["last-reshard_on"].replace(amp="fp16", epochs=3)
-    job = jobs(config)
+    job = runs[FP16]
     metrics = job.metrics
     assert metrics["scale"].notna().all() and (metrics["scale"] > 0).all()
     assert metrics["loss"].iloc[-3:].mean() < metrics["loss"].iloc[:3].mean()
@@ -308,18 +325,9 @@ def test_a_failing_rank_fails_a_sharded_run_and_leaves_no_process(make_runner, m
 def test_an_inf_in_one_ranks_shard_skips_the_step_on_every_rank(tmp_path):
     """The GradScaler on sharded gradients reduces its inf check over the ranks: an inf only in rank 1's shard
     skips optimizer.step() on rank 0 too, and both lower the scale alike (else the ranks' shards would part)."""
-    import torch.multiprocessing as mp
-
     import inf_shard_rank
 
-    # Two spawned processes, not torchrun: no launcher importing torch a third time.
-    ranks = mp.spawn(inf_shard_rank.main, args=(WORLD, str(tmp_path)), nprocs=WORLD, join=False)
-    deadline = time.monotonic() + WAIT_S
-    while not ranks.join(timeout=1.0):  # raises what a rank raised
-        if time.monotonic() > deadline:
-            for process in ranks.processes:
-                process.kill()
-            pytest.fail(f"the {WORLD} ranks did not finish within {WAIT_S:g} s")
+    run_ranks(inf_shard_rank.main, WORLD, (WORLD, str(tmp_path)), WAIT_S)  # spawned: no launcher importing torch
     results = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(WORLD)]
     for rank, result in enumerate(results):
         assert result["skipped"] and result["unchanged"], (rank, result)
