@@ -16,8 +16,7 @@ from gaccum_core.train.checks import preflight
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import NullSink
 from hfmodels import saved_model
-from jobs import WAIT_S, WORLD
-from spawned import run_ranks
+from jobs import WORLD, spawned_runs
 from training import trained
 
 PARAGRAPHS = "\n\n".join(f"Note {i}: " + "tokens of different lengths weigh by count " * (1 + i % 4) for i in range(22))
@@ -124,13 +123,9 @@ def two_process_states(configs, tmp_path_factory):
     """2 processes (spawned, gloo), the Llama for 4 steps, in each sharding with and without checkpointing: the 4
     runs one after the other in the same two processes (one start, not a torchrun job each); rank 0's state_dicts.
     Dropout off: the ranks leave the global RNG unseeded, so two runs with dropout draw different masks."""
-    import configs_rank
-
     runs = [configs["hf"].replace(nproc=WORLD, max_steps=4, no_dropout=True, **sharding, **mode)
             for sharding in SHARDINGS.values() for mode in ({}, MODES[0])]
-    out = tmp_path_factory.mktemp("ac_ranks")
-    run_ranks(configs_rank.main, WORLD, (WORLD, str(out), runs), 2 * WAIT_S)
-    return {config: run["model"] for config, run in zip(runs, torch.load(out / "rank0.pt"))}
+    return {config: run.model for config, run in spawned_runs(runs, tmp_path_factory.mktemp("ac_ranks")).items()}
 
 
 @pytest.mark.multiprocess

@@ -15,7 +15,7 @@ from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import NullSink
 from hfmodels import saved_model
 from images import write_pngs
-from spawned import run_ranks
+from jobs import spawned_runs
 
 WAIT_S = 300  # only so a broken run fails instead of hanging
 FACTORY = '''
@@ -91,14 +91,11 @@ def test_two_processes_train_your_own_models_as_one_process_does(own, tmp_path):
     """Each config: 2 processes of b against 1 process of 2b (same k), a partial last window included;
     the hf: model weighs every rank's target tokens by the window's total. Both configs trained one after the
     other in the same two spawned processes (one start, not a torchrun job each)."""
-    import configs_rank
-
-    runs = {name: config.replace(nproc=2, micro_batch_size=config.micro_batch_size // 2) for name, config in own.items()}
-    run_ranks(configs_rank.main, 2, (2, str(tmp_path), list(runs.values())), WAIT_S)
-    for (name, config), run in zip(own.items(), torch.load(tmp_path / "rank0.pt")):
+    runs = [config.replace(nproc=2, micro_batch_size=config.micro_batch_size // 2) for config in own.values()]
+    for (name, config), run in zip(own.items(), spawned_runs(runs, tmp_path).values()):
         reference = _parameters(config)
-        assert run["model"].keys() == reference.keys()
+        assert run.model.keys() == reference.keys()
         for key in reference:
-            torch.testing.assert_close(run["model"][key], reference[key], rtol=1e-5, atol=1e-5,
+            torch.testing.assert_close(run.model[key], reference[key], rtol=1e-5, atol=1e-5,
                                        msg=lambda m, key=key, name=name: f"{name} {key}: {m}")
-        assert run["steps"][-1]["samples"] < config.effective_batch_size  # the partial last window
+        assert run.metrics["samples"].iloc[-1] < config.effective_batch_size  # the partial last window
