@@ -5,6 +5,7 @@ holds waits at every op for its descheduled member, and the same plan took 17 s 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -56,3 +57,31 @@ def test_the_plan_page_plans_on_the_cores_left_free(fake_engine, two_threads, mo
     at.button(key="plan_run").click().run()
     assert not at.exception and at.session_state["plan_result"].candidates
     assert seen and set(seen) == {1}
+
+
+_FRESH_PLAN = """
+import gc, sys
+from gaccum_core.config import RunConfig
+from gaccum_core.plan.planner import PlanRequest, make_plan
+assert "torch._dynamo" not in sys.modules
+walked = []  # at each report: whether a collection would walk torch._dynamo's objects
+def report(*args):
+    dynamo = sys.modules.get("torch._dynamo")
+    walked.append(dynamo is not None and any(o is dynamo.__dict__ for o in gc.get_objects()))
+base = RunConfig(model="gpt", dataset="pydoc", max_seq_len=16, device="cpu", micro_batch_size=1, accum_steps=1)
+make_plan(PlanRequest(base, 4, 1.0, clear_cache=("step",), time_cap_s=0.05, timed_steps=2), report)
+print("torch._dynamo" in sys.modules, any(walked))
+"""
+
+
+@pytest.mark.multiprocess
+def test_what_a_first_optimizer_step_imports_is_frozen_with_the_heap_before_the_plan():
+    """torch.optim's first step imports torch._dynamo (~135,000 objects): imported after the plan froze the heap,
+    every gc.collect() of clear_cache=step walked them (80-90 ms a call on a busy 2-core box, 29% of a plan's
+    time on the command line, where nothing had imported it before)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FRESH_PLAN], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.split() == ["True", "False"], done.stderr[-2000:]
