@@ -1,9 +1,10 @@
-"""Data-parallel runs (torchrun, gloo on the CPU, 2 processes) against single-process oracles.
+"""Data-parallel runs (gloo on the CPU, 2 processes) against single-process oracles.
 
 Two processes with micro-batches of b = 4 must train the very parameters one process trains with
 b = 8 (same k) and with one batch of b*k*2 = 32 (k = 1), partial last windows and empty rank shares
-included. Each 2-process job is run once per module (torchrun alone costs seconds) and shared between
-the tests that read it; the single-process references train here, in the test process.
+included. The configs the oracles and counts read are trained one after the other in one spawned pair of
+ranks, shared between the tests that read them; model.pt and the endings are torchrun jobs of the runner; the
+single-process references train here, in the test process.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from gaccum_core.runs.resume import run_checkpoints
 from gaccum_core.states import RunState
 from gaccum_core.train.distributed import Ranks, share
 from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,
-                  last_windows, max_diff, one_process_references, reference, stop_and_assert_stopped, wait_for_rows)
+                  last_windows, max_diff, one_process_references, reference, spawned_runs, stop_and_assert_stopped,
+                  wait_for_rows)
 
 pytestmark = pytest.mark.multiprocess
 
@@ -45,7 +47,7 @@ ONE_PER_STEP = SGD.replace(accum_steps=1, max_steps=3)  # one backward per step:
 
 
 @pytest.mark.parametrize("config", [SGD, ADAMW], ids=["sgd_momentum", "adamw"])
-def test_two_processes_equal_one_process_with_a_partial_last_window(jobs, config):
+def test_two_processes_equal_one_process_with_a_partial_last_window(runs, config):
     """2 processes (b=4, k=4) train the parameters of 1 process (b=8, k=4) and (b=32, k=1), partial last windows included."""
     last = last_windows(config)
     # The last window is partial, and every rank has samples in each of its micro-batches.
@@ -54,14 +56,14 @@ def test_two_processes_equal_one_process_with_a_partial_last_window(jobs, config
         for rank in range(WORLD):
             start, stop = share(micro, Ranks(rank, WORLD), config.micro_batch_size)
             assert stop > start
-    job = jobs(config)
+    job = runs[config]
     per_epoch = job.metrics.groupby("epoch")["samples"].last()
     assert len(per_epoch) == config.epochs
     assert (per_epoch == last.samples).all() and (per_epoch < config.effective_batch_size).all()
     assert_matches_references(job)
 
 
-def test_two_processes_equal_one_process_when_a_rank_has_nothing_in_the_last_window(jobs):
+def test_two_processes_equal_one_process_when_a_rank_has_nothing_in_the_last_window(runs):
     """A last window that leaves rank 1 no sample (it still joins the all-reduce) trains the 1-process parameters."""
     config = EMPTY_SHARE
     last = last_windows(config)
@@ -72,7 +74,7 @@ def test_two_processes_equal_one_process_when_a_rank_has_nothing_in_the_last_win
     rank1 = share(micro, Ranks(1, WORLD), config.micro_batch_size)
     assert rank0[1] - rank0[0] == last.samples > 0
     assert rank1[0] == rank1[1]  # empty
-    job = jobs(config)
+    job = runs[config]
     assert job.metrics.groupby("epoch")["samples"].last().tolist() == [last.samples] * config.epochs
     assert_matches_references(job)
 
@@ -86,17 +88,17 @@ def _param_bytes(config: RunConfig) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
-def test_no_sync_all_reduces_once_per_window_and_sync_every_once_per_micro_batch(jobs):
+def test_no_sync_all_reduces_once_per_window_and_sync_every_once_per_micro_batch(runs):
     """no_sync: one pass over the buckets per step (as k=1) carrying the parameter bytes; sync_every: one per micro-batch."""
     param_bytes = _param_bytes(SGD)
-    one = jobs(ONE_PER_STEP).metrics
+    one = runs[ONE_PER_STEP].metrics
     per_pass = one["allreduce_calls"].iloc[0]
     assert per_pass >= 1
     assert (one["allreduce_calls"] == per_pass).all()
     assert (one["allreduce_bytes"] == param_bytes).all()
 
-    no_sync = jobs(SGD).metrics
-    sync = jobs(SYNC_EVERY).metrics
+    no_sync = runs[SGD].metrics
+    sync = runs[SYNC_EVERY].metrics
     for metrics in (one, no_sync, sync):
         assert (metrics["world_size"] == WORLD).all()
     assert (no_sync["micro_batches"] == K).any() and (no_sync["micro_batches"] < K).any()
@@ -114,9 +116,9 @@ def test_no_sync_all_reduces_once_per_window_and_sync_every_once_per_micro_batch
           f"/{sync['allreduce_bytes'].tolist()} (micro_batches {sync['micro_batches'].tolist()})")
 
 
-def test_syncing_every_micro_batch_trains_the_same_parameters(jobs):
+def test_syncing_every_micro_batch_trains_the_same_parameters(runs):
     """sync_every_micro_batch changes only the communication: the parameters still equal the 1-process references."""
-    assert_matches_references(jobs(SYNC_EVERY))
+    assert_matches_references(runs[SYNC_EVERY])
 
 
 # --- 4, 5: endings ---------------------------------------------------------------------------------
@@ -227,10 +229,18 @@ def text_config(tmp_path_factory):
     return config
 
 
-def test_two_processes_weight_tokens_as_one_process_does(jobs, text_config):
+@pytest.fixture(scope="module")
+def runs(text_config, tmp_path_factory):
+    """Every config the oracles and the all-reduce counts read, trained one after the other by one spawned pair of
+    ranks (one start, not a torchrun job each): the runs by config."""
+    configs = [SGD, ADAMW, EMPTY_SHARE, ONE_PER_STEP, SYNC_EVERY, text_config]
+    return spawned_runs(configs, tmp_path_factory.mktemp("ddp_ranks"))
+
+
+def test_two_processes_weight_tokens_as_one_process_does(runs, text_config):
     """Each rank divides its summed token loss by 1/N of the global window's target tokens: the job trains
     the parameters of 1 process (b=4, k=2) and (b=8, k=1), and counts the same tokens per step."""
-    job = jobs(text_config)
+    job = runs[text_config]
     lengths = load_data(text_config).train.targets
     assert lengths.min() < lengths.max()  # micro-batches really hold different token counts
     assert_matches_references(job)
