@@ -164,14 +164,13 @@ RESUMED = RunConfig(model="mlp", dataset="digits", micro_batch_size=B, accum_ste
                     warmup_steps=5, grad_clip=0.5)
 
 
-def test_a_stop_agreed_by_every_rank_keeps_the_rows_and_resumes_to_the_uninterrupted_runs_end(make_runner,
+def test_a_stop_agreed_by_every_rank_keeps_the_rows_and_resumes_to_the_uninterrupted_runs_end(jobs, make_runner,
                                                                                             monkeypatch):
     """A stop ends every rank at a step's end they agree on, as 'stopped' (not killed) with gap-free rows;
     resumed, every rank takes rank 0's checkpoint and the job ends bit-equal to the same job never stopped."""
+    uninterrupted = jobs(RESUMED)  # before any fault is armed; the model.pt test reads the same job
     monkeypatch.delenv("GACCUM_FAULTS_RANK", raising=False)  # both ranks
     runner = make_runner()
-    reference_run = runner.wait(runner.submit(RESUMED), timeout=WAIT_S)
-    assert reference_run.state == RunState.FINISHED, reference_run.message
     # Every step pauses 0.2 s on both ranks: long enough to stop mid-run. The ranks agree within a step;
     # torchrun and its ranks then take ~3.5 s (up to 6 s under load) to exit, past the default 5 s grace,
     # which a job that already wrote its final state does not get killed for.
@@ -186,9 +185,9 @@ def test_a_stop_agreed_by_every_rank_keeps_the_rows_and_resumes_to_the_uninterru
     monkeypatch.delenv("GACCUM_FAULTS")
     runner.resume(run_id)
     assert runner.wait(run_id, timeout=WAIT_S).state == RunState.FINISHED
-    a, b = runner.store.load_model(reference_run.run_id), runner.store.load_model(run_id)
+    a, b = uninterrupted.model, runner.store.load_model(run_id)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    ma, mb = runner.store.read_metrics(reference_run.run_id), runner.store.read_metrics(run_id)
+    ma, mb = uninterrupted.metrics, runner.store.read_metrics(run_id)
     assert mb["step"].tolist() == list(range(1, 25))
     assert ma["loss"].equals(mb["loss"]) and ma["grad_norm"].equals(mb["grad_norm"])
 
@@ -197,17 +196,18 @@ def test_a_stop_agreed_by_every_rank_keeps_the_rows_and_resumes_to_the_uninterru
 
 
 def test_a_two_process_model_loads_into_a_plain_single_process_model(jobs):
-    """model.pt of a 2-process run loads strictly into the plain model and computes the 1-process reference's logits."""
-    job = jobs(SGD)
+    """model.pt of a 2-process run (the uninterrupted run of the resume test: one torchrun job for both) loads
+    strictly into the plain model and computes the 1-process reference's logits."""
+    job = jobs(RESUMED)
     assert not any(key.startswith("module.") for key in job.model)
-    data = load_data(SGD)
-    model = build_seeded_model(SGD, data.input_shape, data.num_classes)
+    data = load_data(RESUMED)
+    model = build_seeded_model(RESUMED, data.input_shape, data.num_classes)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(job.model, strict=True)
     assert max_diff(model.state_dict(), before) > 100 * ATOL  # the load replaced the initial weights
 
-    expected = build_seeded_model(SGD, data.input_shape, data.num_classes)
-    expected.load_state_dict(reference(SGD.replace(nproc=1, micro_batch_size=WORLD * B))[0])
+    expected = build_seeded_model(RESUMED, data.input_shape, data.num_classes)
+    expected.load_state_dict(reference(RESUMED.replace(nproc=1, micro_batch_size=WORLD * B))[0])
     x, _ = data.test.batch(torch.arange(len(data.test)))
     with torch.no_grad():
         torch.testing.assert_close(model(x), expected(x), atol=ATOL, rtol=RTOL)

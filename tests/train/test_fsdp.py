@@ -144,8 +144,8 @@ def test_a_rank_keeps_half_the_gradient_with_every_and_all_of_it_with_last(runs)
 
 def test_a_sharded_runs_model_pt_is_the_whole_state_dict_of_a_plain_model(jobs):
     """model.pt holds full, unsharded tensors that load strictly into a one-process model and compute the
-    one-process reference's logits."""
-    config = MODES["last-reshard_off"]
+    one-process reference's logits (the uninterrupted run of the resume test below: one torchrun job for both)."""
+    config = RESUMED
     job = jobs(config)
     data = load_data(config)
     model = build_seeded_model(config, data.input_shape, data.num_classes)
@@ -256,13 +256,12 @@ def _shard_dirs(runner: Runner, run_id: str) -> list[str]:
     return sorted(p.name for p in (runner.store.path(run_id) / SHARDS_DIR).iterdir())
 
 
-def test_a_stopped_then_killed_sharded_run_resumes_bit_exact(make_runner, monkeypatch):
+def test_a_stopped_then_killed_sharded_run_resumes_bit_exact(jobs, make_runner, monkeypatch):
     """Stopped (agreed at a step's end), resumed, then a rank killed: the run fails; resumed again from its last
     DCP checkpoint (each rank its part), it ends bit-equal to the same run never interrupted."""
+    uninterrupted = jobs(RESUMED)  # before any fault is armed; the model.pt test reads the same job
     monkeypatch.delenv("GACCUM_FAULTS_RANK", raising=False)
     runner = make_runner()
-    reference_run = runner.wait(runner.submit(RESUMED), timeout=WAIT_S)
-    assert reference_run.state == RunState.FINISHED, reference_run.message
 
     monkeypatch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.25" for s in range(1, 21)))
     run_id = runner.submit(RESUMED)
@@ -287,9 +286,9 @@ def test_a_stopped_then_killed_sharded_run_resumes_bit_exact(make_runner, monkey
     monkeypatch.delenv("GACCUM_FAULTS")
     runner.resume(run_id)
     assert runner.wait(run_id, timeout=WAIT_S).state == RunState.FINISHED
-    a, b = runner.store.load_model(reference_run.run_id), runner.store.load_model(run_id)
+    a, b = uninterrupted.model, runner.store.load_model(run_id)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    ma, mb = runner.store.read_metrics(reference_run.run_id), runner.store.read_metrics(run_id)
+    ma, mb = uninterrupted.metrics, runner.store.read_metrics(run_id)
     assert mb["step"].tolist() == list(range(1, 21))
     assert ma["loss"].equals(mb["loss"]) and ma["grad_norm"].equals(mb["grad_norm"])
     print(f"\nstopped at step {stopped_at}, killed after the checkpoint of step {resumed_at}; resumed twice, "
