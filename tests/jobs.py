@@ -101,7 +101,10 @@ def spawned_runs(configs: list[RunConfig], out_dir: Path) -> dict[RunConfig, Ran
     job each; tests/train/configs_rank.py): the runs by config."""
     import configs_rank
 
-    run_ranks(configs_rank.main, WORLD, (WORLD, str(out_dir), configs), WAIT_S * len(configs))
+    with pytest.MonkeyPatch.context() as patch:  # no fault armed in the ranks (they read these on import)
+        patch.delenv("GACCUM_FAULTS", raising=False)
+        patch.delenv("GACCUM_FAULTS_RANK", raising=False)
+        run_ranks(configs_rank.main, WORLD, (WORLD, str(out_dir), configs), WAIT_S * len(configs))
     return {config: RankRun(config, run) for config, run in zip(configs, torch.load(out_dir / "rank0.pt"))}
 
 
