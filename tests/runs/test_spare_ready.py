@@ -1,5 +1,7 @@
-"""The warm spare worker says it is ready only once a run's first step needs nothing more: the Train page
-enables Start on that word, so that Start → first point is not spent importing torch."""
+"""The warm spare worker says it is ready once a run can start (torch, the engine, the default data): the Train
+page enables Start on that word. The first step's own imports (torch._dynamo, tensorboard's writer) go on in a
+thread of the spare, which a run handed over joins before it starts: Start → first point is never spent importing
+more than what was left of them."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gaccum_core.config import RunConfig
-from gaccum_core.runs import spares, supervisor
+from gaccum_core.runs import spares, supervisor, worker
 from gaccum_core.runs.runner import Runner
 from gaccum_core.runs.store import RunStore
 from gaccum_core.runs.supervisor import Spare
@@ -22,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 180  # only so a broken test fails instead of hanging
 
 # In a spare worker's own process: a thread reads the ready pipe and notes which modules were loaded at that
-# word, hands the spare a default run, notes the modules again once its first step's row is written (while step 2
-# sleeps: GACCUM_FAULTS), stops the run and prints both lists.
+# word, hands the spare a default run, notes the modules when the run starts (run_worker called) and again once its
+# first step's row is written (while step 2 sleeps: GACCUM_FAULTS), stops the run and prints the three lists.
 PROBE = """
 import json, os, sys, threading, time
 from pathlib import Path
@@ -43,30 +45,38 @@ def probe():
         time.sleep(0.005)
     at_first_step = sorted(sys.modules)
     store.request_stop(run_id)
-    print(json.dumps([at_ready, at_first_step]), flush=True)
+    print(json.dumps([at_ready, at_start, at_first_step]), flush=True)
 
+at_start = []
+from gaccum_core.runs import worker
+run_worker = worker.run_worker
+def started(*args):
+    at_start.extend(sorted(sys.modules))
+    return run_worker(*args)
+worker.run_worker = started
 thread = threading.Thread(target=probe)
 thread.start()
-from gaccum_core.runs.worker import serve_spare
-serve_spare()
+worker.serve_spare()
 thread.join()
 """
 
 
 @pytest.mark.multiprocess
-def test_the_spare_says_ready_only_once_the_first_step_imports_nothing_more(tmp_path):
-    """Between the spare's ready word and its run's first logged step, no module of torch, gaccum or any other
-    is imported: everything that step needs (torch, torch._dynamo, the engine, the model builders, the
-    default data set's loaders) was loaded before the word."""
+def test_the_spare_says_ready_once_a_run_can_start_and_the_run_starts_with_everything_its_first_step_imports(
+        tmp_path):
+    """At the spare's ready word torch, the engine and the default data set's loaders are loaded; a run handed
+    over right then starts only once the first step's imports are done (torch._dynamo, tensorboard's writer), and
+    between its start and its first logged step no module of torch, gaccum or any other is imported."""
     store = RunStore(tmp_path)
     run_id = store.create(RunConfig(device="cpu"), None, None)  # the Train page's defaults
     out = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path), run_id], cwd=ROOT, capture_output=True,
                          text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL,
                          env={**os.environ, "PYTHONPATH": str(ROOT), "GACCUM_FAULTS": "slow@2:0*2"})
     assert out.stdout.strip(), f"the spare never said it was ready: {out.stderr[-2000:]}"
-    at_ready, at_first_step = json.loads(out.stdout.strip().splitlines()[-1])
-    assert {"torch", "torch._dynamo", "gaccum_core.train.engine", "gaccum_core.runs.execute"} <= set(at_ready)
-    assert sorted(set(at_first_step) - set(at_ready)) == []
+    at_ready, at_start, at_first_step = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {"torch", "gaccum_core.train.engine", "gaccum_core.runs.execute", "gaccum_core.data.images"} <= set(at_ready)
+    assert set(worker.FIRST_STEP_MODULES) <= set(at_start)
+    assert sorted(set(at_first_step) - set(at_start)) == []
     assert store.read_status(run_id)["state"] == "stopped"
 
 
