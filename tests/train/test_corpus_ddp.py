@@ -1,6 +1,7 @@
-"""Data-parallel runs on a cached corpus (torchrun, gloo on the CPU, 2 processes): padded and packed, they train the
-parameters one process trains on the same global windows, token-weighted; and the ranks of a job build a corpus not
-yet tokenised once, one waiting on the lock of the other's build. Shared jobs and oracles: tests/jobs.py.
+"""Data-parallel runs on a cached corpus (gloo on the CPU, 2 processes): padded and packed, they train the parameters
+one process trains on the same global windows, token-weighted (both in one spawned pair of ranks); and the ranks of a
+torchrun job build a corpus not yet tokenised once, one waiting on the lock of the other's build. Shared runs and
+oracles: tests/jobs.py.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from gaccum_core.data.text import cache_root, corpus_source
 from gaccum_core.data.token_cache import cache_folder
 from gaccum_core.data.tokens import tokens_for
 from gaccum_core.states import RunState
-from jobs import WAIT_S, WORLD, assert_matches_references, is_rank, job_processes, one_process_references, reference
+from jobs import (WAIT_S, WORLD, assert_matches_references, is_rank, job_processes, one_process_references, reference,
+                  spawned_runs)
 
 pytestmark = pytest.mark.multiprocess
 
@@ -52,12 +54,20 @@ def _config(corpus: Path, packing: str, cache: Path) -> RunConfig:
                      optimizer="sgd", lr=0.02, momentum=0.9)
 
 
+@pytest.fixture(scope="module")
+def runs(corpus, shared_cache, tmp_path_factory):
+    """The padded and the packed job trained one after the other by one spawned pair of ranks (one start, not a
+    torchrun job each), the first building the shared cache: the runs by config."""
+    configs = [_config(corpus, packing, shared_cache) for packing in ("off", "on")]
+    return spawned_runs(configs, tmp_path_factory.mktemp("corpus_ranks"))
+
+
 @pytest.mark.parametrize("packing", ["off", "on"], ids=["padded", "packed"])
-def test_two_processes_on_a_cached_corpus_equal_one_process(jobs, corpus, shared_cache, packing):
+def test_two_processes_on_a_cached_corpus_equal_one_process(runs, corpus, shared_cache, packing):
     """The job's parameters, losses and grad norms equal 1 process (b=4, k=2) and (b=8, k=1) reading the same
     cache, within the DDP oracles' tolerance; the same target tokens per step."""
     config = _config(corpus, packing, shared_cache)
-    job = jobs(config)
+    job = runs[config]
     train = load_data(config).train
     assert len(train) % config.effective_batch_size  # each epoch ends with a partial window
     assert (train.targets.min() < train.targets.max()) == (packing == "off")  # padded: different token counts
@@ -117,7 +127,7 @@ class _Events:
         self.observer.join()
 
 
-def test_the_ranks_of_a_job_tokenise_an_uncached_corpus_once(jobs, corpus, shared_cache, tmp_path, make_runner):
+def test_the_ranks_of_a_job_tokenise_an_uncached_corpus_once(runs, corpus, shared_cache, tmp_path, make_runner):
     """With the corpus's lock held here, both ranks wait (rank 0 says so) and nothing is built; let go, one rank
     builds it: one temporary folder, renamed once into the one cache folder, meta.json written once. The job
     trains the parameters of the same job on a cache built before it, bit for bit."""
@@ -156,5 +166,5 @@ def test_the_ranks_of_a_job_tokenise_an_uncached_corpus_once(jobs, corpus, share
     assert meta["documents"] == {"train": 36, "val": 4}
 
     model = runner.store.load_model(run_id)
-    same = jobs(_config(corpus, "on", shared_cache)).model  # the same job on a cache built before it
+    same = runs[_config(corpus, "on", shared_cache)].model  # the same job's ranks on a cache built before it
     assert model.keys() == same.keys() and all(torch.equal(model[k], same[k]) for k in model)
