@@ -61,7 +61,7 @@ def read_state_dict(path: str) -> dict[str, torch.Tensor]:
 
 def unreadable(exc: Exception) -> str:
     """Why a weights file does not open, in gaccum's words: what it is not. Never torch's own advice, to load it
-    again with weights_only=False, which would run whatever code the file's pickle holds."""
+    again with its weights-only unpickler switched off, which would run whatever code the file's pickle holds."""
     if isinstance(exc, SafetensorError):
         return f"it is not a safetensors file ({first_line(exc)})"
     if not isinstance(exc, pickle.UnpicklingError):

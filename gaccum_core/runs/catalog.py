@@ -272,7 +272,9 @@ def unstepped(table: pd.DataFrame) -> pd.Series:
     if table.empty:
         return pd.Series(dtype=bool)
     ended = table["state"].isin([*FINAL_STATES, RunState.INTERRUPTED])
-    return ended & (table["steps"].fillna(0) == 0) & (table["state"] != RunState.DAMAGED)
+    # A table of damaged runs only has no steps column (their rows say only why they cannot be read).
+    steps = table["steps"].fillna(0) if "steps" in table else pd.Series(0, index=table.index)
+    return ended & (steps == 0) & (table["state"] != RunState.DAMAGED)
 
 
 @functools.cache

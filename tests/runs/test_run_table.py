@@ -93,3 +93,14 @@ def test_a_run_is_read_again_only_when_one_of_its_files_changes(runs, monkeypatc
     store.delete(ids["baseline"])
     assert ids["baseline"] not in set(run_table(store)["run_id"])
 
+
+
+def test_a_runs_dir_holding_only_a_damaged_run_is_summarised(tmp_path):
+    """A folder that is no run (a damaged row has no steps column): the summary and the Train page's look for a
+    stopped run list nothing, instead of failing on the missing column."""
+    from gaccum_core.runs.store import RunStore
+
+    (tmp_path / "20260101-000000-abcdef-notarun").mkdir()
+    store = RunStore(tmp_path)
+    assert list(run_table(store)["state"]) == ["damaged"]
+    assert run_table(store, hide_unstepped=True)["state"].tolist() == ["damaged"]
