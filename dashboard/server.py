@@ -44,8 +44,11 @@ def runs_dir() -> str:
 
 
 def executor() -> str:
-    """Where runs train: a worker process unless GACCUM_EXECUTOR=thread."""
-    return os.environ.get("GACCUM_EXECUTOR", "process")
+    """Where runs train: a worker process unless GACCUM_EXECUTOR=thread (unset or empty: the first of EXECUTORS, as
+    the server's check reads it)."""
+    from gaccum_core.runs.server_env import EXECUTOR_ENV, EXECUTORS
+
+    return os.environ.get(EXECUTOR_ENV) or EXECUTORS[0]
 
 
 @st.cache_resource

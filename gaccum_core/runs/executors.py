@@ -15,6 +15,7 @@ import torch
 
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.execute import execute
+from gaccum_core.runs.server_env import EXECUTORS  # noqa: F401 (the one list, where the server checks it)
 from gaccum_core.runs.snapshot import TrackedRun
 from gaccum_core.runs.store import RunStore
 from gaccum_core.runs.supervisor import Child, kill_tree
@@ -22,8 +23,6 @@ from gaccum_core.states import Outcome
 from gaccum_core.train.device import device_name
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import Row, RowKeeper
-
-EXECUTORS = ("process", "thread")
 
 
 def distributed(config: RunConfig) -> bool:

@@ -14,7 +14,7 @@ from gaccum_core.runsdir import RUNS_DIR_ENV
 from gaccum_core.usercode import USER_CODE_ENV
 
 EXECUTOR_ENV = "GACCUM_EXECUTOR"
-EXECUTORS = ("process", "thread")  # gaccum_core.runs.executors' (which imports torch); the default first
+EXECUTORS = ("process", "thread")  # where runs train (runs.executors uses this list); the default first
 
 
 def _folder(name: str, value: str, exists: bool) -> str | None:
