@@ -7,7 +7,7 @@ from dashboard import live_chart
 from dashboard.checks import refusal
 from dashboard.controls import LABELS, Controls, config_from
 from dashboard.live import (REFRESH_S, WARM_POLL_S, await_first_step, chart_labels, live_charts, progress,
-                            short_name, started_from, stepless_line)
+                            short_name, stepless_line)
 from dashboard.messages import explain
 from dashboard.server import get_runner
 from dashboard.state import adopt_settings, drop_missing, kept, session_runs, widget
@@ -22,6 +22,7 @@ from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.runs.files import run_error_words
 from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.runs.resume import RESUMABLE, resume_refusal
+from gaccum_core.runs.run_data import started_from
 from gaccum_core.runs.runner import RunBusyError
 from gaccum_core.runs.store import StoreError
 from dashboard.run_picks import (OFFERED, last_stopped, offered_runs, run_choice_labels, runs_on_disk,
@@ -207,7 +208,7 @@ def live() -> None:
     for snapshot in snapshots:
         if not snapshot.done or snapshot.run_id == latest_id:
             progress(snapshot)  # with how it ended, and why
-        if snapshot.run_id == latest_id and (weights := started_from(runner, latest_id)):
+        if snapshot.run_id == latest_id and (weights := started_from(runner.store, latest_id)):
             st.caption(plain(f"Initial weights: {weights}"))
     if not snapshots:
         st.info("No run yet: set up a run on the left and press Start.")

@@ -87,15 +87,6 @@ def stepless_line(label: str, state: str, message: str) -> str:
     return f"{label}: no charts, it ended before its first optimizer step ({state_line(state, message)})."
 
 
-def started_from(runner: Runner, run_id: str) -> str:
-    """Where a run's initial weights came from, as its status.json says ('weights loaded from x.pth (sha256 …),
-    fc reset to 3 classes', or the seed); '' before it started, or when the file cannot be read meanwhile."""
-    try:
-        return str(runner.store.read_status(run_id).get("weights", ""))
-    except (OSError, ValueError):  # deleted meanwhile, or a damaged status.json (the Runs page says so)
-        return ""
-
-
 def progress(snapshot: RunSnapshot) -> None:
     """A progress bar naming its run, with steps done of total and the time left; the run's warning."""
     st.progress(min(snapshot.steps_done / max(snapshot.total_steps, 1), 1.0), text=_progress_text(snapshot))

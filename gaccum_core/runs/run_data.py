@@ -35,18 +35,19 @@ def read_runs(store: RunStore, run_ids: Iterable[str]) -> tuple[dict[str, RunDat
     for run_id in run_ids:
         try:
             found[run_id] = RunData(store.read_config(run_id), store.read_metrics(run_id), store.read_evals(run_id),
-                                    store.metrics_csv(run_id), store.evals_csv(run_id), _started_from(store, run_id),
+                                    store.metrics_csv(run_id), store.evals_csv(run_id), started_from(store, run_id),
                                     _known(store, run_id))
         except FileNotFoundError:
             removed.append(run_id)
     return found, removed
 
 
-def _started_from(store: RunStore, run_id: str) -> str:
-    """The weights a run started from, as its status says them; '' before it started."""
+def started_from(store: RunStore, run_id: str) -> str:
+    """The weights a run started from, as its status says them ('weights loaded from x.pth (sha256 …), fc reset to
+    3 classes', or the seed); '' before it started, or when its status cannot be read meanwhile."""
     try:
         return str(store.read_status(run_id).get("weights", ""))
-    except (StoreError, ValueError):  # status.json damaged meanwhile: the table says so
+    except (StoreError, OSError, ValueError):  # deleted or damaged meanwhile: the Runs page says so
         return ""
 
 
