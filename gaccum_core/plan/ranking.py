@@ -46,7 +46,8 @@ def speed_ratio(a: Candidate, b: Candidate) -> float:
 
 
 def ratio_words(a: Candidate, b: Candidate, tied: Sequence[Candidate], precision: float = PRECISION) -> str | None:
-    """a's speed over b's with its 95% interval, '1.30 ± 0.06' (to be followed by '× the samples/s of'); None
+    """a's speed over b's with its 95% interval, '1.30 ± 0.06×' (to be followed by 'the samples/s of'; a
+    wider interval than the ratio says so after the ×: '1.2 ± 1.3× (interval wider than the value)'); None
     where no ratio may be claimed: both are among the settings called tied, their speeds cannot be told apart, or
     either speed has no interval (timed over a single step). The half-width is what the two speeds' intervals
     give their ratio (first order); for candidates timed in the same turns it is wider than the paired
@@ -55,7 +56,8 @@ def ratio_words(a: Candidate, b: Candidate, tied: Sequence[Candidate], precision
         return None
     value = speed_ratio(a, b)
     spread = math.hypot(a.samples_per_s_error / a.samples_per_s, b.samples_per_s_error / b.samples_per_s)
-    return plus_minus(value, value * spread)
+    number, _, words = plus_minus(value, value * spread).partition(" (")
+    return f"{number}×" + (f" ({words}" if words else "")
 
 
 def _interval(candidate: Candidate) -> bool:
@@ -132,13 +134,13 @@ def checkpointing_trade(choice: Candidate, safe: Sequence[Candidate], budget_mb:
             continue
         if mine != "off":
             ratio = ratio_words(choice, rival, tied, precision)
-            speed = "as fast as" if ratio is None else f"{ratio}× the samples/s of"
+            speed = "as fast as" if ratio is None else f"{ratio} the samples/s of"
             clauses.append(f"b={choice.micro_batch_size}, k={choice.accum_steps} {choice.options.checkpointing_words()}:"
                            f" {speed} b={rival.micro_batch_size}, k={rival.accum_steps} without, at "
                            f"{choice.peak_mb / budget_mb:.0%} of the budget")
         else:
             ratio = ratio_words(rival, choice, tied, precision)
-            speed = "as fast" if ratio is None else f"at {ratio}× the samples/s"
+            speed = "as fast" if ratio is None else f"at {ratio} the samples/s"
             clauses.append(f"{other} checkpointing fits b={rival.micro_batch_size}, k={rival.accum_steps} at "
                            f"{rival.peak_mb / budget_mb:.0%} of the budget, {speed} (it recomputes each block's "
                            "activations in backward)")
@@ -177,7 +179,7 @@ def _against_plain(choice: Candidate, plain_safe: Sequence[Candidate], tied: Seq
     ratio = ratio_words(choice, plain, tied, precision)
     if ratio is None:
         return f"; as fast as fp32 without options at b={plain.micro_batch_size} within the precision{room}"
-    return (f"; {ratio}× the samples/s of fp32 without options, "
+    return (f"; {ratio} the samples/s of fp32 without options, "
             f"whose recommended size within the margin is b={plain.micro_batch_size}{room}")
 
 

@@ -3,6 +3,7 @@ tied, always with its 95% interval, never from a speed timed over a single step.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -44,3 +45,19 @@ def test_a_speed_timed_over_one_step_gives_no_ratio_whatever_error_is_recorded()
         once = timed(BF16, 16, 45.0, 3000.0, error, steps=1)
         sentence = reason(once, [plain, once], 100.0)
         assert "×" not in sentence, sentence
+
+
+def test_a_ratio_wider_than_its_interval_says_so_after_its_times_sign():
+    """Timed in the same turns, the choice is faster in every turn (told apart), but each speed's own interval is
+    wide (a loaded machine): the ratio is claimed with its interval, the words about its width after the ×, not
+    between the number and the × (seen in CI: '1.2 ± 1.3 (interval wider than the value)× the samples/s')."""
+    from gaccum_core.plan.ranking import ratio_words
+
+    turns = dict(timed_with=1)
+    fast = timed(FP32, 16, 40.0, 1200.0, 1400.0)
+    slow = timed(FP32, 8, 30.0, 1000.0, 1100.0)
+    fast, slow = (dataclasses.replace(c, turn_speeds=speeds, **turns)
+                  for c, speeds in ((fast, {0: 1200.0, 1: 1300.0, 2: 1100.0, 3: 1250.0}),
+                                    (slow, {0: 1000.0, 1: 1050.0, 2: 900.0, 3: 1000.0})))
+    # the median of the turns' ratios, 1.23, times √((1400/1200)² + (1100/1000)²) = 1.60: ± 1.97
+    assert ratio_words(fast, slow, []) == "1.2 ± 2.0× (interval wider than the value)"
