@@ -10,7 +10,7 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -152,3 +152,20 @@ def _show_pages(browser: Browser, folder: Path) -> None:
             print(f"page {i} ({page.url}) could not be read: {exc}")
             continue
         print(f"page {i} ({page.url}), screenshot {shot}; its text:\n{text[-4000:]}")
+
+
+def take(page, act: Callable[[], None], taken, tries: int = 4, wait_ms: float = 90_000) -> None:
+    """Do act (a click, a pick) until the page shows taken (a Playwright locator assertion, given a timeout).
+    An act the page lost (a rerun redrew the element as it was clicked, the page then idle without it: seen in
+    CI under load) is done again once the page is idle; an act taken (the page reruns) is waited for, never
+    done twice."""
+    for _ in range(tries):
+        act()
+        try:
+            taken(15_000)
+            return
+        except AssertionError:
+            if page.get_by_test_id("stStatusWidget").count():  # the page reruns: the act was taken
+                taken(wait_ms)
+                return
+    taken(1)

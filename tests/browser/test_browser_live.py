@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from chromium import LOSS_POINTS_JS, PACED_RUNS, dashboard_browser, start_a_long_mlp_run
+from chromium import LOSS_POINTS_JS, PACED_RUNS, dashboard_browser, start_a_long_mlp_run, take
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.browser]
 
@@ -210,7 +210,9 @@ def test_a_gpt_run_in_the_browser_charts_against_tokens_and_shows_generated_text
         assert "validation perplexity" in charts
         assert charts["training loss"]["x_title"] == "optimizer step"
 
-        page.get_by_text("tokens seen", exact=True).click()
+        # A click the page lost (it was redrawn as it was clicked, under load in CI) is clicked again once it is idle.
+        take(page, page.get_by_text("tokens seen", exact=True).click,
+             lambda ms: expect(page.get_by_role("radio", name="tokens seen")).to_be_checked(timeout=ms), wait_ms=WAIT_MS)
         # Each chart is redrawn in its turn: wait for all of them (reading after the first was a race).
         charts = page.wait_for_function(f"""() => {{ const charts = ({CHARTS_JS})();
             return ['training loss', 'throughput', 'validation perplexity'].every(

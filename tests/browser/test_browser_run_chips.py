@@ -7,7 +7,7 @@ import shutil
 import pytest
 from playwright.sync_api import Page, expect
 
-from chromium import dashboard_browser
+from chromium import dashboard_browser, take
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.runner import Runner
 
@@ -36,18 +36,13 @@ def _pick(page: Page, picker, name: str) -> None:
     rerun redrew the list as the option was clicked, the page then idle without its chip) is picked again once the
     page is idle; a pick taken is waited for, never picked twice."""
     chip = page.locator(".st-key-chart_overlay [data-tag]").filter(has_text=name)
-    for _ in range(4):
+
+    def pick() -> None:
         picker.click()
         page.get_by_role("option").filter(has_text=name).click()
         page.keyboard.press("Escape")
-        try:
-            expect(chip).to_have_count(1, timeout=15_000)
-            return
-        except AssertionError:
-            if page.get_by_test_id("stStatusWidget").count():  # the page reruns: the pick was taken
-                expect(chip).to_have_count(1, timeout=WAIT_MS)
-                return
-    expect(chip).to_have_count(1, timeout=1)
+
+    take(page, pick, lambda ms: expect(chip).to_have_count(1, timeout=ms), wait_ms=WAIT_MS)
 
 
 def test_the_chips_of_picked_runs_show_every_label_whole(tmp_path):

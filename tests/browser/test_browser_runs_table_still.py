@@ -5,7 +5,7 @@ next click landed on the header's "select all"."""
 import pytest
 from playwright.sync_api import expect
 
-from chromium import dashboard_browser
+from chromium import dashboard_browser, take
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.browser]
 WAIT_MS = 90_000  # per condition: a loaded 2-core machine measures slowly
@@ -43,13 +43,5 @@ def _select_first_row(page, box) -> None:
     its canvas not yet taking clicks; seen once in CI, the page idle, nothing selected) is clicked again once the
     page is idle; a click taken is waited for, never clicked twice (that would clear it)."""
     selected = page.get_by_text("Delete the 1 selected run")
-    for _ in range(4):
-        page.mouse.click(box["x"] + 20, box["y"] + ROW_PX * 1.5)
-        try:
-            expect(selected).to_be_visible(timeout=15_000)
-            return
-        except AssertionError:
-            if page.get_by_test_id("stStatusWidget").count():  # the page reruns: the click was taken
-                expect(selected).to_be_visible(timeout=WAIT_MS)
-                return
-    expect(selected).to_be_visible(timeout=1)
+    take(page, lambda: page.mouse.click(box["x"] + 20, box["y"] + ROW_PX * 1.5),
+         lambda ms: expect(selected).to_be_visible(timeout=ms), wait_ms=WAIT_MS)
