@@ -39,6 +39,7 @@ class RunSnapshot:
     evals: tuple[Mapping[str, Any], ...]
     name: str = ""  # the user's name for the run, if they gave one
     known: frozenset[str] | None = None  # an imported run's settings its hparams named (None: a run of gaccum's)
+    devices: tuple[str, ...] = ()  # what it holds in the device queue while it runs ("cuda:0", "cuda:1"; "cpu")
 
     @property
     def done(self) -> bool:
@@ -52,7 +53,7 @@ class TrackedRun:
 
     run_id: str
     config: RunConfig
-    device_key: str
+    devices: tuple[str, ...]  # every device it uses, held together in the runner's device queue (device_queue)
     # The rows the run logged, appended under the runner's lock. Each is read-only, so snapshots share
     # them: copying every row on every poll would cost a live page O(steps) per second.
     rows: RowKeeper
@@ -74,7 +75,7 @@ class TrackedRun:
         eta = eta_seconds(self.rows.steps, self.total_steps) if self.state == RunState.RUNNING else None
         return RunSnapshot(self.run_id, self.config, self.state, self.message, self.device, steps_done,
                            self.total_steps, queue_position, elapsed, eta, tuple(self.rows.steps),
-                           tuple(self.rows.evals), self.name)
+                           tuple(self.rows.evals), self.name, devices=self.devices)
 
 
 def disk_snapshot(store: RunStore, run_id: str) -> RunSnapshot:
