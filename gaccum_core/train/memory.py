@@ -24,7 +24,11 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def clear_cache(device: torch.device) -> float:
-    """gc.collect() and, on CUDA, torch.cuda.empty_cache(); returns the seconds it took."""
+    """gc.collect() and, on CUDA, torch.cuda.empty_cache(); returns the seconds they took, queued GPU work excluded."""
+    if device.type == "cuda":
+        # empty_cache's cudaFree waits for every queued kernel: without this, the backward still running
+        # on the GPU would be counted as clearing.
+        torch.cuda.synchronize(device)
     start = time.perf_counter()
     gc.collect()
     if device.type == "cuda":
