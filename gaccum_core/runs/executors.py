@@ -32,7 +32,7 @@ def distributed(config: RunConfig) -> bool:
 
 def train_here(store: RunStore, run: TrackedRun, lock: threading.Lock) -> Outcome:
     """Train the run in this thread; its final state and message."""
-    device = torch.device(run.device_key)
+    device = torch.device(run.devices[0])  # one device: a data-parallel run never trains here
     run.device = device_name(device)
 
     def started(engine: Engine) -> None:

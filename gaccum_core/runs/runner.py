@@ -1,5 +1,8 @@
 """The background runner: runs execute one at a time per device; later runs queue.
 
+A run holds every device it uses (a data-parallel job on CUDA: one GPU per rank) and waits for all of them, in the
+order runs were submitted (gaccum_core.runs.device_queue); a page's plan on a GPU takes its turn the same way (turn).
+
 A run trains in a worker process (executor "process": a warm spare worker, or torchrun for a
 data-parallel run) supervised by the device's thread here, which follows the rows it writes, or in
 that thread itself (executor "thread"): gaccum_core.runs.executors. States (gaccum_core.states):
@@ -14,12 +17,14 @@ from __future__ import annotations
 import atexit
 import threading
 import time
-from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import MappingProxyType
 
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.runs.catalog import forget_runs, index_runs
 from gaccum_core.runs.claim import Claim, RunBusyError, describe_process, training_pid
+from gaccum_core.runs.device_queue import DeviceQueue, Turn, devices_of
 from gaccum_core.runs.integrity import read_run
 from gaccum_core.runs.executors import EXECUTORS, distributed, keep_job_logs, supervise, train_here
 from gaccum_core.runs.resume import prepare_resume
@@ -64,8 +69,7 @@ class Runner:
         self._runs: dict[str, TrackedRun] = {}
         self._claims: dict[str, Claim] = {}  # the runs this runner owns until they end
         self._notes: dict[str, str] = {}  # what a resume found, said again in the run's final message
-        self._queues: dict[str, deque[TrackedRun]] = {}
-        self._workers: dict[str, threading.Thread] = {}
+        self._queue: DeviceQueue[TrackedRun | Turn] = DeviceQueue()
         self._spare = SpareWorker(keep=self.warm_spare, first=first_spare)
         self._spare_job = SpareJob(keep=self.warm_spare, idle_limit_s=spare_idle_s)
         atexit.register(self.close)
@@ -131,30 +135,66 @@ class Runner:
         return run
 
     def _track(self, run_id: str, config: RunConfig, name: str) -> TrackedRun:
-        """A queued run to track, on the device its config resolves to, its rows kept under the lock."""
-        return TrackedRun(run_id, config, str(resolve_device(config.device)), RowKeeper(self._lock), name)
+        """A queued run to track, on the devices its config uses, its rows kept under the lock."""
+        return TrackedRun(run_id, config, devices_of(config, resolve_device(config.device)), RowKeeper(self._lock),
+                          name)
 
     def _enqueue(self, run: TrackedRun) -> None:
-        device_key = run.device_key
         with self._lock:
             self._runs[run.run_id] = run
-            self._queues.setdefault(device_key, deque()).append(run)
-            worker = self._workers.get(device_key)
-            if worker is None or not worker.is_alive():
-                worker = threading.Thread(target=self._work, args=(device_key,), name=f"gaccum-{device_key}",
-                                          daemon=True)
-                self._workers[device_key] = worker
-                worker.start()
+            self._queue.add(run)
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Start what the device queue admits now (called with the lock held): a run in a thread of its own, a
+        turn by waking whoever waits for it."""
+        for item in self._queue.admit():
+            if isinstance(item, Turn):
+                item.given.set()
+                continue
+            item.state, item.started = RunState.RUNNING, time.monotonic()
+            threading.Thread(target=self._work, args=(item,), name=f"gaccum-{','.join(item.devices)}",
+                             daemon=True).start()
+
+    @contextmanager
+    def turn(self, devices: tuple[str, ...], waiting: Callable[[str], None] | None = None,
+             poll_s: float = 0.5) -> Iterator[None]:
+        """Hold these devices in the device queue for the with block (a page's plan measuring on a GPU): first wait
+        for the runs and turns ahead of it, calling waiting('run <name> on cuda:0') every poll_s meanwhile; a run
+        submitted while the block goes on waits for it to end."""
+        mine = Turn(tuple(devices))
+        with self._lock:
+            self._queue.add(mine)
+            self._dispatch()
+        try:
+            while not mine.given.wait(poll_s):
+                if waiting is not None:
+                    waiting(self._blocker_words(mine))
+            yield
+        finally:
+            with self._lock:
+                if not self._queue.remove(mine):
+                    self._queue.release(mine)
+                self._dispatch()
+
+    def _blocker_words(self, mine: Turn) -> str:
+        """What a waiting turn waits for, e.g. 'run baseline on cuda:0'."""
+        with self._lock:
+            found = self._queue.blocker(mine)
+        if found is None:
+            return "its turn"
+        other, shared = found
+        what = "another plan" if isinstance(other, Turn) else f"run {other.name or other.run_id}"
+        return f"{what} on {', '.join(shared)}"
 
     def stop(self, run_id: str) -> None:
         """Ask a run to stop: a queued run never starts, a running one stops within one micro-batch."""
         with self._lock:
             run = self._runs[run_id]
             run.stop_event.set()
-            queue = self._queues.get(run.device_key, deque())
-            if run in queue:
-                queue.remove(run)
+            if self._queue.remove(run):
                 self._finish(run, RunState.STOPPED, "stopped before it started")
+                self._dispatch()  # the devices it reserved may let a later run start
 
     def abandon(self, run_id: str, message: str) -> None:
         """Mark a run stopped now, on disk too, without waiting for its thread (the process is about to
@@ -223,8 +263,7 @@ class Runner:
         return self.snapshot(run_id)
 
     def _snapshot(self, run: TrackedRun) -> RunSnapshot:
-        queue = self._queues.get(run.device_key, deque())
-        return run.snapshot(queue.index(run) + 1 if run in queue else 0)
+        return run.snapshot(self._queue.position(run))
 
     def worker_pid(self, run_id: str) -> int | None:
         """The process id of the worker (or torchrun) that runs or last ran the run; None for a run not
@@ -249,31 +288,23 @@ class Runner:
         ends after 5 min idle'; '' when nothing does (the thread executor, a run using the spare)."""
         return warm_words(self._spare, self._spare_job)
 
-    def _work(self, device_key: str) -> None:
-        while (run := self._next(device_key)) is not None:
-            try:
-                state, message = self._execute(run)
-            except Exception as exc:  # a fault outside the engine (cleanup, disk): the run still ends
-                state, message = RunState.FAILED, f"the runner failed: {type(exc).__name__}: {exc}"
-            except BaseException as exc:  # SystemExit and the like end the thread, never silently;
-                with self._lock:  # runs still queued wait for the next submit() to start a worker
-                    self._finish(run, RunState.FAILED, f"the runner stopped: {type(exc).__name__}")
-                    self._workers.pop(device_key, None)
-                raise
-            with self._lock:
-                self._finish(run, state, message)
+    def _work(self, run: TrackedRun) -> None:
+        """Train one admitted run in this thread, then give its devices to what waits for them."""
+        try:
+            state, message = self._execute(run)
+        except Exception as exc:  # a fault outside the engine (cleanup, disk): the run still ends
+            state, message = RunState.FAILED, f"the runner failed: {type(exc).__name__}: {exc}"
+        except BaseException as exc:  # SystemExit and the like end the thread, never silently
+            self._end(run, RunState.FAILED, f"the runner stopped: {type(exc).__name__}")
+            raise
+        self._end(run, state, message)
 
-    def _next(self, device_key: str) -> TrackedRun | None:
-        """The next queued run, marked running; None (and this worker gone) when the queue is empty."""
+    def _end(self, run: TrackedRun, state: RunState, message: str) -> None:
+        """Record the run's end, free its devices and start what waited for them."""
         with self._lock:
-            queue = self._queues[device_key]
-            if not queue:
-                # Leave under the lock, so submit() sees this worker gone and starts another.
-                del self._workers[device_key]
-                return None
-            run = queue.popleft()
-            run.state, run.started = RunState.RUNNING, time.monotonic()
-            return run
+            self._finish(run, state, message)
+            self._queue.release(run)
+            self._dispatch()
 
     def _execute(self, run: TrackedRun) -> Outcome:
         """Train one run in this thread or in a worker process; its final state and message."""
