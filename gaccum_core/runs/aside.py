@@ -1,8 +1,10 @@
 """A page's computation on your own code (the Plan and Equivalence pages), done in a worker process of its own.
 
 The dashboard's server never imports your code (usercode). The planner and the equivalence check compute in
-the page's own thread; when their settings name your code, `call_aside` runs the same function in a fresh
-`python -m gaccum_core.runs.aside` process instead. That process imports your code (names looked up in
+the page's own thread on the CPU; when their settings name your code, or their device is a GPU (goes_aside),
+`call_aside` runs the same function in a fresh `python -m gaccum_core.runs.aside` process instead, and on a GPU
+that process measures only once the device queue gives it the GPU (no run trains there meanwhile, and the server
+holds no CUDA context for it). That process imports your code (names looked up in
 GACCUM_USER_CODE's folder, as a run's worker does), tells each progress call back over a pipe of its own (your
 code may print what it likes), and sends the result or the error. It ends with the call; it is killed when the
 page's run ends first (a rerun, a closed tab) or the server exits, so none outlives what asked for it.
@@ -19,11 +21,18 @@ import pickle
 import subprocess
 import sys
 import tempfile
-from typing import Any, BinaryIO, Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
 from gaccum_core.config import RunConfig, first_line
+from gaccum_core.runs.device_queue import devices_of
 from gaccum_core.runs.supervisor import child_env, dies_with_this_thread
 from gaccum_core.usercode import runs_here, user_code_fields
+
+if TYPE_CHECKING:
+    import torch
+
+Turn = Callable[[tuple[str, ...]], AbstractContextManager]  # holds these devices in the device queue (Runner.turn)
 
 _LENGTH = 8  # bytes of a frame's length prefix
 
@@ -83,12 +92,24 @@ def call_aside(function: Callable, *args: Any, progress: Callable | None = None)
                        + (f": {lines[-1][:300]}" if lines else ""))
 
 
-def call_for(config: RunConfig, function: Callable, *args: Any, progress: Callable | None = None) -> Any:
-    """function(*args, progress) in this thread, or aside in a worker process (call_aside) when config names your
-    own code and this thread may not run it (a page of the dashboard)."""
-    if user_code_fields(config) and not runs_here():
+def goes_aside(config: RunConfig, device: torch.device | None) -> bool:
+    """Whether a page's computation for config on device (None: the CPU) runs in a worker process: on a GPU always,
+    and where config names your own code that this thread may not run (a page of the dashboard)."""
+    return _on_gpu(device) or bool(user_code_fields(config)) and not runs_here()
+
+
+def call_for(config: RunConfig, function: Callable, *args: Any, progress: Callable | None = None,
+             device: torch.device | None = None, turn: Turn | None = None) -> Any:
+    """function(*args, progress) in this thread, or aside in a worker process (call_aside) where goes_aside says so;
+    on a GPU inside turn((device,)), which waits until the runs ahead on it have ended and holds it meanwhile."""
+    if not goes_aside(config, device):
+        return function(*args, progress)
+    with turn(devices_of(config, device)) if _on_gpu(device) and turn is not None else nullcontext():
         return call_aside(function, *args, progress=progress)
-    return function(*args, progress)
+
+
+def _on_gpu(device: torch.device | None) -> bool:
+    return device is not None and device.type == "cuda"
 
 
 def _main(write_end: int) -> None:

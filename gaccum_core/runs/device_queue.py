@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
-
-import torch
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from gaccum_core.config import RunConfig
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Holder(Protocol):
