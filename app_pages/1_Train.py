@@ -57,9 +57,10 @@ except ConfigError as exc:
 if problem:
     controls.error(*problem)
     notes.error(f"Cannot start: {problem[1]}")
-else:  # what the costly options cost here, measured once per server process, before Start
+else:  # what the costly options cost here before Start (cache clearing: as this device's latest clearing run timed it)
     device = str(resolve_device(config.device))
-    for field, note in warnings_for(config.clear_cache, config.amp, config.accum_steps, device).items():
+    for field, note in warnings_for(config.clear_cache, config.amp, config.accum_steps, device,
+                                    runner.snapshots()).items():
         controls.warn(field, note)
     if config.world_size > 1 and not runner.active_ids():
         runner.prepare(config)  # torchrun's ranks start up while the user reads, not after Start
