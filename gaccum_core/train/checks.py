@@ -11,7 +11,7 @@ from gaccum_core.data.tokens import tokens_for
 from gaccum_core.models.hf import check_hf  # imports transformers only when it checks a model
 from gaccum_core.models.vision import build_model
 from gaccum_core.train.activation import chosen_blocks
-from gaccum_core.train.device import max_processes, option_unavailable, resolve_device
+from gaccum_core.train.device import cuda_graphs_refusal, max_processes, option_unavailable, resolve_device
 from gaccum_core.usercode import check_named, runs_here, user_code_fields
 
 
@@ -28,6 +28,9 @@ def check_micro_batch(config: RunConfig, num_train: int, whole_window: bool = Fa
 
 def _check_options(config: RunConfig, device: torch.device) -> None:
     """Refuse an amp or compile setting this device cannot run, naming the field."""
+    graphs = cuda_graphs_refusal(device.type, config.compile, config.accum_steps)
+    if graphs is not None:
+        raise ConfigError("compile", config.compile, graphs)
     for field in ("amp", "compile"):
         value = getattr(config, field)
         why = option_unavailable(device, **{field: value})

@@ -73,10 +73,24 @@ def describe_device() -> str:
     return f"Device: {device_name(device)} · {free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB"
 
 
+def bf16_emulated(device_type: str, capability: tuple[int, int], name: str) -> str | None:
+    """Why bfloat16 autocast is refused on this GPU, or None: below compute capability 8.0 (Ampere) a GPU has no
+    bfloat16 units, and torch.cuda.is_bf16_supported() still says yes there (it counts emulation)."""
+    if device_type != "cuda" or tuple(capability) >= (8, 0):
+        return None
+    major, minor = capability
+    return (f"{name} has compute capability {major}.{minor}, below 8.0: bfloat16 is only emulated there, slowly "
+            "(use fp16)")
+
+
 def autocast_works(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
-    """Whether a small matmul runs under autocast(dtype) here, and why not when it fails."""
-    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():  # False without CUDA
-        return False, "this GPU has no bfloat16 support"
+    """Whether a small matmul runs under autocast(dtype) here, and why not when it fails: bfloat16 on a GPU only
+    where the run's own GPU computes it natively (bf16_emulated)."""
+    if device.type == "cuda" and dtype == torch.bfloat16:
+        emulated = bf16_emulated(device.type, torch.cuda.get_device_capability(device),
+                                 torch.cuda.get_device_name(device))
+        if emulated is not None:
+            return False, emulated
     try:
         a = torch.ones(8, 8, device=device)
         with torch.autocast(device_type=device.type, dtype=dtype):
@@ -104,6 +118,21 @@ def compile_works_here(device: str) -> tuple[bool, str]:
     """compile_works, probed once per process and device: a broken toolchain is found before a run
     starts (a model-specific compile failure still surfaces on the run's first step)."""
     return compile_works(torch.device(device))
+
+
+def cuda_graphs_refusal(device_type: str, mode: str, accum_steps: int) -> str | None:
+    """What compile may be instead, and why, where `mode` records CUDA graphs (reduce-overhead, max-autotune) on
+    CUDA with k > 1: each micro-batch's forward starts a new graph generation, which frees what the previous
+    backward's graphs output, the .grad being accumulated among them (pytorch #169545); None where it can run."""
+    if device_type != "cuda" or mode == "off" or accum_steps <= 1:
+        return None
+    from torch._inductor import list_mode_options  # noqa: PLC0415 - 2 s to import: only where it can matter
+
+    if not list_mode_options(mode).get("triton.cudagraphs", False):
+        return None
+    return (f"off or default with accum_steps = {accum_steps} on CUDA: {mode} records CUDA graphs, and each "
+            "micro-batch's forward overwrites what the previous backward's graphs left, the .grad being "
+            f"accumulated (pytorch #169545); {mode} runs with accum_steps = 1")
 
 
 def option_unavailable(device: torch.device, amp: str = "off", compile: str = "off") -> str | None:

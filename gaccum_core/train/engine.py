@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 import torch
 
 from gaccum_core import faults
-from gaccum_core.config import ConfigError, RunConfig, first_line
+from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.seeding import RunRng
@@ -30,10 +30,10 @@ from gaccum_core.train.checkpoint import (CheckpointError, CheckpointManager, ch
                                          shard_dir_name)
 from gaccum_core.train.checkpoint_state import (Counters, Position, TrainingState, capture, capture_progress, restore,
                                                 restore_progress)
-from gaccum_core.train.device import resolve_device
+from gaccum_core.train.device import cuda_graphs_refusal, resolve_device
 from gaccum_core.train.distributed import Parallel, Ranks, Replicated, gather_objects, share, share_from_rank0
 from gaccum_core.train.fsdp import Sharded
-from gaccum_core.train.errors import CompileError, Diverged
+from gaccum_core.train.errors import Diverged, compile_error
 from gaccum_core.train.evaluation import evaluate, sample_text
 from gaccum_core.train.loss import summed_cross_entropy
 from gaccum_core.train.memory import MB, MemoryProbe, SavedBytesPeak, TrainingMemory, clear_cache
@@ -54,9 +54,15 @@ def _parallel(config: RunConfig, model: torch.nn.Module, device: torch.device, r
     return Replicated(model, device, config.sync_every_micro_batch)
 
 
-def _compiled(model: torch.nn.Module, mode: str) -> torch.nn.Module:
+def _compiled(model: torch.nn.Module, config: RunConfig, device: torch.device) -> torch.nn.Module:
+    """The model under torch.compile in the config's mode; refused where its CUDA graphs would lose the .grad
+    being accumulated (device.cuda_graphs_refusal: a planner's probe or a caller that skipped preflight)."""
+    mode = config.compile
     if mode == "off":
         return model
+    graphs = cuda_graphs_refusal(device.type, mode, config.accum_steps)
+    if graphs is not None:
+        raise ConfigError("compile", mode, graphs)
     return torch.compile(model, mode=None if mode == "default" else mode)
 
 
@@ -76,7 +82,7 @@ class Engine:
                                         from_weights_file).to(self.device)
         checkpoint_blocks(self.model, config)  # before DDP or FSDP wraps it: inside each sharded unit
         self.parallel = _parallel(config, self.model, self.device, ranks)
-        self.forward = _compiled(self.model if self.parallel is None else self.parallel.module, config.compile)
+        self.forward = _compiled(self.model if self.parallel is None else self.parallel.module, config, self.device)
         # A global micro-batch holds every rank's micro-batch: windows are planned over the whole job.
         self.global_micro_batch = config.micro_batch_size * ranks.world_size
         self.total_steps = planned_steps(self.num_train, self.global_micro_batch, config.accum_steps,
@@ -245,11 +251,10 @@ class Engine:
                               f"micro-batch of 1 sample occurs when {self.num_train} % micro_batch_size == 1)"
                               ) from exc
         except Exception as exc:
-            origin = type(exc).__module__
-            if self.config.compile == "off" or not origin.startswith(("torch._dynamo", "torch._inductor")):
+            failed = compile_error(exc, self.config.compile, self.device)
+            if failed is None:
                 raise
-            raise CompileError(f"torch.compile(mode={self.config.compile!r}) failed on {self.device}: "
-                               f"{first_line(exc, 300)}. Set compile to off.") from exc
+            raise failed from exc
 
     def _measure_activations(self, micro_batch_size: int) -> bool:
         """Whether this micro-batch's saved tensors must be counted: the saved bytes depend only on
