@@ -3,10 +3,11 @@ combination, measured, and the fastest setting that fits with a margin."""
 
 import streamlit as st
 
-from dashboard.checks import refusal, tokenise_aside
+from dashboard.checks import device_turn, refusal, tokenise_aside
 from dashboard.choices import choose, model_note, text_settings, wants_text
 from dashboard.controls import AC_LABELS, CLEAR_LABELS, LABELS as TRAIN_LABELS
 from dashboard.messages import explain
+from dashboard.server import get_runner
 from dashboard.state import FieldWidgets, adopt_settings
 from gaccum_core import config as cfg
 from gaccum_core.config import ConfigError, RunConfig
@@ -103,10 +104,13 @@ if request is not None:  # what Plan will measure, as the server has it: said be
 if st.button("Plan", type="primary", key="plan_run", disabled=problem is not None):
     try:
         tokenise_aside(request.base)  # a corpus not yet tokenised: once, in a worker process, with its progress
-        bar = st.progress(0.0, text="measuring the first candidate (it loads the data and builds the model)…")
-        # Your own model or data set: measured in a worker process of its own, never in the server.
+        first = "measuring the first candidate (it loads the data and builds the model)…"
+        bar = st.progress(0.0, text=first)
+        # Your own model or data set, or a GPU: measured in a worker process of its own, never in the server; on a
+        # GPU only once the runs on it have ended (the device queue), and a run started meanwhile waits for the plan.
         plan = call_for(request.base, make_plan, request, progress=lambda done, about, candidate, seconds: bar.progress(
-            min(done / about, 1.0), text=progress_text(done, about, candidate, seconds)))
+            min(done / about, 1.0), text=progress_text(done, about, candidate, seconds)),
+            device=device, turn=device_turn(get_runner(), bar, first))
         st.session_state["plan_result"] = plan
         bar.progress(1.0, text=plan.done_words())
     except (ValueError, RuntimeError, OSError) as exc:

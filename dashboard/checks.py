@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
@@ -17,9 +19,12 @@ from gaccum_core.data.sources import DataError
 from gaccum_core.data.text import CORPUS_DATASETS, cache_root, cache_status, tokenise_corpus
 from gaccum_core.data.tokenising import BuildProgress
 from gaccum_core.hfdir import directory_version, hf_directory
-from gaccum_core.runs.aside import call_aside
+from gaccum_core.runs.aside import Turn, call_aside
 from gaccum_core.train.checks import preflight
 from gaccum_core.usercode import file_version
+
+if TYPE_CHECKING:
+    from gaccum_core.runs.runner import Runner
 
 
 def file_stamp(path: str) -> tuple[int, int] | None:
@@ -106,3 +111,17 @@ def tokenise_aside(config: RunConfig) -> None:
 
     call_aside(tokenise_corpus, config, progress=moved)
     bar.empty()
+
+
+def device_turn(runner: Runner, bar: Any, going: str) -> Turn:
+    """call_for's turn for a page's computation on a GPU: it waits for the runs on its GPU to end (Runner.turn), the
+    bar saying meanwhile whom for ('waiting for run baseline on cuda:0 to end before measuring…'), then `going`."""
+
+    @contextmanager
+    def turn(devices: tuple[str, ...]) -> Iterator[None]:
+        waiting = lambda who: bar.progress(0.0, text=f"waiting for {who} to end before measuring…")  # noqa: E731
+        with runner.turn(devices, waiting=waiting):
+            bar.progress(0.0, text=going)
+            yield
+
+    return turn

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-import gaccum_core.runs.runner as runner_module
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.device_queue import DeviceQueue, devices_of
-from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
+from tests.device_runs import reached, stub_gpu_runner
 
 CUDA0, CUDA1 = torch.device("cuda", 0), torch.device("cuda", 1)
 
@@ -61,42 +60,21 @@ def test_a_waiter_taken_out_frees_what_it_reserved():
 
 @pytest.fixture
 def stubbed(tmp_path, monkeypatch):
-    """A thread-executor runner whose runs resolve to the GPU their setting names (cuda:N; auto and cuda: cuda:0) and
-    whose execution only waits for the test to end it: (runner, end(run_id))."""
-    ends: dict[str, threading.Event] = {}
-    monkeypatch.setattr(runner_module, "resolve_device", lambda name: torch.device(
-        "cuda", int(name.split(":")[1]) if ":" in name else 0))
-
-    def execute(self, run):
-        ends.setdefault(run.run_id, threading.Event()).wait(30)
-        return RunState.FINISHED, "done"
-
-    monkeypatch.setattr(Runner, "_execute", execute)
-    runner = Runner(tmp_path)
-    yield runner, lambda run_id: ends.setdefault(run_id, threading.Event()).set()
-    for event in ends.values():
-        event.set()
-
-
-def _state(runner, run_id, state, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while (snap := runner.snapshot(run_id)).state != state and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert snap.state == state
-    return snap
+    with stub_gpu_runner(tmp_path, monkeypatch) as made:
+        yield made
 
 
 def test_a_one_gpu_run_waits_while_a_data_parallel_job_on_auto_holds_its_gpu(stubbed):
     runner, end = stubbed
     job = runner.submit(RunConfig(device="auto", nproc=2, model="mlp"), name="job")
     single = runner.submit(RunConfig(device="cuda:1", model="mlp"), name="single")
-    _state(runner, job, RunState.RUNNING)
+    reached(runner, job, RunState.RUNNING)
     time.sleep(0.1)  # a run let through would be running by now
     waiting = runner.snapshot(single)
     assert waiting.state == RunState.QUEUED and waiting.queue_position == 1 and waiting.devices == ("cuda:1",)
     assert runner.snapshot(job).devices == ("cuda:0", "cuda:1")
     end(job)
-    _state(runner, single, RunState.RUNNING)
+    reached(runner, single, RunState.RUNNING)
     end(single)
     assert runner.wait(single, 10).state == RunState.FINISHED
 
@@ -104,7 +82,7 @@ def test_a_one_gpu_run_waits_while_a_data_parallel_job_on_auto_holds_its_gpu(stu
 def test_a_plan_waits_for_the_run_on_its_gpu_and_a_run_waits_for_the_plan(stubbed):
     runner, end = stubbed
     first = runner.submit(RunConfig(device="cuda:0", model="mlp"), name="baseline")
-    _state(runner, first, RunState.RUNNING)
+    reached(runner, first, RunState.RUNNING)
     said, entered, leave = [], threading.Event(), threading.Event()
 
     def plan():
@@ -126,14 +104,14 @@ def test_a_plan_waits_for_the_run_on_its_gpu_and_a_run_waits_for_the_plan(stubbe
     assert runner.snapshot(second).state == RunState.QUEUED and runner.snapshot(second).queue_position == 1
     leave.set()
     planner.join(10)
-    _state(runner, second, RunState.RUNNING)
+    reached(runner, second, RunState.RUNNING)
     end(second)
 
 
 def test_a_plan_the_page_stops_while_it_waits_leaves_the_queue(stubbed):
     runner, end = stubbed
     first = runner.submit(RunConfig(device="cuda:0", model="mlp"))
-    _state(runner, first, RunState.RUNNING)
+    reached(runner, first, RunState.RUNNING)
 
     def stop_the_page(words):
         raise KeyboardInterrupt  # Streamlit stops a page's run by raising in its thread
@@ -143,5 +121,5 @@ def test_a_plan_the_page_stops_while_it_waits_leaves_the_queue(stubbed):
             pass
     second = runner.submit(RunConfig(device="cuda:0", model="mlp"))
     end(first)
-    _state(runner, second, RunState.RUNNING)
+    reached(runner, second, RunState.RUNNING)
     end(second)

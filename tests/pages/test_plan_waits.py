@@ -1,0 +1,43 @@
+"""The Plan page on a GPU waits in the device queue for the run on its GPU, and its bar says which run it waits for
+(dashboard.checks.device_turn, which the page passes to call_for). No GPU here: the runner's runs hold the GPUs
+their settings name without one (tests/device_runs.py)."""
+
+import threading
+import time
+
+from dashboard.checks import device_turn
+from gaccum_core.config import RunConfig
+from gaccum_core.states import RunState
+from tests.device_runs import reached, stub_gpu_runner
+
+
+class Bar:
+    """What st.progress returns, as far as the turn uses it: the texts it was given, in order."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def progress(self, value: float, text: str) -> None:
+        self.texts.append(text)
+
+
+def test_the_bar_says_which_run_the_plan_waits_for_then_that_it_measures(tmp_path, monkeypatch):
+    with stub_gpu_runner(tmp_path, monkeypatch) as (runner, end):
+        run_id = runner.submit(RunConfig(device="cuda:0", model="mlp"), name="baseline")
+        reached(runner, run_id, RunState.RUNNING)
+        bar, inside = Bar(), threading.Event()
+
+        def plan():
+            with device_turn(runner, bar, "measuring the first candidate…")(("cuda:0",)):
+                inside.set()
+
+        planner = threading.Thread(target=plan)
+        planner.start()
+        deadline = time.monotonic() + 10
+        while not bar.texts and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not inside.is_set()
+        assert bar.texts[0] == "waiting for run baseline on cuda:0 to end before measuring…"
+        end(run_id)
+        planner.join(10)
+        assert inside.is_set() and bar.texts[-1] == "measuring the first candidate…"
