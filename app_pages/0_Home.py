@@ -1,7 +1,8 @@
 """gaccum home: what the app is for, the device found, the runs in progress and the latest runs.
 
 Drawn without torch: the device line fills in when the server's warm-up (started at the end of this
-page) has found it, and the runs come from the runs directory until the runner is up."""
+page) has found it, and the runs come from the runs directory until the runner is up. Each visit looks at
+the devices again (every GPU's free memory, the run on it): the line redraws when that look is back."""
 
 import streamlit as st
 
@@ -13,9 +14,11 @@ from dashboard.prefetch import prefetch_train_page
 from gaccum_core.runs.catalog import run_table
 from gaccum_core.runs.index_place import describe as describe_index
 from gaccum_core.runs.store import RunStore
+from gaccum_core.states import RunState
 from gaccum_core.views.run_table import COLUMN_HELP
 
 REFRESH_S = 1.0
+LOOK_WAIT_S = 0.2
 
 st.set_page_config(page_title="gaccum", layout="wide")
 st.title("gaccum")
@@ -30,6 +33,18 @@ for entry in PAGES[1:]:
 
 def _active(runner) -> list:
     return [s for s in runner.snapshots() if not s.done] if runner is not None else []
+
+
+def _watching(runner) -> bool:
+    """Whether the status redraws itself: during the warm-up, a look at the devices or a run."""
+    return not server.ready() or server.devices_looking() or bool(_active(runner))
+
+
+def _device_line(active: list) -> str:
+    """Each device on a line of its own, with the run on it; 'checking…' until the warm-up has looked."""
+    runs = {device: s.name or s.run_id for s in active if s.state == RunState.RUNNING for device in s.devices}
+    lines = server.device_lines(runs)
+    return "  \n".join(map(plain, lines)) if lines else "Device: checking… (the server is loading torch)"
 
 
 def _latest_runs(store: RunStore, active_ids: list[str]) -> None:
@@ -53,19 +68,23 @@ def _latest_runs(store: RunStore, active_ids: list[str]) -> None:
                                 "test_accuracy": st.column_config.NumberColumn(format="%.3f")})
 
 
+# Each visit looks at the devices again: back at once on the CPU, and in tens of ms from nvidia-smi; a slower
+# look is drawn when it comes (the status redraws itself meanwhile).
+server.refresh_devices(wait_s=LOOK_WAIT_S)
 runner = server.runner_if_ready()
-watching = not server.ready() or bool(_active(runner))
+watching = _watching(runner)
 
 
 @st.fragment(run_every=REFRESH_S if watching else None)
 def status() -> None:
-    """The device, the runs in progress (with their progress) and the latest runs; live while the
-    warm-up goes on or a run trains, then drawn once (a finished warm-up or run reruns the page)."""
+    """The devices, the runs in progress (with their progress) and the latest runs; live while the warm-up
+    goes on, the devices are looked at or a run trains, then drawn once (each end reruns the page)."""
     now = server.runner_if_ready()
     active = _active(now)
-    if (not server.ready() or bool(active)) != watching or (now is None) != (runner is None):
-        st.rerun()  # the warm-up ended or the last run did: redraw with (or without) the refresh
-    st.info(server.device_text() or "Device: checking… (the server is loading torch)")
+    if _watching(now) != watching or (now is None) != (runner is None):
+        st.rerun()  # the warm-up, the look or the last run ended: redraw with (or without) the refresh
+    server.refresh_devices()  # while a run trains, its GPU's free memory follows it
+    st.info(_device_line(active))
     if now is not None and (warm := now.warm_text()):  # the spare worker, a torchrun job and when it ends
         st.caption(warm)
     for snapshot in active:

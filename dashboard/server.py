@@ -5,8 +5,9 @@ The warm-up runs while the first page is read: it starts the warm spare worker (
 process of its own meanwhile), imports torch, checks the Train page's default settings and creates the
 runner, which takes that spare, so that the Train page opened next finds everything ready. The home page
 draws without any of it (it imports no torch): this module imports the core's heavy modules only inside
-the functions that need them, and the home page reads `device_text()` and `runner_if_ready()`, which
-never wait.
+the functions that need them, and the home page reads `device_lines()` and `runner_if_ready()`, which
+never wait. The device line is looked at again (nvidia-smi, in a thread: no CUDA context in the server) on
+each page run that finds it older than DEVICE_FRESH_S, and shown once the look is back.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import streamlit as st
@@ -23,12 +26,14 @@ from gaccum_core import runsdir
 if TYPE_CHECKING:
     from gaccum_core.runs.runner import Runner
     from gaccum_core.runs.supervisor import Spare
+    from gaccum_core.train.gpus import DeviceFacts
     from gaccum_core.views.chart_cache import ChartCache
 
 # Training runs in a thread of this server. Each torch op releases the GIL, and taking it back waits
 # up to the switch interval whenever a page is being drawn: at Python's 5 ms, 150 ms of drawing per
 # second made a small model train 3x slower (measured); at 0.5 ms, 1.4x.
 TRAINING_SWITCH_INTERVAL_S = 0.0005
+DEVICE_FRESH_S = 2.0  # a device line this old is looked at again (nvidia-smi: tens of ms, up to seconds)
 
 _lock = threading.Lock()
 _checked = False
@@ -36,6 +41,7 @@ _started = False
 _done = threading.Event()
 _result: dict[str, object] = {}
 _first_spare: list[Spare] = []  # the spare the warm-up started before it imported torch, till the runner takes it
+_devices: dict[str, object] = {}  # "facts": the last look (DeviceFacts), "at": its monotonic time, "looking": a thread
 
 
 def runs_dir() -> str:
@@ -115,9 +121,42 @@ def wait(timeout_s: float | None = None) -> bool:
     return _done.wait(timeout_s)
 
 
-def device_text() -> str | None:
-    """'CPU — runs train on the CPU' or the GPU's name and free memory; None until the warm-up found it."""
-    return _result.get("device")  # type: ignore[return-value]
+def device_lines(runs: Mapping[str, str]) -> list[str] | None:
+    """The device line, one line per GPU (name, free memory, the run in runs: device -> label using it) or the
+    CPU's; None until the warm-up has looked. From the last look: refresh_devices() takes a new one."""
+    facts: DeviceFacts | None = _devices.get("facts")  # type: ignore[assignment]
+    if facts is None:  # before the warm-up's look, or why it found no device
+        return [_result["device"]] if "device" in _result else None  # type: ignore[list-item]
+    from gaccum_core.train.gpus import describe_devices
+
+    return describe_devices(facts, runs)
+
+
+def refresh_devices(wait_s: float = 0.0) -> None:
+    """Look at the devices again in a thread when the last look is older than DEVICE_FRESH_S (after the warm-up,
+    which takes the first: torch says how many GPUs CUDA sees), waiting up to wait_s for it to come back."""
+    with _lock:
+        stale = time.monotonic() - _devices.get("at", 0.0) > DEVICE_FRESH_S  # type: ignore[operator]
+        if not _done.is_set() or "facts" not in _devices or not stale or devices_looking():
+            return
+        _devices["looking"] = thread = threading.Thread(target=_look_at_devices, name="gaccum-devices", daemon=True)
+        thread.start()
+    thread.join(wait_s)
+
+
+def devices_looking() -> bool:
+    """Whether a look at the devices is under way (its line comes when it ends)."""
+    thread = _devices.get("looking")
+    return isinstance(thread, threading.Thread) and thread.is_alive()
+
+
+def _look_at_devices() -> None:
+    """One look (nvidia-smi, torch's CUDA count: neither creates a CUDA context), kept with its time."""
+    from gaccum_core.train.device import gpu_count
+    from gaccum_core.train.gpus import look
+
+    facts = look(gpu_count())
+    _devices.update(facts=facts, at=time.monotonic())
 
 
 def runner_if_ready() -> Runner | None:
@@ -128,9 +167,7 @@ def runner_if_ready() -> Runner | None:
 def _warm_up() -> None:
     try:
         _start_spare()
-        from gaccum_core.train.device import describe_device
-
-        _result["device"] = describe_device()
+        _look_at_devices()
         _check_defaults()  # what the Train page's first draw waits for
         get_runner()
     except Exception as exc:  # noqa: BLE001 - a page that needs what failed shows its own error
