@@ -1,19 +1,69 @@
 """Mixed precision: autocast for the forward pass and a GradScaler that is a no-op when disabled.
 
 fp16 = autocast(float16) + GradScaler; bf16 = autocast(bfloat16), no scaler (its range is fp32's);
-off = neither. The loop calls the same methods in every mode, so it has no precision branches.
+off = neither, in true fp32 on CUDA: TF32 off for the forward and backward passes (true_fp32). The loop calls
+the same methods in every mode, so it has no precision branches.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # autocast's dtype for each amp setting but off
 _NO_AUTOCAST = nullcontext()  # reusable: entering it does nothing
+# The fp32 operations CUDA may run in TF32, each with its own switch in torch's fp32_precision API (torch ≥ 2.9).
+_TF32_OPS = (torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn)
+
+
+@contextmanager
+def true_fp32(device: torch.device) -> Iterator[None]:
+    """Within: fp32 matmuls, convolutions and RNNs in IEEE fp32 on CUDA, not TF32 (cuDNN convolutions default to
+    TF32 on Ampere and newer, and may pick another algorithm for b than for b·k); every flag as it was after,
+    even when the body raises. Off CUDA it changes nothing."""
+    if device.type != "cuda":
+        yield
+        return
+    saved = _tf32_flags()
+    try:
+        # The legacy switches first: they turn torch's older view of the flags off too, which torch still reads
+        # (inductor's convolution templates read cudnn.allow_tf32, which raises when only the new API changed).
+        torch.set_float32_matmul_precision("highest")  # cuBLAS's and oneDNN's matmuls in IEEE fp32
+        torch.backends.cudnn.allow_tf32 = False
+        for op in _TF32_OPS:
+            op.fp32_precision = "ieee"
+        yield
+    finally:
+        _restore_tf32_flags(saved)
+
+
+def _legacy(read: Callable[[], Any]) -> Any:
+    """A legacy TF32 flag, or None where torch refuses to read it (the two APIs were already set apart)."""
+    try:
+        return read()
+    except RuntimeError:
+        return None
+
+
+def _tf32_flags() -> tuple:
+    """The flags true_fp32 changes, as (legacy matmul precision, legacy cuDNN switch, each fp32_precision)."""
+    return (_legacy(torch.get_float32_matmul_precision), _legacy(lambda: torch.backends.cudnn.allow_tf32),
+            torch.backends.mkldnn.matmul.fp32_precision, *(op.fp32_precision for op in _TF32_OPS))
+
+
+def _restore_tf32_flags(saved: tuple) -> None:
+    """Put back the flags _tf32_flags read: the legacy ones first, as their setters also write fp32_precision."""
+    matmul, cudnn, mkldnn_matmul, *precisions = saved
+    if cudnn is not None:
+        torch.backends.cudnn.allow_tf32 = cudnn
+    if matmul is not None:
+        torch.set_float32_matmul_precision(matmul)  # also writes mkldnn's matmul precision, put back next
+    torch.backends.mkldnn.matmul.fp32_precision = mkldnn_matmul
+    for op, precision in zip(_TF32_OPS, precisions):
+        op.fp32_precision = precision
 
 
 @dataclass(frozen=True)
@@ -32,6 +82,8 @@ class Precision:
                  growth_interval: int = 2000) -> None:
         self.device_type = device.type
         self.dtype = DTYPES.get(amp)
+        # fp32 on CUDA is IEEE fp32, as the accumulation oracle needs: b and b·k may get different TF32 kernels.
+        self._fp32 = (lambda: true_fp32(device)) if self.dtype is None and device.type == "cuda" else None
         self.scaler = torch.amp.GradScaler(
             device.type, init_scale=init_scale, growth_interval=growth_interval, enabled=amp == "fp16"
         )
@@ -42,14 +94,15 @@ class Precision:
         return self.scaler.is_enabled()
 
     def autocast(self) -> AbstractContextManager:
-        """The context for forward pass and loss (a free nullcontext in fp32)."""
+        """The context for forward pass and loss (in fp32 a free nullcontext, or true_fp32 on CUDA)."""
         if self.dtype is None:
-            return _NO_AUTOCAST
+            return _NO_AUTOCAST if self._fp32 is None else self._fp32()
         return torch.autocast(device_type=self.device_type, dtype=self.dtype)
 
     def backward(self, loss: torch.Tensor) -> None:
-        """Backward on the (scaled, when fp16) loss; gradients accumulate in .grad."""
-        self.scaler.scale(loss).backward()
+        """Backward on the (scaled, when fp16) loss; gradients accumulate in .grad (true fp32 on CUDA in fp32)."""
+        with _NO_AUTOCAST if self._fp32 is None else self._fp32():
+            self.scaler.scale(loss).backward()
 
     def step(self, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], grad_clip: float) -> StepOutcome:
         """Unscale (when clipping), clip, step and update the scale: call once per window."""
