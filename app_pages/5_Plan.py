@@ -59,8 +59,9 @@ with st.sidebar:
                  help="samples per optimizer step; each candidate b divides it, k = E / b")
     cuda_budget = default_budget_mb(device)
     controls.add("memory_budget_mb", st.number_input, round(cuda_budget or DEFAULT.budget_mb, 1), step=16.0,
-                 help="the most a candidate's peak may take on each rank; the default on CUDA is the free memory "
-                      "less 10 %")
+                 help="the most a candidate's peak may take on each rank; the default on CUDA is the GPU's whole "
+                      "memory less 10 %, whether a run goes or not: the plan measures once the runs on its GPU have "
+                      "ended")
     controls.add("nproc", st.number_input, DEFAULT.world_size, step=1,
                  help="the ranks E is split over: each trains E / N per step, within the budget")
     if device.type != "cuda":

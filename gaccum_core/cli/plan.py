@@ -76,7 +76,7 @@ def add_target_flags(parser: argparse.ArgumentParser, for_run: bool) -> None:
                         required=not for_run, help="the effective batch E = b*k to plan for"
                         + (" (with --micro-batch-size auto)" if for_run else ""))
     parser.add_argument("--memory-budget-mb", type=typed("float", "--memory-budget-mb"), default=None,
-                        metavar="MB", help="training memory allowed (default on CUDA: the device's free memory "
+                        metavar="MB", help="training memory allowed (default on CUDA: the GPU's whole memory "
                                            "less 10%%; required on the CPU)")
 
 
@@ -95,7 +95,7 @@ def run_mode(config: RunConfig) -> str:
 
 
 def budget_from_args(base: RunConfig, args: argparse.Namespace) -> float:
-    """--memory-budget-mb, or on CUDA the device's free memory less the margin; ConfigError on the CPU."""
+    """--memory-budget-mb, or on CUDA the GPU's whole memory less the margin; ConfigError on the CPU."""
     budget = args.memory_budget_mb
     if budget is None:
         budget = default_budget_mb(resolve_device(base.device))

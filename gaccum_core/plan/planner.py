@@ -29,7 +29,8 @@ from gaccum_core.plan.search import (MARGIN, TIMED_PER_OPTIONS, UNAVAILABLE, Can
                                      combinations, hint_points, mb, search, timing_sizes, typical_probes, within)
 from gaccum_core.plan.sharding import DDP, SHARDING_MODES, Layout, layout, run_fields, sharded_candidate
 from gaccum_core.plan.speed import PRECISION, Timing
-from gaccum_core.train.device import memory_info, option_unavailable, resolve_device
+from gaccum_core.train.device import gpu_count, memory_info, option_unavailable, resolve_device
+from gaccum_core.train.gpus import DeviceFacts, look, visible_gpus
 
 MAX_EFFECTIVE_BATCH = 1 << 20
 MAX_WORLD_SIZE = 4096
@@ -207,12 +208,18 @@ class Plan:
         }
 
 
-def default_budget_mb(device: torch.device, margin: float = MARGIN) -> float | None:
-    """On CUDA the device's free memory less the margin; None on the CPU, where the user must choose."""
+def default_budget_mb(device: torch.device, margin: float = MARGIN, facts: DeviceFacts | None = None) -> float | None:
+    """On CUDA the GPU's whole memory less the margin, the same whether a run goes or not (a plan measures once the
+    device queue gave it the GPU, when no run of gaccum's holds memory there); None on the CPU, where the user
+    chooses. The total is nvidia-smi's (facts: one look, gpus.look), read without a CUDA context here; torch's
+    where nvidia-smi lists none."""
     if device.type != "cuda":
         return None
-    free, _total = memory_info(device)
-    return free * (1 - margin) / (1024 * 1024)
+    facts = facts or look(gpu_count())
+    gpus = visible_gpus(facts.gpus, facts.visible_spec)
+    gpu = gpus[device.index or 0] if (device.index or 0) < len(gpus) else None
+    total = gpu.total if gpu is not None and gpu.total else memory_info(device)[1]
+    return total * (1 - margin) / (1024 * 1024)
 
 
 def make_plan(request: PlanRequest, progress: Progress | None = None) -> Plan:
