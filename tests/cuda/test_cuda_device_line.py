@@ -30,6 +30,7 @@ from gaccum_core.train.gpus import describe_devices, look, visible_gpus
 
 facts = look(gpu_count())
 lines = describe_devices(facts, {})
+{warm_up}
 initialised = torch.cuda.is_initialized()
 libcuda = ctypes.CDLL("libcuda.so.1")
 assert libcuda.cuInit(0) == 0
@@ -46,11 +47,22 @@ print(json.dumps({
     "torch": [[str(torch.cuda.get_device_properties(i).uuid), torch.cuda.mem_get_info(i)[1]]
               for i in range(facts.cuda_count)]}))
 """
+# What the rest of the server's warm-up asks of the device: the default settings checked (on the fake data: a GPU
+# image may lack scikit-learn, which the default digits need) and the Train page's loop drawn.
+_WARM_UP = """
+from gaccum_core.config import DEFAULT_RUN
+from gaccum_core.lab.loopcode import render_loop
+from gaccum_core.train.checks import preflight
+from gaccum_core.train.device import device_choices, processes_note
+preflight(DEFAULT_RUN.replace(dataset="fake", fake_samples=256))
+render_loop(DEFAULT_RUN)
+device_choices(), processes_note(DEFAULT_RUN.device)
+"""
 
 
-def _probe(**env: str) -> dict:
-    """The probe's findings in a fresh process, with env added to this one's."""
-    done = subprocess.run([sys.executable, "-c", _PROBE], cwd=ROOT, capture_output=True, text=True, timeout=300,
+def _probe(warm_up: str = "", **env: str) -> dict:
+    """The probe's findings in a fresh process (after warm_up's code), with env added to this one's."""
+    done = subprocess.run([sys.executable, "-c", _PROBE.replace("{warm_up}", warm_up)], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(ROOT), **env})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -93,3 +105,9 @@ def test_cuda_visible_devices_reversed_by_index_and_by_uuid():
         found = _probe(CUDA_VISIBLE_DEVICES=spec, CUDA_DEVICE_ORDER="PCI_BUS_ID")
         assert [gpu[1] for gpu in found["shown"]] == [uuid for _, uuid, _ in reversed(shown)], spec
         _same_gpus(found)
+
+
+def test_the_rest_of_the_warm_up_creates_no_cuda_context_either():
+    """torch.cuda may be initialised (resolve_device asks current_device), but no GPU holds a context for it."""
+    found = _probe(_WARM_UP)
+    assert found["active"] == [0] * torch.cuda.device_count(), "the warm-up's checks made a CUDA context"
