@@ -85,6 +85,7 @@ def _same_gpus(found: dict) -> None:
 
 def test_the_device_line_creates_no_cuda_context_and_names_each_gpu_as_torch_does():
     found = _probe()
+    print(f"\nfigure: {' / '.join(found['lines'])}")
     assert found["initialised"] is False
     assert found["active"] == [0] * torch.cuda.device_count(), "a primary context was made for the line"
     assert len(found["lines"]) >= torch.cuda.device_count() and found["lines"][0].startswith("cuda:0 · ")
