@@ -14,8 +14,9 @@ Assumptions, said where they are taken: buffers stay whole on each rank (FSDP2 d
 optimizer state splits as its parameters' bytes do (its per-parameter step counters, a few bytes, stay whole);
 activations are one rank's micro-batch of b, as in one process (with AMP a sharded rank gathers its weights in
 the low precision, so autocast's cast copies, counted as activations in one process, are a little less);
-DDP's communication buckets (another gradient-sized buffer on a GPU) are left out, as the runs' columns leave
-them out. The gathered weights are transient: counted in the peak, not in weights_mb.
+DDP's communication buckets are the gradients themselves (each .grad a view into them: train.distributed.Replicated),
+so ddp's gradients are counted once, as a rank holds them. The gathered weights are transient: counted in the
+peak, not in weights_mb.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Whether a page offers Resume at all (checkpoint.pt there, config.json read): resume_refusal. Before any worker or
 rank starts, prepare_resume checks that checkpoint.pt loads, is whole, names a sharded run's own files and fits the
 run's settings (longer ones where asked), then cuts the run's rows back to its step. In the run's process,
-resume_engine puts the checkpoint into the engine, each rank checking it again against its own model. How a
-checkpoint is written, read and checked: gaccum_core.train.checkpoint.
+resume_engine puts the checkpoint into the engine, each rank reading it itself and checking it again against its
+own model. How a checkpoint is written, read and checked: gaccum_core.train.checkpoint.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from gaccum_core.runs.files import replace_atomically
 from gaccum_core.runs.store import RunStore
 from gaccum_core.runs.tb_import import NOT_RESUMABLE
 from gaccum_core.states import RunState
-from gaccum_core.train.checkpoint import CheckpointError, CheckpointManager
-from gaccum_core.train.distributed import Ranks, share_from_rank0
+from gaccum_core.train.checkpoint import CheckpointError, CheckpointManager, file_sha256
+from gaccum_core.train.distributed import Ranks, gather_objects, share_from_rank0
 from gaccum_core.train.engine import Engine
 
 # The states of a run that Resume can take on from its checkpoint (a finished one only when extended, from the CLI).
@@ -80,15 +80,40 @@ def resumable_at(store: RunStore, run_id: str, config: RunConfig) -> tuple[int, 
 
 def resume_engine(store: RunStore | None, run_id: str, engine: Engine, ranks: Ranks) -> None:
     """A run with a checkpoint continues from it, its rows after it dropped. A data-parallel run's ranks all take
-    rank 0's checkpoint (its ranks stop only at a step's end, so it holds no gradients in flight, and the ranks'
-    weights and optimizer states are the same; each rank takes its own generators from its "rngs"). store: on global
-    rank 0 only."""
-    checkpoint = run_checkpoints(store, run_id).load() if store is not None else None
+    rank 0's checkpoint (job_checkpoint; its ranks stop only at a step's end, so it holds no gradients in flight, and
+    the ranks' weights and optimizer states are the same; each rank takes its own generators from its "rngs").
+    store: on global rank 0 only."""
     if ranks.distributed:
-        checkpoint = share_from_rank0(checkpoint)
+        checkpoint = job_checkpoint(store, run_id, engine.config.nnodes > 1)
+    else:
+        checkpoint = run_checkpoints(store, run_id).load() if store is not None else None
     if checkpoint is None:
         return
     engine.resume_from(checkpoint)
     if store is not None:
         counters = engine.training.counters
         store.truncate_rows(run_id, counters.step, counters.last_eval_step)
+
+
+def job_checkpoint(store: RunStore | None, run_id: str, across_machines: bool) -> dict[str, Any] | None:
+    """Rank 0's checkpoint.pt on every rank of a job, each rank reading the file rank 0 names: on one machine, and
+    across machines where every rank finds the same file there (a shared runs directory: the same SHA-256). Only
+    when some rank does not is the checkpoint sent from rank 0 through the process group (a checkpoint-sized
+    broadcast, on NCCL through every GPU). store: on global rank 0 only; a collective."""
+    path = store.checkpoint_path(run_id) if store is not None else None
+    found = path is not None and path.exists()
+    named = share_from_rank0((str(path), file_sha256(path) if across_machines else "") if found else None)
+    if named is None:
+        return None
+    where, digest = Path(named[0]), named[1]
+    if across_machines and not all(gather_objects(_holds(where, digest))):
+        return share_from_rank0(run_checkpoints(store, run_id).load() if store is not None else None)
+    return checkpoints_in(where.parent).load()
+
+
+def _holds(path: Path, digest: str) -> bool:
+    """Whether this machine has, at path, the file whose SHA-256 is digest."""
+    try:
+        return path.is_file() and file_sha256(path) == digest
+    except OSError:
+        return False

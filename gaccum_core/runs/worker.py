@@ -103,7 +103,7 @@ def run_worker(run_dir: str | None, config_json: str | None = None) -> int:
     device = worker_device(ranks, resolve_device(config.device))
     should_stop = _StopRequest(store.stop_path(run_id) if store is not None else None)
     if ranks.distributed:
-        init_process_group(ranks, device)
+        init_process_group(ranks, device, config)
         config = _rank0_config(config)
     try:
         state, message = execute(store, run_id, config, device, should_stop, ranks=ranks)

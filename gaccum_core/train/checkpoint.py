@@ -162,14 +162,15 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def _digests(directory: Path) -> dict[str, str]:
     """The SHA-256 of every file in a checkpoint's directory, by its name there."""
-    return {name: _sha256(directory / name) for name in _file_names(directory)}
+    return {name: file_sha256(directory / name) for name in _file_names(directory)}
 
 
 def _file_names(directory: Path) -> list[str]:
     return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if not p.is_dir())
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The file's SHA-256, in hex."""
     with open(path, "rb") as file:
         return hashlib.file_digest(file, "sha256").hexdigest()
 
@@ -185,7 +186,7 @@ def _check_digests(directory: Path, name: str, recorded: dict[str, str]) -> None
         if not (directory / file).is_file():  # a device or a pipe would never end reading
             raise CheckpointError(f"{name}/{file} is not a regular file: the sharded checkpoint was changed after "
                                   "it was written")
-        if _sha256(directory / file) != recorded[file]:
+        if file_sha256(directory / file) != recorded[file]:
             size = (directory / file).stat().st_size
             raise CheckpointError(f"{name}/{file} ({size} bytes) does not match the SHA-256 checkpoint.pt "
                                   "recorded when it was written: damaged or replaced since")

@@ -12,16 +12,29 @@ the sum over the whole window divided by its sample count, the one-big-batch gra
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, ContextManager, Protocol
+from datetime import timedelta
+from typing import Any, ContextManager, Iterator, Protocol
 
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.constants import default_pg_nccl_timeout, default_pg_timeout
 from torch.nn.parallel import DistributedDataParallel
 
+from gaccum_core.config import RunConfig
 from gaccum_core.train.accumulation import MicroBatch
+
+# How long a rank waits in a collective for the others (init_process_group's timeout; NCCL's watchdog ends the job
+# after it). In a data-parallel run rank 0 alone evaluates and writes each checkpoint while the others wait at the
+# next collective: the wait allowed is WAIT_FLOOR (gloo's default, three times NCCL's 10 minutes: the checkpoint's
+# write, a text model's sample) plus EVAL_S_PER_SAMPLE for each test sample an evaluation reads (a generous bound:
+# a sequence of a large model on a slow device), WHOLE_SPLIT_SAMPLES of them with eval_batches 0, the whole test
+# split, whose size is known only once the data has loaded (ImageNet's validation split holds 50,000).
+WAIT_FLOOR = timedelta(minutes=30)
+EVAL_S_PER_SAMPLE = 0.1
+WHOLE_SPLIT_SAMPLES = 50_000
 
 
 @dataclass(frozen=True)
@@ -56,12 +69,27 @@ def worker_device(ranks: Ranks, device: torch.device) -> torch.device:
     return device
 
 
-def init_process_group(ranks: Ranks, device: torch.device) -> None:
-    """Join the job: NCCL on CUDA, gloo on the CPU (rendezvous from torchrun's environment)."""
+def backend_for(device: torch.device) -> str:
+    """The process group's backend: NCCL on CUDA, gloo on the CPU."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def collective_timeout(config: RunConfig, backend: str) -> timedelta:
+    """How long a collective waits for the other ranks: rank 0's evaluation and checkpoint in between (WAIT_FLOOR),
+    never less than torch's default for the backend."""
+    samples = config.eval_batches * config.micro_batch_size or WHOLE_SPLIT_SAMPLES
+    needed = WAIT_FLOOR + timedelta(seconds=samples * EVAL_S_PER_SAMPLE)
+    nccl = backend == "nccl" and default_pg_nccl_timeout is not None  # None: a torch built without NCCL
+    return max(needed, default_pg_nccl_timeout if nccl else default_pg_timeout)
+
+
+def init_process_group(ranks: Ranks, device: torch.device, config: RunConfig) -> None:
+    """Join the job (rendezvous from torchrun's environment), its collectives waiting collective_timeout."""
     if device.type == "cuda":
         torch.cuda.set_device(device)  # NCCL needs each rank on its own GPU before the first collective
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=ranks.rank,
-                            world_size=ranks.world_size)
+    backend = backend_for(device)
+    dist.init_process_group(backend, rank=ranks.rank, world_size=ranks.world_size,
+                            timeout=collective_timeout(config, backend))
 
 
 def share(micro: MicroBatch, ranks: Ranks, micro_batch_size: int) -> tuple[int, int]:
@@ -120,24 +148,43 @@ _counting_allreduce.__annotations__.update({"bucket": dist.GradBucket, "return":
 
 
 class Replicated:
-    """The model in DDP (a whole copy per rank), with a hook that counts every gradient all-reduce."""
+    """The model in DDP (a whole copy per rank), with a hook that counts every gradient all-reduce.
+
+    Each .grad is a view into DDP's communication buckets (gradient_as_bucket_view), so a rank holds one gradient
+    copy, the one the planner counts, not .grad and a bucket beside it. DDP makes an existing .grad a view when it
+    builds its buckets (at construction, and when it rebuilds them after the first step), and the views stay while
+    .grad is zeroed in place; step.py frees .grad after each step (zero_grad(set_to_none=True)), so sync() puts the
+    views back, zeroed, before a window's first micro-batch, where autograd would otherwise allocate a second copy."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, sync_every: bool) -> None:
-        self.module = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+        self._trained = [p for p in model.parameters() if p.requires_grad]
+        for param in self._trained:  # DDP copies these into its buckets and makes each .grad a view of its bucket
+            param.grad = torch.zeros_like(param)
+        self.module = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+                                              gradient_as_bucket_view=True)
+        self._views: list[torch.Tensor | None] = [param.grad for param in self._trained]
         self.count = CollectiveCount()
         self.module.register_comm_hook(self.count, _counting_allreduce)
         self.sync_every = sync_every
 
-    def sync(self, ends_window: bool) -> ContextManager[Any]:
-        """no_sync() for every micro-batch but a window's last (unless syncing every micro-batch is asked)."""
-        return nullcontext() if ends_window or self.sync_every else self.module.no_sync()
+    @contextmanager
+    def sync(self, ends_window: bool) -> Iterator[None]:
+        """no_sync() for every micro-batch but a window's last (unless syncing every micro-batch is asked), with
+        .grad the buckets' views."""
+        for param, view in zip(self._trained, self._views):
+            if param.grad is None and view is not None:
+                param.grad = view.zero_()
+        self._views = []  # no reference left to a bucket DDP replaces when it rebuilds them
+        with nullcontext() if ends_window or self.sync_every else self.module.no_sync():
+            yield
+        self._views = [param.grad for param in self._trained]
 
     def reset(self) -> None:
         """Start a new optimizer step's counts."""
         self.count.reset()
 
     def memory(self) -> dict[str, float]:
-        """Nothing beyond what every run measures: DDP's gradients are the model's whole .grad."""
+        """Nothing beyond what every run measures: DDP's gradients are the model's whole .grad, its buckets."""
         return {}
 
 
