@@ -36,7 +36,8 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
         description="From the same weights, take the gradient of the first b*k samples as one batch and "
                     "accumulated over k micro-batches of b; print the verdict and, per module, the worst "
                     "relative L2 error and the cause found (BatchNorm, dropout, a buffer updated in forward, "
-                    "the textbook weighting, reduced precision). Exit status: 0 equal up to float rounding, "
+                    "the textbook weighting, reduced precision). fp32 on a GPU is IEEE fp32 (TF32 off), as a run "
+                    "computes it. Exit status: 0 equal up to float rounding, "
                     "1 differs (or the big batch does not fit in memory), 2 bad input or a corpus not tokenised yet. "
                     "Writes nothing (a corpus is tokenised into the token cache by `plan` or `run`).")
     add_config_flags(parser)

@@ -25,7 +25,7 @@ from gaccum_core.train.loss import summed_cross_entropy
 from gaccum_core.train.memory import clear_cache, is_out_of_memory
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.activation import checkpoint_blocks
-from gaccum_core.train.precision import Precision
+from gaccum_core.train.precision import Precision, true_fp32
 from gaccum_core.train.step import Optimization, accumulate, accumulate_step
 from gaccum_core.data.text import IGNORE
 from gaccum_core.lab.verdict import MODULE_COLUMNS, TOLERANCES, find_reasons, module_table, verdict_text
@@ -77,8 +77,10 @@ def _frame(rows: list, columns: list[str]) -> pd.DataFrame:
 
 def compare_gradients(config: RunConfig, progress: Progress | None = None) -> GradientReport:
     """The gradient of the first b·k samples as one batch and accumulated over k micro-batches of b;
-    progress is told the samples passed of the 2·b·k (ConfigError when b·k exceeds the training set)."""
-    return _unless_out_of_memory(config, lambda: _compare(config, progress or _quiet))
+    progress is told the samples passed of the 2·b·k (ConfigError when b·k exceeds the training set).
+    fp32 on CUDA is IEEE fp32 throughout, TF32 off (true_fp32), as the run computes it."""
+    with true_fp32(resolve_device(config.device)):
+        return _unless_out_of_memory(config, lambda: _compare(config, progress or _quiet))
 
 
 def train_side_by_side(config: RunConfig, steps: int, progress: Progress | None = None) -> pd.DataFrame:
@@ -86,7 +88,8 @@ def train_side_by_side(config: RunConfig, steps: int, progress: Progress | None 
     progress is told the steps done of `steps`."""
     if steps < 1:
         raise ValueError(f"steps={steps!r} is not allowed: an integer ≥ 1")
-    return _unless_out_of_memory(config, lambda: _side_by_side(config, steps, progress or _quiet))
+    with true_fp32(resolve_device(config.device)):  # IEEE fp32 on CUDA, as compare_gradients
+        return _unless_out_of_memory(config, lambda: _side_by_side(config, steps, progress or _quiet))
 
 
 def _quiet(done: int, total: int) -> None:

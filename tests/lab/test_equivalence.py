@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch import nn
 
+import gaccum_core.lab.equivalence as equivalence
 import gaccum_core.models.build
 import gaccum_core.models.vision
 from gaccum_core.config import RunConfig
@@ -246,8 +247,6 @@ def test_progress_counts_the_samples_passed_then_the_steps_trained():
 
 
 def test_the_check_runs_with_the_activation_checkpointing_a_run_would_use(monkeypatch):
-    import gaccum_core.lab.equivalence as equivalence
-
     chosen = []
     real = equivalence.checkpoint_blocks
     monkeypatch.setattr(equivalence, "checkpoint_blocks", lambda model, config: chosen.append(real(model, config)))
@@ -257,3 +256,18 @@ def test_the_check_runs_with_the_activation_checkpointing_a_run_would_use(monkey
     assert chosen[0] == 0 and chosen[-1] == 3  # cnn: its three blocks checkpointed, none when off
     assert off.equal and full.equal
     assert full.table["max_abs_diff"].max() == pytest.approx(off.table["max_abs_diff"].max(), abs=1e-7)
+
+
+@pytest.mark.parametrize("entry", ["compare_gradients", "train_side_by_side"])
+def test_the_check_compares_fp32_on_cuda_with_tf32_off_and_restores_it(monkeypatch, entry):
+    """On CUDA cuDNN convolutions run in TF32 unless told not to, and may pick another kernel for b than for b·k:
+    the check compares IEEE fp32 (the whole comparison, not only the Precision's passes), then gives the flags back."""
+    seen = []
+    monkeypatch.setattr(equivalence, "resolve_device", lambda name: torch.device("cuda"))  # a GPU's facts, passed in
+    for work in ("_compare", "_side_by_side"):
+        monkeypatch.setattr(equivalence, work, lambda *args: seen.append(
+            (torch.backends.cudnn.conv.fp32_precision, torch.backends.cudnn.allow_tf32)))
+    before = torch.backends.cudnn.conv.fp32_precision, torch.backends.cudnn.allow_tf32
+    getattr(equivalence, entry)(RunConfig(model="mlp"), *([1] if entry == "train_side_by_side" else []))
+    assert seen == [("ieee", False)]
+    assert (torch.backends.cudnn.conv.fp32_precision, torch.backends.cudnn.allow_tf32) == before
