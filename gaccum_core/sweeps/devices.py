@@ -23,8 +23,9 @@ def lanes(configs: list[RunConfig], gpu_count: int) -> list[list[Lane]]:
     """Phases of lanes: the lanes of a phase train side by side, a phase starts when the one before ended.
 
     With two GPUs or more, the one-process runs set to auto or cuda are dealt round-robin to cuda:0,
-    cuda:1, … (a lane each); the data-parallel runs, which take every GPU, follow in a phase of their own.
-    Otherwise every run goes in one lane, in order."""
+    cuda:1, … (a lane each); the data-parallel runs, which hold cuda:0 to cuda:N-1 (runs.device_queue.devices_of),
+    follow in a phase of their own. Otherwise every run goes in one lane, in order. The device queue keeps each GPU
+    to one run whatever the lanes say: the lanes only let a sweep's runs train side by side."""
     if gpu_count < 2:
         return [[Lane(None, tuple(range(len(configs))))]] if configs else []
     spread = [i for i, c in enumerate(configs) if c.world_size == 1 and c.device in _ANY_GPU]
