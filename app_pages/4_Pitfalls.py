@@ -7,6 +7,8 @@ from gaccum_core.views.lab import (checkpointing_csv, checkpointing_metrics, che
                                    packing_measures, pitfall_csv, pitfall_figure, pitfall_table,
                                    pitfall_table_formats)
 from gaccum_core.lab.pitfalls.catalog import CHECKPOINTING_PITFALLS, FSDP_PITFALLS, PITFALLS, pitfall, setup_words
+from gaccum_core.lab.pitfalls.cuda_graphs import (KEY as CUDA_GRAPHS, case_words as cuda_graphs_words,
+                                                 run_cuda_graphs_case)
 from gaccum_core.lab.pitfalls.checkpointing import case_words, run_checkpointing_pitfalls
 from gaccum_core.lab.pitfalls.fsdp_job import FSDP_STEPS, FsdpJobError, run_fsdp_pitfalls
 from gaccum_core.lab.pitfalls.harness import run_pitfall
@@ -110,3 +112,22 @@ if checkpointing is not None:
     st.download_button("Download the checkpointing results (CSV)", checkpointing_csv(checkpointing.values()),
                        file_name="gaccum-pitfalls-checkpointing.csv", mime="text/csv",
                        key="pitfalls_checkpointing_download")
+
+st.header("CUDA graphs")
+st.write("A trap only a GPU shows: the same gradients, eager and compiled in a mode that records CUDA graphs. "
+         "Without CUDA it is not run: here is what torch raises for it, and what gaccum says before Start.")
+cuda_case = pitfall(CUDA_GRAPHS)
+st.subheader(f"{len(PITFALLS) + len(FSDP_PITFALLS) + len(CHECKPOINTING_PITFALLS) + 1}. {cuda_case.title}")
+st.caption(cuda_graphs_words())
+text, shown = st.columns([2, 3])
+text.write(cuda_case.explanation)
+text.markdown(f"**Fix:** {cuda_case.fix}")
+if st.button("Run the CUDA-graphs case", key="pitfalls_cuda_graphs_run"):
+    st.session_state["pitfall_cuda_graphs"] = run_cuda_graphs_case()
+graphs = st.session_state.get("pitfall_cuda_graphs")
+if graphs is not None:
+    shown.write(graphs.verdict)
+    if graphs.error:
+        shown.code(graphs.error, language=None, wrap_lines=True)
+    shown.markdown("gaccum, for these settings on CUDA:")
+    shown.code(graphs.refusal, language=None, wrap_lines=True)

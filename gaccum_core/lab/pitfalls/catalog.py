@@ -108,15 +108,26 @@ CHECKPOINTING_PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
             {}),
 )}
 
+# The trap only a GPU can show: shown with torch's message elsewhere (cuda_graphs).
+CUDA_PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
+    Pitfall("cuda_graphs_across_micro_batches", "torch.compile(mode='reduce-overhead') with k > 1",
+            "On a GPU the second micro-batch's backward fails: the .grad the first one left has been overwritten.\n"
+            "reduce-overhead and max-autotune record CUDA graphs; each forward starts a new generation, which reuses "
+            "the memory of the previous backward's outputs, .grad among them (pytorch #169545).",
+            "compile default (or torch's max-autotune-no-cudagraphs) with k > 1; the CUDA-graph modes with k = 1 "
+            "only (gaccum refuses the others before Start)", {"compile": "reduce-overhead"}),
+)}
+
 # #7's correct column trains another model (against its own big batch): no loss weighting fixes BatchNorm.
 CORRECT_SIDE = {"batchnorm_small_micro_batches": {"model": "cnn_gn"}}
 
 
 def pitfall(key: str) -> Pitfall:
-    """Pitfall `key` of any gallery: the nine in one process, the FSDP traps or the checkpointing ones."""
-    found = PITFALLS.get(key) or FSDP_PITFALLS.get(key) or CHECKPOINTING_PITFALLS.get(key)
+    """Pitfall `key` of any gallery: the nine in one process, the FSDP traps, the checkpointing ones or CUDA's."""
+    galleries = (PITFALLS, FSDP_PITFALLS, CHECKPOINTING_PITFALLS, CUDA_PITFALLS)
+    found = next((gallery[key] for gallery in galleries if key in gallery), None)
     if found is None:
-        every = [*PITFALLS, *FSDP_PITFALLS, *CHECKPOINTING_PITFALLS]
+        every = [key for gallery in galleries for key in gallery]
         raise KeyError(f"unknown pitfall {key!r}: one of {', '.join(every)}")
     return found
 
