@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from gaccum_core.config import RunConfig
+from gaccum_core.lab.equivalence import compare_gradients
 from gaccum_core.train.device import describe_device, device_choices, device_name
 from gaccum_core.train.engine import Engine
-from gaccum_core.train.memory import MB
 from gaccum_core.train.metrics import RowKeeper
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
@@ -35,12 +35,42 @@ def _trained(config: RunConfig) -> tuple[torch.Tensor, list[dict]]:
     return torch.cat([p.detach().flatten().cpu() for p in engine.model.parameters()]), rows.steps
 
 
+def _oracle(config: RunConfig) -> tuple[float, list[dict]]:
+    """max |Δ| of the weights trained at b=8, k=4 against b=32, k=1 from the same weights on the same samples,
+    and the accumulated run's rows."""
+    accumulated, rows = _trained(config.replace(micro_batch_size=8, accum_steps=4))
+    big, _ = _trained(config.replace(micro_batch_size=32, accum_steps=1))
+    return (accumulated - big).abs().max().item(), rows
+
+
+def _tf32_flags() -> tuple[str, ...]:
+    return (torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision,
+            torch.backends.cudnn.rnn.fp32_precision)
+
+
 def test_the_oracle_on_cuda_b8_k4_equals_b32_k1_in_fp32():
-    accumulated, _ = _trained(BASE.replace(micro_batch_size=8, accum_steps=4))
-    big, _ = _trained(BASE.replace(micro_batch_size=32, accum_steps=1))
-    delta = (accumulated - big).abs().max().item()
+    delta, _ = _oracle(BASE)
     print(f"\nfigure: max |Δ| {delta:.1e} (b=8, k=4 against b=32, k=1, fp32)")
     assert delta <= 1e-5
+
+
+def test_the_cnn_oracle_on_cuda_holds_in_true_fp32_through_a_partial_window():
+    """cuDNN runs fp32 convolutions in TF32 by default on Ampere and newer, and may pick another algorithm for a
+    micro-batch of 8 than for a batch of 32: an fp32 run turns TF32 off (Precision, true_fp32), and gives the
+    process's flags back after. 70 samples in windows of 32: every epoch ends in a window of 6."""
+    before = _tf32_flags()
+    delta, rows = _oracle(BASE.replace(model="cnn", image_size=16, fake_samples=70))
+    print(f"\nfigure: max |Δ| {delta:.1e} (cnn, b=8, k=4 against b=32, k=1, fp32, windows of 32, 32, 6)")
+    assert [r["samples"] for r in rows[:3]] == [32, 32, 6]
+    assert delta <= 1e-5
+    assert _tf32_flags() == before
+
+
+def test_the_equivalence_check_finds_the_cnn_equal_in_fp32_on_cuda():
+    """The check compares one window both ways in IEEE fp32 (TF32 would round b and b·k's convolutions apart)."""
+    report = compare_gradients(BASE.replace(model="cnn", image_size=16, micro_batch_size=8, accum_steps=4))
+    print(f"\nfigure: worst rel. L2 {report.table['rel_l2'].max():.1e} (cnn, one window, fp32)")
+    assert report.equal, report.verdict
 
 
 @pytest.mark.parametrize("amp", ["bf16", "fp16"])
@@ -101,4 +131,3 @@ def test_the_device_line_and_the_device_choices_name_the_gpu():
     name = device_name(torch.device("cuda:0"))
     assert name and name in describe_device() and "GiB free of" in describe_device()
     assert [f"cuda:{i}" for i in range(torch.cuda.device_count())] == device_choices()[2:]
-    assert torch.cuda.memory_allocated() / MB >= 0

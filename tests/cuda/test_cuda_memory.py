@@ -1,12 +1,17 @@
-"""Out of memory on a GPU, for real (issue 35): the planner under a cap far below the card (a probe that runs out
-is caught and recorded, and the size it recommends then trains), and a run that runs out ends `failed` with the
-advice while the next run trains (its memory was released).
+"""Memory on a GPU, for real. The allocator's columns move by a tensor of known size, on the GPU they name, and the
+peak starts again each step; cache clearing is timed without the GPU work still queued (issue 41). Out of memory
+(issue 35): the planner under a cap far below the card (a probe that runs out is caught and recorded, and the size
+it recommends then trains), and a run that runs out ends `failed` with the advice while the next run trains (its
+memory was released).
 
 `torch.cuda.set_per_process_memory_fraction` caps this process's allocator at CAP_MB, so the cnn's larger
 micro-batches on 128×128 images run out of memory while a budget above the cap lets the planner try them.
 Marked `cuda`; skipped with the reason "no CUDA device" without one. No streamlit, no plotly."""
 
 from __future__ import annotations
+
+import statistics
+import time
 
 import pytest
 import torch
@@ -15,7 +20,7 @@ from gaccum_core.config import RunConfig
 from gaccum_core.plan.planner import PlanRequest, config_from_plan, make_plan
 from gaccum_core.plan.search import OUT_OF_MEMORY
 from gaccum_core.train.engine import Engine
-from gaccum_core.train.memory import MB
+from gaccum_core.train.memory import MB, MemoryProbe, clear_cache
 from gaccum_core.train.metrics import RowKeeper
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
@@ -67,3 +72,60 @@ def test_a_run_out_of_memory_fails_with_the_advice_and_the_next_run_trains(cappe
         assert runner.wait(after, timeout=300).state == RunState.FINISHED
     finally:
         runner.close()
+
+
+KNOWN_MB = 64  # a whole number of the allocator's 2 MiB blocks: it takes exactly this much
+
+
+def test_the_allocator_columns_move_by_a_known_tensor_and_the_peak_starts_again_each_step():
+    probe = MemoryProbe(torch.device("cuda:0"))
+    probe.start_step()
+    base = probe.read()
+    known = torch.empty(KNOWN_MB * MB, dtype=torch.uint8, device="cuda:0")
+    held = probe.read()
+    del known
+    after = probe.read()
+    assert held["mem_allocated_mb"] - base["mem_allocated_mb"] == pytest.approx(KNOWN_MB, abs=1e-9)
+    assert held["mem_reserved_mb"] >= held["mem_allocated_mb"]
+    assert after["mem_allocated_mb"] == base["mem_allocated_mb"]
+    assert after["mem_peak_mb"] >= base["mem_allocated_mb"] + KNOWN_MB  # the peak of the step kept it
+    probe.start_step()
+    assert probe.read()["mem_peak_mb"] == after["mem_allocated_mb"]  # a new step's peak starts from now
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+def test_each_gpus_columns_are_its_own():
+    first, second = MemoryProbe(torch.device("cuda:0")), MemoryProbe(torch.device("cuda:1"))
+    before = first.read()["mem_allocated_mb"], second.read()["mem_allocated_mb"]
+    known = torch.empty(KNOWN_MB * MB, dtype=torch.uint8, device="cuda:1")
+    assert first.read()["mem_allocated_mb"] == before[0]
+    assert second.read()["mem_allocated_mb"] == pytest.approx(before[1] + KNOWN_MB, abs=1e-9)
+    del known
+
+
+def _matmuls(a: torch.Tensor, n: int) -> None:
+    for _ in range(n):
+        a @ a
+
+
+def test_clearing_the_cache_does_not_count_the_gpu_work_still_queued():
+    """empty_cache's cudaFree waits for every queued kernel: a chain of about 2 s of matmuls is queued (not waited
+    for), then the cache cleared; its time must be the clearing's alone, far below the chain's."""
+    device = torch.device("cuda:0")
+    a = torch.randn(4096, 4096, device=device)
+    _matmuls(a, 2)
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    _matmuls(a, 10)
+    torch.cuda.synchronize(device)
+    n = max(10, min(2000, round(10 * 2.0 / (time.perf_counter() - start))))  # about 2 s of work on this GPU
+    start = time.perf_counter()
+    _matmuls(a, n)
+    queued = clear_cache(device)
+    torch.cuda.synchronize(device)
+    chain = time.perf_counter() - start
+    idle = statistics.median(clear_cache(device) for _ in range(3))
+    print(f"\nfigure: clearing {queued * 1000:.0f} ms behind {chain:.2f} s of queued matmuls ({n}); "
+          f"{idle * 1000:.0f} ms with nothing queued")
+    assert chain >= 1.0  # the chain was long enough to show
+    assert queued < chain / 2
