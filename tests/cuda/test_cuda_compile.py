@@ -15,7 +15,7 @@ from gaccum_core.config import COMPILE_MODES, ConfigError, RunConfig
 from gaccum_core.train.checks import preflight
 from gaccum_core.train.device import autocast_works, cuda_graphs_refusal
 from gaccum_core.train.engine import Engine
-from gaccum_core.train.errors import compile_error
+from gaccum_core.train.errors import CUDA_GRAPHS_OVERWRITTEN, compile_error
 from gaccum_core.train.metrics import RowKeeper
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
@@ -82,6 +82,16 @@ def test_what_torch_does_with_cuda_graphs_across_micro_batches_is_recognised():
         assert failed is not None and "accum_steps to 1" in str(failed), str(exc)[:300]
         return
     print(f"\nfigure: no error; max |Δ .grad| {delta:.1e} against eager at the last window")
+
+
+def test_the_pitfall_gallerys_cuda_graphs_case_runs_on_the_gpu():
+    """The Pitfalls page's case on this GPU: trained, torch's error recognised as the overwrite, or its drift said."""
+    pytest.importorskip("sklearn", reason="the gallery trains on digits, which needs scikit-learn")
+    from gaccum_core.lab.pitfalls.cuda_graphs import run_cuda_graphs_case  # noqa: PLC0415 - after the skip
+
+    case = run_cuda_graphs_case(torch.device("cuda", 0))
+    assert case.ran and (CUDA_GRAPHS_OVERWRITTEN in case.error or case.max_grad_diff is not None), case
+    print(f"\nfigure: {case.verdict} {case.error[:80]}")
 
 
 def test_bf16_is_refused_on_each_gpu_below_compute_capability_8_and_runs_on_the_others():

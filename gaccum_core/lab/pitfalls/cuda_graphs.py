@@ -20,6 +20,7 @@ from gaccum_core.lab.pitfalls.catalog import CUDA_PITFALLS, case_config
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.accumulation import epoch_order, plan_epoch
 from gaccum_core.train.device import cuda_graphs_refusal, resolve_device
+from gaccum_core.train.errors import CUDA_GRAPHS_OVERWRITTEN
 
 (KEY,) = CUDA_PITFALLS
 WINDOWS = 3  # warm-up, recording, replay: cudagraph trees record a graph on its second call
@@ -41,7 +42,9 @@ class CudaGraphsCase:
         if not self.ran:
             return f"Needs a CUDA device ({self.device} here): not run. On a GPU torch raises this:"
         if self.error:
-            return f"On {self.device} torch raised at the second micro-batch's backward:"
+            trap = CUDA_GRAPHS_OVERWRITTEN in self.error
+            what = "a .grad overwritten by a later graph run" if trap else "another error than the trap's"
+            return f"On {self.device} the compiled loop failed ({what}):"
         return (f"On {self.device} torch raised nothing, and the compiled .grad was {self.max_grad_diff:.1e} off "
                 "eager's at most.")
 
