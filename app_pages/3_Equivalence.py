@@ -8,12 +8,14 @@ from gaccum_core import config as cfg
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.lab.equivalence import ReferenceTooLarge, compare_gradients, train_side_by_side
 from gaccum_core.runs.aside import call_for
+from gaccum_core.train.device import resolve_device
 from gaccum_core.train.metrics import time_left_words
 from gaccum_core.views.lab import gradient_figure, side_by_side_figures
-from dashboard.checks import refusal, tokenise_aside
+from dashboard.checks import device_turn, refusal, tokenise_aside
 from dashboard.choices import choose, image_settings, model_note, text_settings, wants_text
 from dashboard.controls import LABELS
 from dashboard.messages import explain
+from dashboard.server import get_runner
 from dashboard.state import FieldWidgets, widget
 
 MAX_STEPS = 500
@@ -85,12 +87,16 @@ def progress_bar(what: str, unit: str):
 if st.button("Compare", type="primary", key="eq_run"):
     try:
         tokenise_aside(config)  # a corpus not yet tokenised: once, in a worker process, with its progress
+        device = resolve_device(config.device)
         bar, moved = progress_bar("Computing both gradients", "samples")
-        # Your own model or data set: compared in a worker process of its own, never in the server.
-        st.session_state["eq_report"] = call_for(config, compare_gradients, config, progress=moved)
+        # Your own model or data set, or a GPU: compared in a worker process of its own, never in the server; on a
+        # GPU once the runs on it have ended (the device queue), as the Plan page measures.
+        st.session_state["eq_report"] = call_for(config, compare_gradients, config, progress=moved, device=device,
+                                                 turn=device_turn(get_runner(), bar, "Computing both gradients…"))
         bar.empty()
         bar, moved = progress_bar(f"Training both for {steps} steps", "step")
-        st.session_state["eq_side"] = call_for(config, train_side_by_side, config, steps, progress=moved)
+        st.session_state["eq_side"] = call_for(config, train_side_by_side, config, steps, progress=moved, device=device,
+                                               turn=device_turn(get_runner(), bar, f"Training both for {steps} steps…"))
         bar.empty()
     except ReferenceTooLarge as exc:
         st.session_state.pop("eq_report", None)

@@ -41,3 +41,41 @@ def test_the_bar_says_which_run_the_plan_waits_for_then_that_it_measures(tmp_pat
         end(run_id)
         planner.join(10)
         assert inside.is_set() and bar.texts[-1] == "measuring the first candidate…"
+
+
+def test_the_plan_page_on_a_gpu_takes_its_turn_on_that_gpu_and_plans_aside(runs_dir, monkeypatch):
+    """The page's wiring, with the GPU faked where the page asks for it: Plan holds cuda:0 in the server's device
+    queue around the worker process's plan (recorded here, not started)."""
+    import contextlib
+
+    import torch
+
+    import gaccum_core.plan.planner as planner
+    import gaccum_core.runs.aside as aside
+    import gaccum_core.train.device as device
+    from gaccum_core.runs.runner import Runner
+    from tests.pages.test_plan_page import plan_page
+
+    monkeypatch.setattr(device, "resolve_device", lambda name: torch.device("cuda", 0))
+    monkeypatch.setattr(planner, "memory_info", lambda d: (2 * 2**30, 16 * 2**30))
+    held, asked = [], []
+
+    @contextlib.contextmanager
+    def turn(self, devices, waiting=None, poll_s=0.5):
+        held.append(devices)
+        try:
+            yield
+        finally:
+            held.append("released")
+
+    def recorded(function, *args, progress=None):
+        asked.append((function.__name__, held[:]))
+        raise RuntimeError("recorded here")
+
+    monkeypatch.setattr(Runner, "turn", turn)
+    monkeypatch.setattr(aside, "call_aside", recorded)
+    at = plan_page()
+    assert at.number_input(key="plan_memory_budget_mb").value == round(16 * 1024 * 0.9, 1)
+    at.button(key="plan_run").click().run()
+    assert asked == [("make_plan", [("cuda:0",)])] and held == [("cuda:0",), "released"]
+    assert [e.value for e in at.error] == ["Cannot plan: recorded here"]
