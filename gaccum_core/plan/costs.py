@@ -56,19 +56,20 @@ def cache_clearing_cost(device_name: str, runs: Sequence[ClearingRun] = ()) -> C
     """Seconds of one clear_cache() on this device: as the latest of runs that cleared its cache there timed it
     (the median of its last steps), else gc.collect timed in this process."""
     for run in reversed(runs):
-        seconds = _run_clearing_seconds(run) if device_name in run.devices else None
-        if seconds is not None:
-            return Cost(seconds, 1.0, f"as run {run.run_id} measured it on this device (the median of its last "
-                                      f"{min(len(run.metrics), _RUN_STEPS)} steps)")
+        per_call = _run_clearing_seconds(run) if device_name in run.devices else []
+        if per_call:
+            return Cost(statistics.median(per_call), 1.0, f"as run {run.run_id} measured it on this device "
+                                                          f"(the median of its last {len(per_call)} steps)")
     return _measured_here(torch.device(device_name).type)
 
 
-def _run_clearing_seconds(run: ClearingRun) -> float | None:
-    """The median seconds of one clearing over the run's last steps; None when it cleared none."""
+def _run_clearing_seconds(run: ClearingRun) -> list[float]:
+    """Seconds of one clearing in each of the run's last steps that timed it (none when it did not clear)."""
     mode = run.config.clear_cache
-    per_call = [row["cache_clear_s"] / (row["micro_batches"] if mode == "micro" else 1)
-                for row in run.metrics[-_RUN_STEPS:] if row.get("cache_clear_s")]
-    return statistics.median(per_call) if mode != "off" and per_call else None
+    if mode == "off":
+        return []
+    return [row["cache_clear_s"] / (row["micro_batches"] if mode == "micro" else 1)
+            for row in run.metrics[-_RUN_STEPS:] if (row.get("cache_clear_s") or 0) > 0]  # not NaN, not None
 
 
 @cache

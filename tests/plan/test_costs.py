@@ -35,7 +35,7 @@ def test_the_clearing_figure_is_the_latest_clearing_run_on_this_device(monkeypat
     """An idle server has nothing cached to free: the figure is what a run on the device timed, per call."""
     monkeypatch.setattr(costs, "clear_cache", _never)
     runs = [_run("older", ("cuda:0",), "step", [0.9, 0.9]),
-            _run("cleared", ("cuda:0", "cuda:1"), "micro", [0.3, 0.33, 0.36]),  # 3 calls a step: 0.1, 0.11, 0.12 s
+            _run("cleared", ("cuda:0", "cuda:1"), "micro", [0.3, 0.33, 0.36, math.nan]),  # 0.1, 0.11, 0.12 s a call
             _run("elsewhere", ("cuda:2",), "micro", [5.0]),
             _run("kept", ("cuda:0",), "off", [0.0, 0.0])]
     note = warnings_for("micro", "off", 4, "cuda:0", runs)["clear_cache"]
