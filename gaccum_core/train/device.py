@@ -74,8 +74,8 @@ def describe_device() -> str:
 
 
 def bf16_emulated(device_type: str, capability: tuple[int, int], name: str) -> str | None:
-    """Why bfloat16 autocast is refused on this GPU, or None: below compute capability 8.0 (Ampere) a GPU has no
-    bfloat16 units, and torch.cuda.is_bf16_supported() still says yes there (it counts emulation)."""
+    """Why bfloat16 autocast is refused on this GPU, or None: below compute capability 8.0 (Ampere) bfloat16 is
+    emulated, slowly, and torch.cuda.is_bf16_supported() still says yes there (it counts emulation)."""
     if device_type != "cuda" or tuple(capability) >= (8, 0):
         return None
     major, minor = capability
