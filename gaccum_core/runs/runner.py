@@ -202,6 +202,7 @@ class Runner:
         with self._lock:
             run = self._runs[run_id]
             run.stop_event.set()
+            self._queue.remove(run)  # a queued run never starts
             if run.state not in FINAL_STATES:
                 self._finish(run, RunState.STOPPED, message)
 

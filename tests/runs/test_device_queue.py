@@ -123,3 +123,15 @@ def test_a_plan_the_page_stops_while_it_waits_leaves_the_queue(stubbed):
     end(first)
     reached(runner, second, RunState.RUNNING)
     end(second)
+
+
+def test_a_queued_run_abandoned_at_exit_never_starts_when_its_gpu_frees(stubbed):
+    runner, end = stubbed
+    first = runner.submit(RunConfig(device="cuda:0", model="mlp"))
+    second = runner.submit(RunConfig(device="cuda:0", model="mlp"))
+    reached(runner, first, RunState.RUNNING)
+    runner.abandon(second, "the server exited")
+    end(first)
+    reached(runner, first, RunState.FINISHED)
+    time.sleep(0.1)  # a run let through would be running by now
+    assert runner.snapshot(second).state == RunState.STOPPED and runner.snapshot(second).message == "the server exited"
