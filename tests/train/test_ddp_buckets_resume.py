@@ -12,31 +12,22 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-import torch
 
-from chromium import free_port
+from ddp_buckets_rank import WORLD, seen_by_ranks
 from gaccum_core.config import RunConfig
-from gaccum_core.train.distributed import (EVAL_S_PER_SAMPLE, WAIT_FLOOR, WHOLE_SPLIT_SAMPLES, collective_timeout)
-from jobs import WAIT_S, WORLD
-from spawned import run_ranks
+from gaccum_core.train.distributed import EVAL_S_PER_SAMPLE, WAIT_FLOOR, WHOLE_SPLIT_SAMPLES, collective_timeout
+from jobs import WAIT_S
 
 # Windows of 3 micro-batches (2 of them under no_sync), 4 steps: DDP rebuilds its buckets after the first.
 MEMORY = RunConfig(model="mlp", dataset="fake", image_size=8, fake_samples=96, fake_classes=10, micro_batch_size=4,
                    accum_steps=3, nproc=WORLD, max_steps=4, eval_batches=7, device="cpu")
-ONE_MACHINE = MEMORY.replace(accum_steps=2, optimizer="adamw", lr=1e-3)
-TWO_MACHINES = ONE_MACHINE.replace(nproc=1, nnodes=WORLD)
-RESUMES = {"one_machine": (ONE_MACHINE, False), "shared_runs_dir": (TWO_MACHINES, False),
-           "own_runs_dir": (TWO_MACHINES, True)}
+RESUMED = MEMORY.replace(accum_steps=2, optimizer="adamw", lr=1e-3)
 
 
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory) -> list[dict]:
-    """What each rank saw (tests/train/ddp_buckets_rank.py), by rank."""
-    import ddp_buckets_rank
-
-    out = tmp_path_factory.mktemp("ddp_buckets")
-    run_ranks(ddp_buckets_rank.main, WORLD, (WORLD, str(out), free_port(), MEMORY, RESUMES), WAIT_S)
-    return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(WORLD)]
+    """What each rank saw (tests/ddp_buckets_rank.py), by rank."""
+    return seen_by_ranks(tmp_path_factory.mktemp("ddp_buckets"), "cpu", MEMORY, RESUMED, WAIT_S)
 
 
 @pytest.mark.multiprocess
@@ -45,9 +36,10 @@ def test_a_ddp_rank_holds_one_gradient_copy_after_every_micro_batch(seen):
     parameters' bytes once, after a no_sync micro-batch as after the window's last."""
     for rank in seen:
         memory = rank["memory"]
-        settled = [(grads, held) for step, grads, held in memory["held"] if step >= 2]
+        settled = [(ends, grads, held) for step, ends, grads, held in memory["held"] if step >= 2]
         assert len(settled) == (MEMORY.max_steps - 2) * MEMORY.accum_steps
-        for grads, held in settled:
+        assert sum(not ends for ends, _, _ in settled) == (MEMORY.max_steps - 2) * (MEMORY.accum_steps - 1)
+        for _, grads, held in settled:
             assert grads == memory["params"]
             assert held == memory["param_bytes"], f"{held} bytes of gradients, the parameters have {memory['param_bytes']}"
 
