@@ -84,13 +84,16 @@ def bf16_emulated(device_type: str, capability: tuple[int, int], name: str) -> s
 
 
 def autocast_works(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
-    """Whether a small matmul runs under autocast(dtype) here, and why not when it fails: bfloat16 on a GPU only
-    where the run's own GPU computes it natively (bf16_emulated)."""
-    if device.type == "cuda" and dtype == torch.bfloat16:
+    """Whether a small matmul runs under autocast(dtype) here, and why not when it fails. On a GPU nothing is run
+    (a tensor there would leave a CUDA context in the server that asks, for its whole life): CUDA's autocast has
+    fp16 on every GPU torch runs on, and bfloat16 where the run's own GPU computes it natively (bf16_emulated);
+    its capability and name are read without a context."""
+    if device.type == "cuda":
+        if dtype != torch.bfloat16:
+            return dtype == torch.float16, f"CUDA autocast has no {dtype}"
         emulated = bf16_emulated(device.type, torch.cuda.get_device_capability(device),
                                  torch.cuda.get_device_name(device))
-        if emulated is not None:
-            return False, emulated
+        return emulated is None, emulated or "works"
     try:
         a = torch.ones(8, 8, device=device)
         with torch.autocast(device_type=device.type, dtype=dtype):

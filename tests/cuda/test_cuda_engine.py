@@ -75,8 +75,8 @@ def test_the_equivalence_check_finds_the_cnn_equal_in_fp32_on_cuda():
 
 @pytest.mark.parametrize("amp", ["bf16", "fp16"])
 def test_mixed_precision_trains_on_cuda(amp):
-    if amp == "bf16" and not torch.cuda.is_bf16_supported():
-        pytest.skip("this GPU has no bf16")
+    if amp == "bf16" and torch.cuda.get_device_capability(0) < (8, 0):
+        pytest.skip("cuda:0 is below compute capability 8.0: gaccum refuses bf16 there (test_cuda_compile.py)")
     _, rows = _trained(BASE.replace(micro_batch_size=16, accum_steps=2, amp=amp, max_steps=40))
     losses = [r["loss"] for r in rows if math.isfinite(r["loss"])]
     assert losses[-1] < losses[0]

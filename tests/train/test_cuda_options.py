@@ -136,11 +136,12 @@ def test_on_a_mixed_box_bf16_is_judged_by_the_runs_gpu_not_the_current_one(mixed
     assert not works and why.startswith("Fake V100 has compute capability 7.0, below 8.0")
 
     def probe(*args, **kwargs):
-        raise RuntimeError("the matmul probe ran")
+        raise AssertionError("a tensor was made on the GPU: the server would keep a CUDA context")
 
     monkeypatch.setattr(torch, "ones", probe)
     mixed_box["index"] = 1  # now the current device is the V100: cuda:0 is still judged as the H100 it is
-    assert dev.autocast_works(torch.device("cuda", 0), torch.bfloat16) == (False, "RuntimeError: the matmul probe ran")
+    assert dev.autocast_works(torch.device("cuda", 0), torch.bfloat16) == (True, "works")
+    assert dev.autocast_works(torch.device("cuda", 1), torch.float16)[0]  # fp16 autocast on every GPU
 
 
 def test_the_cli_refuses_bf16_on_a_gpu_below_8_in_one_line(mixed_box, tmp_path, capsys):
