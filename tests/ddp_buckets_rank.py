@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from gaccum_core.config import RunConfig
+from gaccum_core.plan.sharding import DDP, MB, layout, per_rank
 from gaccum_core.runs import resume
 from gaccum_core.runs.store import RunStore
 from gaccum_core.train import distributed
@@ -30,7 +31,8 @@ def _storages(tensors: list[torch.Tensor]) -> dict[int, int]:
 def gradient_memory(config: RunConfig, ranks: Ranks, device: torch.device) -> dict[str, Any]:
     """Train config with DDP; after each micro-batch, the optimizer steps done, whether it ended its window, the
     .grad tensors set and the bytes of the distinct storages holding them and DDP's buckets (as its communication
-    hook last saw them); the parameters' bytes, and the trained state_dict (on the CPU)."""
+    hook last saw them); the parameters' bytes, the gradients the planner counts for a rank, and the trained
+    state_dict (on the CPU)."""
     buckets: dict[int, torch.Tensor] = {}
     counting = distributed._counting_allreduce
 
@@ -53,8 +55,11 @@ def gradient_memory(config: RunConfig, ranks: Ranks, device: torch.device) -> di
     engine.parallel.sync = measured
     engine.run(RowKeeper(), evaluate=False)
     params = sum(p.numel() * p.element_size() for p in engine.opt.params)
+    # What the planner counts for a ddp rank, from this run's parts.
+    planned = per_rank(engine.counted.parts(0), layout(engine.model), DDP, ranks.world_size, config.accum_steps)
     trained = {k: v.cpu() for k, v in engine.model.state_dict().items()}
-    return {"held": held, "param_bytes": params, "params": len(engine.opt.params), "trained": trained}
+    return {"held": held, "param_bytes": params, "params": len(engine.opt.params), "trained": trained,
+            "planned_gradients_mb": planned["gradients_mb"]}
 
 
 @contextmanager

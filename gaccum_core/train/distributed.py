@@ -158,7 +158,7 @@ class Replicated:
 
     def __init__(self, model: torch.nn.Module, device: torch.device, sync_every: bool) -> None:
         self._trained = [p for p in model.parameters() if p.requires_grad]
-        for param in self._trained:  # DDP copies these into its buckets and makes each .grad a view of its bucket
+        for param in self._trained:  # DDP copies each into its bucket, makes .grad a view of it and frees this
             param.grad = torch.zeros_like(param)
         self.module = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
                                               gradient_as_bucket_view=True)
@@ -189,7 +189,7 @@ class Replicated:
 
 
 def share_from_rank0(obj: Any) -> Any:
-    """Rank 0's object on every rank (a config, a checkpoint): one broadcast when a job starts."""
+    """Rank 0's object on every rank (a config, a path; a checkpoint only for a rank that cannot read its file)."""
     shared = [obj]
     dist.broadcast_object_list(shared, src=0)
     return shared[0]

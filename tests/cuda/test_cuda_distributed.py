@@ -14,6 +14,7 @@ import torch
 
 from ddp_buckets_rank import WORLD, seen_by_ranks
 from gaccum_core.config import RunConfig
+from gaccum_core.plan.sharding import MB
 from gaccum_core.train.distributed import collective_timeout
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import RowKeeper
@@ -55,9 +56,11 @@ def test_two_gpus_train_the_one_process_parameters_through_partial_windows(seen)
 
 
 def test_each_gpu_holds_one_gradient_copy_after_every_micro_batch(seen):
-    """From the third step on, .grad and DDP's buckets on each GPU hold the parameters' bytes once."""
+    """From the third step on, .grad and DDP's buckets on each GPU hold the parameters' bytes once, what the planner
+    counts."""
     for rank in seen:
         memory = rank["memory"]
+        assert memory["param_bytes"] / MB == pytest.approx(memory["planned_gradients_mb"])
         settled = [(ends, held) for step, ends, _, held in memory["held"] if step >= 2]
         assert any(not ends for ends, _ in settled)  # no_sync micro-batches among them
         assert all(held == memory["param_bytes"] for _, held in settled), (memory["param_bytes"], settled)

@@ -15,6 +15,7 @@ import pytest
 
 from ddp_buckets_rank import WORLD, seen_by_ranks
 from gaccum_core.config import RunConfig
+from gaccum_core.plan.sharding import MB
 from gaccum_core.train.distributed import EVAL_S_PER_SAMPLE, WAIT_FLOOR, WHOLE_SPLIT_SAMPLES, collective_timeout
 from jobs import WAIT_S
 
@@ -33,9 +34,10 @@ def seen(tmp_path_factory) -> list[dict]:
 @pytest.mark.multiprocess
 def test_a_ddp_rank_holds_one_gradient_copy_after_every_micro_batch(seen):
     """After the buckets are rebuilt (from the third step on), .grad and DDP's buckets together hold the
-    parameters' bytes once, after a no_sync micro-batch as after the window's last."""
+    parameters' bytes once, after a no_sync micro-batch as after the window's last: what the planner counts."""
     for rank in seen:
         memory = rank["memory"]
+        assert memory["param_bytes"] / MB == pytest.approx(memory["planned_gradients_mb"])
         settled = [(ends, grads, held) for step, ends, grads, held in memory["held"] if step >= 2]
         assert len(settled) == (MEMORY.max_steps - 2) * MEMORY.accum_steps
         assert sum(not ends for ends, _, _ in settled) == (MEMORY.max_steps - 2) * (MEMORY.accum_steps - 1)
