@@ -84,7 +84,7 @@ def resume_engine(store: RunStore | None, run_id: str, engine: Engine, ranks: Ra
     the ranks' weights and optimizer states are the same; each rank takes its own generators from its "rngs").
     store: on global rank 0 only."""
     if ranks.distributed:
-        checkpoint = job_checkpoint(store, run_id, engine.config.nnodes > 1)
+        checkpoint = job_checkpoint(store, run_id, engine.config.nnodes > 1, mmap=engine.device.type != "cpu")
     else:
         checkpoint = run_checkpoints(store, run_id).load() if store is not None else None
     if checkpoint is None:
@@ -95,11 +95,13 @@ def resume_engine(store: RunStore | None, run_id: str, engine: Engine, ranks: Ra
         store.truncate_rows(run_id, counters.step, counters.last_eval_step)
 
 
-def job_checkpoint(store: RunStore | None, run_id: str, across_machines: bool) -> dict[str, Any] | None:
-    """Rank 0's checkpoint.pt on every rank of a job, each rank reading the file rank 0 names: on one machine, and
-    across machines where every rank finds the same file there (a shared runs directory: the same SHA-256). Only
-    when some rank does not is the checkpoint sent from rank 0 through the process group (a checkpoint-sized
-    broadcast, on NCCL through every GPU). store: on global rank 0 only; a collective."""
+def job_checkpoint(store: RunStore | None, run_id: str, across_machines: bool,
+                   mmap: bool = False) -> dict[str, Any] | None:
+    """Rank 0's checkpoint.pt on every rank of a job, each rank reading the file rank 0 names (mmap: mapping it,
+    CheckpointManager.load): on one machine, and across machines where every rank finds the same file there (a
+    shared runs directory: the same SHA-256). Only when some rank does not is the checkpoint sent from rank 0 through
+    the process group (a checkpoint-sized broadcast, on NCCL through every GPU). store: on global rank 0 only; a
+    collective."""
     path = store.checkpoint_path(run_id) if store is not None else None
     found = path is not None and path.exists()
     named = share_from_rank0((str(path), file_sha256(path) if across_machines else "") if found else None)
@@ -108,7 +110,7 @@ def job_checkpoint(store: RunStore | None, run_id: str, across_machines: bool) -
     where, digest = Path(named[0]), named[1]
     if across_machines and not all(gather_objects(_holds(where, digest))):
         return share_from_rank0(run_checkpoints(store, run_id).load() if store is not None else None)
-    return checkpoints_in(where.parent).load()
+    return checkpoints_in(where.parent).load(mmap)
 
 
 def _holds(path: Path, digest: str) -> bool:

@@ -72,12 +72,14 @@ class CheckpointManager:
             if old.resolve() != kept_path:
                 shutil.rmtree(old, ignore_errors=True)
 
-    def load(self) -> dict[str, Any] | None:
+    def load(self, mmap: bool = False) -> dict[str, Any] | None:
         """checkpoint.pt (weights_only=True: tensors, numbers and strings only), or None when there is none.
-        A temporary file a kill left behind is never read."""
+        A temporary file a kill left behind is never read. mmap: its tensors mapped from the file, not read into
+        memory (the ranks of a job on one machine then share the page cache), for a resume that copies them to a GPU:
+        one that keeps them (an optimizer's state on the CPU) would keep a replaced checkpoint's disk space."""
         if not self.path.exists():
             return None
-        return torch.load(self.path, map_location="cpu", weights_only=True)
+        return torch.load(self.path, map_location="cpu", weights_only=True, mmap=mmap)
 
     def read(self) -> dict[str, Any]:
         """checkpoint.pt to resume from; CheckpointError when there is none or it does not load as a checkpoint."""

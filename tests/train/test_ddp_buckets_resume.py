@@ -10,12 +10,15 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+import torch
 
 from ddp_buckets_rank import WORLD, seen_by_ranks
 from gaccum_core.config import RunConfig
 from gaccum_core.plan.sharding import MB
+from gaccum_core.runs.resume import checkpoints_in
 from gaccum_core.train.distributed import EVAL_S_PER_SAMPLE, WAIT_FLOOR, WHOLE_SPLIT_SAMPLES, collective_timeout
 from jobs import WAIT_S
 
@@ -85,3 +88,18 @@ def test_the_collective_timeout_covers_the_evaluation_and_never_undercuts_torch(
     whole = small.replace(eval_batches=0)
     assert collective_timeout(whole, backend) == WAIT_FLOOR + timedelta(seconds=WHOLE_SPLIT_SAMPLES * EVAL_S_PER_SAMPLE)
     assert collective_timeout(small, backend) >= timedelta(minutes=30 if backend == "gloo" else 10)
+
+
+def test_a_checkpoint_loaded_for_gpus_is_mapped_from_its_file_not_read_into_memory(tmp_path):
+    """load(mmap=True), as job_checkpoint loads it for ranks on GPUs: the file is mapped (the ranks of one machine
+    share its pages), the tensors the same; load() reads it."""
+    checkpoints = checkpoints_in(tmp_path)
+    checkpoints.save({"model": {"weight": torch.arange(4096.0)}})
+
+    def mapped() -> bool:
+        return str(checkpoints.path) in Path("/proc/self/maps").read_text()
+
+    read = checkpoints.load()
+    assert not mapped()
+    state = checkpoints.load(mmap=True)
+    assert mapped() and torch.equal(state["model"]["weight"], read["model"]["weight"])
