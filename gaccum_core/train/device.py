@@ -63,16 +63,6 @@ def memory_info(device: torch.device) -> tuple[int, int]:
     return vm.available, vm.total
 
 
-def describe_device() -> str:
-    """The device runs train on by default, in one line: 'CPU — runs train on the CPU', or 'Device: <GPU>
-    (cuda:0) · X GiB free of Y GiB'."""
-    device = resolve_device("auto")
-    if device.type != "cuda":
-        return "CPU — runs train on the CPU"
-    free, total = memory_info(device)
-    return f"Device: {device_name(device)} · {free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB"
-
-
 def bf16_emulated(device_type: str, capability: tuple[int, int], name: str) -> str | None:
     """Why bfloat16 autocast is refused on this GPU, or None: below compute capability 8.0 (Ampere) bfloat16 is
     emulated, slowly, and torch.cuda.is_bf16_supported() still says yes there (it counts emulation)."""
