@@ -3,8 +3,8 @@
 One optimizer step per window of accum_steps micro-batches (the last window of an epoch may be
 partial). Each micro-batch's summed loss is divided by the window's sample count (mean) or by 1
 (sum), so the accumulated gradient equals the one-big-batch gradient on the same samples.
-The engine runs the loop; each step's row is built in rows.py, evaluations in evaluation.py, and the
-checks a config must pass before a run starts (preflight) are in checks.py.
+The engine runs the loop; each step's row is built in rows.py, evaluations in evaluation.py (when they
+are due, and their rows, in eval_log.py), and the checks a config must pass before a run starts (preflight) are in checks.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import itertools
 import math
 import time
 from contextlib import nullcontext
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import torch
 
@@ -34,6 +34,7 @@ from gaccum_core.train.device import cuda_graphs_refusal, resolve_device
 from gaccum_core.train.distributed import Parallel, Ranks, Replicated, gather_objects, share, share_from_rank0
 from gaccum_core.train.fsdp import Sharded
 from gaccum_core.train.errors import Diverged, compile_error
+from gaccum_core.train.eval_log import Evaluated, Moment, eval_row, evaluation_due
 from gaccum_core.train.evaluation import evaluate, sample_text
 from gaccum_core.train.loss import summed_cross_entropy
 from gaccum_core.train.memory import MB, MemoryProbe, SavedBytesPeak, TrainingMemory, clear_cache
@@ -166,60 +167,88 @@ class Engine:
 
         steps: train exactly this many more optimizer steps instead, into later epochs if need be (the
         planner's bursts, the lab's runs). evaluate=False: no evaluation at all."""
-        cfg, training = self.config, self.training
-        counters, begin = training.counters, training.position
-        self._start = time.perf_counter() - training.wall_time_s
+        counters = self.training.counters
+        self._start = time.perf_counter() - self.training.wall_time_s
         target = self.total_steps if steps is None else counters.step + steps
-        epochs = cfg.epochs if steps is None else None  # None: as many epochs as the steps take
-        # Evaluation asks should_stop too (one process only: in a data-parallel run rank 0 evaluates alone,
-        # and the others wait at the next step's collective for the stop they agree on there).
-        eval_stop = should_stop if not self.ranks.distributed else never
-        evaluations = ((lambda sink, epoch, counters: self._log_eval(sink, epoch, counters, eval_stop))
-                       if evaluate else (lambda sink, epoch, counters: True))
+        evaluated = self._evaluations(sink, should_stop, evaluate)
         save = self._checkpoint_sink(on_checkpoint)
         self.model.train()
-        epoch = begin.epoch
-        if cfg.eval_every and 0 < counters.step and counters.step % cfg.eval_every == 0 \
-                and counters.step > counters.last_eval_step:
-            # Resumed after a stop during this step's evaluation: do it now, as the run would have.
-            if not evaluations(sink, epoch, counters):
-                return self._stopped_between_windows(save)
-        for epoch in itertools.count(begin.epoch) if epochs is None else range(begin.epoch, epochs):
-            order = epoch_order(self.num_train, cfg.seed, epoch)
-            windows = windows_per_epoch(self.num_train, self.global_micro_batch, cfg.accum_steps)
-            for index in range(begin.window if epoch == begin.epoch else 0, windows):
-                if counters.step >= target:
-                    break
-                training.position = Position(epoch, index, len(training.in_flight))
-                window = window_at(self.num_train, self.global_micro_batch, cfg.accum_steps, index)
+        epoch = self.training.position.epoch
+        if not evaluated("resumed", epoch):
+            return self._stopped_between_windows(save)
+        for epoch in self._epochs(steps):
+            for window, order in self._windows(epoch, target):
                 row = self._guarded_window(window, order, epoch, counters, should_stop)
-                if row is None:  # stopped mid-window: .grad and in_flight hold its first micro-batches
-                    training.position = Position(epoch, index, len(training.in_flight))
-                    if save is not None:
-                        save(self.checkpoint())
-                    self.optimizer.zero_grad(set_to_none=True)
-                    return RunState.STOPPED
-                training.position = Position(epoch, index + 1, 0)
-                sink.log_step(row)
-                if not math.isfinite(row["loss"]) and not self.precision.uses_scaler:
-                    raise Diverged(row["step"], row["loss"])
-                due = cfg.eval_every and counters.step % cfg.eval_every == 0
-                if (due and not evaluations(sink, epoch, counters)) or self.rows.stop_agreed:
+                if row is None:
+                    return self._stopped_mid_window(save)
+                self._record(sink, row)
+                if not evaluated("step", epoch) or self.rows.stop_agreed:
                     return self._stopped_between_windows(save)
-                periodic = cfg.checkpoint_every and counters.step % cfg.checkpoint_every == 0
-                if save is not None and periodic and counters.step < target:  # the last: at the end
-                    save(self.checkpoint())
-            if not cfg.eval_every and counters.step > counters.last_eval_step:
-                if not evaluations(sink, epoch, counters):
-                    return self._stopped_between_windows(save)
+                self._checkpoint_if_due(save, target)
+            if not evaluated("epoch", epoch):
+                return self._stopped_between_windows(save)
             if counters.step >= target:
                 break
-            training.position = Position(epoch + 1, 0, 0)
-        if counters.step > counters.last_eval_step and not evaluations(sink, epoch, counters):
+            self.training.position = Position(epoch + 1, 0, 0)
+        if not evaluated("end", epoch):
             return self._stopped_between_windows(save)
         if save is not None:
             save(self.checkpoint())
         return RunState.FINISHED
+
+    def _epochs(self, steps: int | None) -> Iterable[int]:
+        """The epochs from the run's position on: the config's, or as many as `steps` more steps take."""
+        begin = self.training.position.epoch
+        return range(begin, self.config.epochs) if steps is None else itertools.count(begin)
+
+    def _windows(self, epoch: int, target: int) -> Iterator[tuple[Window, torch.Tensor]]:
+        """The epoch's windows, each with the epoch's sample order, from the run's position (a resumed run's window, or
+        the first) until the run has taken `target` steps; training.position names each window as it starts."""
+        order = epoch_order(self.num_train, self.config.seed, epoch)
+        windows = windows_per_epoch(self.num_train, self.global_micro_batch, self.config.accum_steps)
+        for index in range(self.training.position.window, windows):
+            if self.training.counters.step >= target:
+                return
+            self.training.position = Position(epoch, index, len(self.training.in_flight))
+            yield window_at(self.num_train, self.global_micro_batch, self.config.accum_steps, index), order
+
+    def _record(self, sink: MetricSink, row: Row) -> None:
+        """A window done: the position moves past it, its row is logged, and a non-finite loss without a scaler (which
+        would skip the step) ends the run."""
+        done = self.training.position
+        self.training.position = Position(done.epoch, done.window + 1, 0)
+        sink.log_step(row)
+        if not math.isfinite(row["loss"]) and not self.precision.uses_scaler:
+            raise Diverged(row["step"], row["loss"])
+
+    def _checkpoint_if_due(self, save: CheckpointSink | None, target: int) -> None:
+        """A checkpoint every config.checkpoint_every steps, but at the last step (the end's checkpoint)."""
+        step, every = self.training.counters.step, self.config.checkpoint_every
+        if save is not None and every and step % every == 0 and step < target:
+            save(self.checkpoint())
+
+    def _stopped_mid_window(self, save: CheckpointSink | None) -> RunState:
+        """Stopped inside a window: checkpoint its first micro-batches (.grad and in_flight hold them), then drop
+        .grad, and say so."""
+        window = self.training.position
+        self.training.position = Position(window.epoch, window.window, len(self.training.in_flight))
+        if save is not None:
+            save(self.checkpoint())
+        self.optimizer.zero_grad(set_to_none=True)
+        return RunState.STOPPED
+
+    def _evaluations(self, sink: MetricSink, should_stop: StopCheck, enabled: bool) -> Evaluated:
+        """evaluated(moment, epoch): evaluate and log when an evaluation is due at that moment (evaluation_due); False
+        when should_stop() ended it. enabled=False: never evaluate."""
+        # Evaluation asks should_stop too (one process only: in a data-parallel run rank 0 evaluates alone,
+        # and the others wait at the next step's collective for the stop they agree on there).
+        stop = should_stop if not self.ranks.distributed else never
+
+        def evaluated(moment: Moment, epoch: int) -> bool:
+            counters = self.training.counters
+            due = enabled and evaluation_due(moment, self.config.eval_every, counters)
+            return not due or self._log_eval(sink, epoch, counters, stop)
+        return evaluated
 
     def _checkpoint_sink(self, on_checkpoint: CheckpointSink | None) -> CheckpointSink | None:
         """on_checkpoint, given to rank 0 (and to every rank of a sharded run, each writing its part); the other ranks
@@ -349,14 +378,7 @@ class Engine:
         if result is None:
             return False
         counters.last_eval_step = counters.step
-        text = self.config.is_text
-        sample = sample_text(self.model, self.data.tokens, self.precision, self.device) if text else None
-        if not self.ranks.is_main:
-            return True
-        row = {"epoch": epoch, "step": counters.step, "test_loss": result.loss, "test_accuracy": result.accuracy,
-               "perplexity": math.exp(min(result.loss, 700.0)) if text else None,
-               "eval_samples": result.samples, "eval_tokens": result.targets if text else None}
-        if text:  # the run store writes the sample to samples.jsonl, not to eval.csv
-            row["sample"] = sample
-        sink.log_eval({**row, "wall_time_s": time.perf_counter() - self._start})
+        sample = sample_text(self.model, self.data.tokens, self.precision, self.device) if self.config.is_text else None
+        if self.ranks.is_main:
+            sink.log_eval(eval_row(epoch, counters.step, result, sample, time.perf_counter() - self._start))
         return True
