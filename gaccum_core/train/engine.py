@@ -4,7 +4,8 @@ One optimizer step per window of accum_steps micro-batches (the last window of a
 partial). Each micro-batch's summed loss is divided by the window's sample count (mean) or by 1
 (sum), so the accumulated gradient equals the one-big-batch gradient on the same samples.
 The engine runs the loop; each step's row is built in rows.py, evaluations in evaluation.py (when they
-are due, and their rows, in eval_log.py), and the checks a config must pass before a run starts (preflight) are in checks.py.
+are due, and their rows, in eval_log.py), and the checks a config must pass before a run starts
+(preflight) are in checks.py.
 """
 
 from __future__ import annotations
