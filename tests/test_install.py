@@ -3,6 +3,7 @@ requirements.txt satisfy (so `pip install -e .` in the README's venv installs no
 the `gaccum` command and `python -m gaccum_core` from any folder."""
 
 import ast
+import functools
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+_DISTRIBUTIONS = functools.cache(packages_distributions)  # reads every installed dist's files
 
 
 def _pins() -> dict[str, str]:
@@ -35,17 +37,23 @@ def _declared(*extras: str) -> list[Requirement]:
     return [Requirement(text) for text in texts]
 
 
-def _imported(paths: list[Path]) -> set[str]:
-    """The installed distributions (canonical names) that the Python files under paths import at their top level."""
-    files = [f for path in paths for f in ([path] if path.is_file() else sorted(path.rglob("*.py")))]
+@functools.cache
+def _modules(path: Path) -> frozenset[str]:
+    """The top-level modules that the Python file at path, or the files under it, import (not relatively)."""
+    files = [path] if path.is_file() else sorted(path.rglob("*.py"))
     modules = set()
     for node in (node for f in files for node in ast.walk(ast.parse(f.read_text()))):
         if isinstance(node, ast.Import):
             modules |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             modules.add(node.module.split(".")[0])
-    third_party = modules - set(sys.stdlib_module_names) - {"gaccum_core", "dashboard"}
-    dists = packages_distributions()
+    return frozenset(modules)
+
+
+def _imported(paths: list[Path]) -> set[str]:
+    """The installed distributions (canonical names) whose modules the code under paths imports."""
+    third_party = set().union(*map(_modules, paths)) - set(sys.stdlib_module_names) - {"gaccum_core", "dashboard"}
+    dists = _DISTRIBUTIONS()
     return {canonicalize_name(dist) for module in third_party for dist in dists.get(module, [module])}
 
 
