@@ -3,7 +3,7 @@ resume or stop them."""
 
 import streamlit as st
 
-from gaccum_core.config import plural
+from gaccum_core.words import plural
 from gaccum_core.runs.catalog import run_labels, run_table, settings_table, unstepped
 from gaccum_core.runs.run_data import read_runs, tables_csv
 from gaccum_core.train.checkpoint import CheckpointError

@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard.markdown import plain
-from gaccum_core.config import plural
+from gaccum_core.words import plural
 from gaccum_core.runs.event_files import EventFilesError
 from gaccum_core.runs.store import RunStore, StoreError
 from gaccum_core.runs.tb_import import import_runs

@@ -29,9 +29,9 @@ IMAGE_DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake", "imagefo
 # pydoc (bundled), text (your .txt/.jsonl files), tokens (nanoGPT's train.bin/val.bin of token ids),
 # hf-dataset (a datasets save_to_disk folder or a folder of .parquet files)
 TEXT_DATASETS = ("pydoc", "text", "tokens", "hf-dataset")
-TOKEN_DTYPES = ("uint16", "uint32")
+TOKEN_DTYPES = ("uint16", "uint32")  # the width of a tokens data set's ids (nanoGPT writes uint16)
 # Activation checkpointing: none, every ac_every-th block (selective), or every block (full)
-AC_MODES = ("off", "selective", "full")  # the width of a tokens data set's ids (nanoGPT writes uint16)
+AC_MODES = ("off", "selective", "full")
 DATASETS = IMAGE_DATASETS + TEXT_DATASETS
 TEXT_MODELS = ("gpt",)
 TIMM_PREFIX = "timm:"  # timm:NAME, any timm image model, untrained
@@ -97,22 +97,6 @@ class ConfigError(ValueError):
 def _one_of(default: str, allowed: tuple[str, ...]) -> Any:
     """A RunConfig field that takes one of a fixed set of values (collected in CHOICES)."""
     return dataclasses.field(default=default, metadata={"choices": allowed})
-
-
-def first_line(exc: BaseException, limit: int = 200) -> str:
-    """'TypeName: the first line of its message' (at most limit characters): a foreign error inside a one-line message."""
-    text = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {text[:limit]}" if text else type(exc).__name__
-
-
-def plural(count: int, noun: str) -> str:
-    """'1 selected run', '2 selected runs': a count and its noun (plural with an s)."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def all_of(count: int, noun: str) -> str:
-    """'the one module', 'both modules', 'all 3 modules': every one of a count, in words."""
-    return f"the one {noun}" if count == 1 else f"both {noun}s" if count == 2 else f"all {count} {noun}s"
 
 
 @dataclass(frozen=True)

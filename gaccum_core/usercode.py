@@ -27,7 +27,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
-from gaccum_core.config import ConfigError, RunConfig, first_line, is_factory
+from gaccum_core.config import ConfigError, RunConfig, is_factory
+from gaccum_core.words import first_line
 
 USER_CODE_ENV = "GACCUM_USER_CODE"  # the folder whose files the dashboard may use as your own code
 _FORM = "MODULE:FUNCTION or FILE.py:FUNCTION"

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from gaccum_core.cli.args import Commands, add_runs_dir_flag
-from gaccum_core.config import first_line
+from gaccum_core.words import first_line
 from gaccum_core.runs.files import run_error_words
 from gaccum_core.runs.integrity import read_run
 from gaccum_core.runs.store import RunStore, StoreError, validate_run_id

@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from gaccum_core.config import first_line
+from gaccum_core.words import first_line
 from gaccum_core.data.tokenising import SPLITS, ids_dtype
 
 META, VERIFIED = "meta.json", "verified.json"

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gaccum_core.config import ConfigError, RunConfig, first_line
+from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.words import first_line
 
 SAVED_DICT, SAVED_ONE = "dataset_dict.json", "state.json"  # what save_to_disk leaves in the folder
 VALIDATION_SPLITS = ("validation", "test")  # the first present is the validation split

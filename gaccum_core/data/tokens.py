@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from gaccum_core.config import ConfigError, RunConfig, first_line, is_hf
+from gaccum_core.config import ConfigError, RunConfig, is_hf
+from gaccum_core.words import first_line
 from gaccum_core.hfdir import MASKED, directory_version, hf_directory
 
 BYTE_PAD = 0   # byte 0 never occurs in text

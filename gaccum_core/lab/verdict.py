@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from gaccum_core.config import RunConfig, all_of, plural
+from gaccum_core.config import RunConfig
+from gaccum_core.words import all_of, plural
 from gaccum_core.models.build import active_dropout
 
 if TYPE_CHECKING:  # pandas is imported on use: the command line loads this module in every process

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from gaccum_core.config import ConfigError, RunConfig, first_line
+from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.words import first_line
 from gaccum_core.hfdir import MASKED, hf_directory
 from gaccum_core.models.hf_weights import check_weights, weights_file
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from gaccum_core.config import ConfigError, first_line
+from gaccum_core.config import ConfigError
+from gaccum_core.words import first_line
 from gaccum_core.hfdir import hf_directory
 from gaccum_core.models.pretrained import unreadable
 

@@ -24,7 +24,8 @@ import torch
 from safetensors import SafetensorError
 from torch import nn
 
-from gaccum_core.config import ConfigError, first_line, plural
+from gaccum_core.config import ConfigError
+from gaccum_core.words import first_line, plural
 
 Shapes = dict[str, tuple[int, ...]]
 _SHOWN = 3  # the names a refusal lists of each kind

@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gaccum_core.config import MODELS, first_line, is_factory, is_timm
+from gaccum_core.config import MODELS, is_factory, is_timm
+from gaccum_core.words import first_line
 from gaccum_core.models.factory import build_factory_model
 from gaccum_core.models.pretrained import load_torchvision, weights_origin
 from gaccum_core.models.timm_zoo import build_timm

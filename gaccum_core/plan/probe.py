@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from gaccum_core.config import ConfigError, RunConfig, first_line
+from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.words import first_line
 from gaccum_core.train.memory import MB, SavedBytesPeak, clear_cache, is_out_of_memory, training_memory
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.engine import Engine

@@ -24,7 +24,8 @@ import tempfile
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
-from gaccum_core.config import RunConfig, first_line
+from gaccum_core.config import RunConfig
+from gaccum_core.words import first_line
 from gaccum_core.runs.device_queue import devices_of
 from gaccum_core.runs.supervisor import child_env, dies_with_this_thread
 from gaccum_core.usercode import runs_here, user_code_fields

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gaccum_core.config import RunConfig, first_line
+from gaccum_core.config import RunConfig
+from gaccum_core.words import first_line
 from gaccum_core.runs.files import replace_atomically
 from gaccum_core.runs.store import RunStore
 from gaccum_core.runs.tb_import import NOT_RESUMABLE

@@ -22,7 +22,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from gaccum_core.config import IMPORTED_KEY, ConfigError, RunConfig, plural
+from gaccum_core.config import IMPORTED_KEY, ConfigError, RunConfig
+from gaccum_core.words import plural
 from gaccum_core.runs.event_files import EventFilesError, EventFolder, Point, read_event_folders, text_settings
 from gaccum_core.runs.files import RunWriter
 from gaccum_core.runs.foreign_names import EVALS, METRICS, Column, named_settings, tag_columns

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from gaccum_core.config import CHOICES, RunConfig, first_line
+from gaccum_core.config import CHOICES, RunConfig
+from gaccum_core.words import first_line
 from gaccum_core.runs.files import append_whole, replace_atomically
 from gaccum_core.states import RunState
 from gaccum_core.train.metrics import COLLECTIVE_COLUMNS, EVAL_COLUMNS, STEP_COLUMNS, TRAINING_MEMORY_COLUMNS, Row

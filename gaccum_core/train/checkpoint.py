@@ -29,7 +29,8 @@ from typing import IO, Any, Callable, Iterator
 
 import torch
 
-from gaccum_core.config import RunConfig, first_line
+from gaccum_core.config import RunConfig
+from gaccum_core.words import first_line
 from gaccum_core.train.checkpoint_state import FORMAT, Counters, Position
 
 CHECKPOINT_FILE = "checkpoint.pt"  # in the run directory

@@ -9,7 +9,8 @@ import sys
 
 import torch
 
-from gaccum_core.config import ConfigError, first_line
+from gaccum_core.config import ConfigError
+from gaccum_core.words import first_line
 from gaccum_core.train.precision import DTYPES
 
 COMPILE_TIMEOUT_S = 300

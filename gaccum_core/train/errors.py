@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gaccum_core.config import first_line
+from gaccum_core.words import first_line
 
 # What torch says, from 2.4 to 2.14, on touching a tensor whose CUDA-graph memory a later graph run reused: with k > 1
 # under reduce-overhead or max-autotune, the .grad the previous micro-batch's backward left (pytorch #169545).

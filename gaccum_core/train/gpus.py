@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gaccum_core.config import plural
+from gaccum_core.words import plural
 
 SMI_COMMAND = ("nvidia-smi", "--query-gpu=index,uuid,memory.free,memory.total,name",
                "--format=csv,noheader,nounits")

@@ -1,14 +1,15 @@
 """Counts read as English (issue 33, item 12): "1 selected run", not "1 selected runs"; "both modules", not
-"in all 2 modules" — one pair of functions (gaccum_core.config.plural, all_of) for every such sentence."""
+"in all 2 modules" — one pair of functions (gaccum_core.words.plural, all_of) for every such sentence."""
 
 from pathlib import Path
 
 import pandas as pd
 from streamlit.testing.v1 import AppTest
 
-from gaccum_core.config import RunConfig, all_of, plural
+from gaccum_core.config import RunConfig
 from gaccum_core.lab.verdict import Reason, verdict_text
 from gaccum_core.states import RunState
+from gaccum_core.words import all_of, plural
 
 RUNS = str(Path(__file__).resolve().parents[2] / "app_pages/2_Runs.py")
 

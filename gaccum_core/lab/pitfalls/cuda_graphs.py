@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from gaccum_core.config import ConfigError, first_line
+from gaccum_core.config import ConfigError
+from gaccum_core.words import first_line
 from gaccum_core.data.load import load_data
 from gaccum_core.lab.pitfalls.catalog import CUDA_PITFALLS, case_config
 from gaccum_core.models.build import build_seeded_model
