@@ -12,11 +12,6 @@ from gaccum_core.train.metrics import last_epoch_loss
 if TYPE_CHECKING:
     import pandas as pd
 
-# The figures per run, each summarised over a cell's repeats.
-RUN_FIGURES = ("final_loss", "test_accuracy", "samples_per_s", "tokens_per_s", "peak_mem_mb", "device_peak_mb",
-               "skipped", "time_s", "steps")
-
-
 def _last(frame: pd.DataFrame, column: str) -> float:
     if column not in frame or frame.empty:
         return math.nan

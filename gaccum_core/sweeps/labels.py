@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gaccum_core.config import RunConfig
 from gaccum_core.sweeps.spec import Cell, SweepSpec
+from gaccum_core.words import plural
 
 _SHORT = {"micro_batch_size": "b", "accum_steps": "k", "nproc": "N", "activation_checkpointing": "checkpointing"}
 
@@ -28,16 +28,11 @@ def cell_label(cell: Cell, spec: SweepSpec) -> str:
     return " ".join(words) or "the one cell"
 
 
-def common_words(config: RunConfig, leave_out: tuple[str, ...]) -> str:
-    """What a group of cells shares, in words, leaving out the fields named."""
-    return " ".join(setting_words(f, getattr(config, f)) for f in ("model", "dataset") if f not in leave_out)
-
-
 def describe_sweep(spec: SweepSpec) -> str:
     """The sweep in a line: 'cnn on digits, E=64: b × reduction, 2 repeats (8 runs)'."""
     common = dict(spec.common)
     what = f"{common.get('model', '?')} on {common.get('dataset', '?')}"
     batch = f", E={spec.effective_batch}" if spec.effective_batch is not None else ""
     crossed = " × ".join(_SHORT.get(f, f) for f in spec.fields) or "one cell"
-    repeats = f"{spec.repeats} repeat{'s' if spec.repeats > 1 else ''}" + (" (same seed)" if spec.same_seed else "")
+    repeats = plural(spec.repeats, "repeat") + (" (same seed)" if spec.same_seed else "")
     return f"{what}{batch}: {crossed}, {repeats} ({spec.cell_count * spec.repeats} runs)"
