@@ -98,12 +98,13 @@ def engine_epochs(config: RunConfig, runs_dir: Path) -> tuple[int, float, float]
     return int(rows["samples"].sum()), seconds, cpu_seconds
 
 
-def _pairs(config: RunConfig, repeats: int) -> list[tuple[float, float, float, float]]:
-    """Alternate both loops `repeats` times in this process: (textbook, engine) samples/s by wall
-    clock and by CPU time."""
+def _pairs(config: RunConfig, repeats: int, warm_up: bool = True) -> list[tuple[float, float, float, float]]:
+    """Alternate both loops `repeats` times in this process (after a warm-up pair unless warm_up is False):
+    (textbook, engine) samples/s by wall clock and by CPU time."""
     out = []
     with tempfile.TemporaryDirectory() as runs_dir:
-        textbook_epochs(config), engine_epochs(config, Path(runs_dir))  # warm-up: lazy init, first touch
+        if warm_up:
+            textbook_epochs(config), engine_epochs(config, Path(runs_dir))  # lazy init, first touch
         for repeat in range(repeats):
             if repeat % 2:
                 (n_e, w_e, c_e), (n_t, w_t, c_t) = engine_epochs(config, Path(runs_dir)), textbook_epochs(config)
@@ -126,7 +127,8 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4,
                         help="fresh processes: memory layout differs per process and shifts kernel speed by ~10%%")
     parser.add_argument("--threads", type=int, default=1, help="torch threads; 1 keeps a shared 2-core box quiet")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 process, 2 repeats of 2 steps")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 1 process, 2 repeats of 2 steps, no warm-up pair")
     add_device_flags(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -138,7 +140,7 @@ def main() -> None:
                        device=str(device))
     if args.worker:
         quiet_cpu(device, args.threads)
-        print(json.dumps(_pairs(config, args.repeats)))
+        print(json.dumps(_pairs(config, args.repeats, warm_up=not args.quick)))
         return
     print(f"model={config.model} image_size={config.image_size} dataset={config.dataset} b={config.micro_batch_size} k={config.accum_steps} "
           f"epochs/repeat={config.epochs} max_steps/repeat={config.max_steps} threads={args.threads} processes={args.processes} "

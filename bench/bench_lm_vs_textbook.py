@@ -10,7 +10,8 @@ window of k micro-batches, count the window's target tokens, then for each micro
 the autocast context, the token cross-entropy summed over the micro-batch (padding ignored) and divided
 by the window's target tokens (the exact weighting the engine's reduction=mean uses, so both compute
 the same update), backward; then clip, step, zero_grad. After the last step it evaluates on the
-validation split and continues a prompt greedily, as the engine does at the end of a run. Both see the
+validation samples the engine reads (its eval_batches batches' worth) and continues a prompt greedily, as
+the engine does at the end of a run. Both see the
 same model, initial weights, windows, sample order, padding, b, k and optimizer; the engine runs
 through Engine.run with the run store's CSV writer as its sink (what a run does, less the checkpoint).
 
@@ -54,7 +55,7 @@ from gaccum_core.train.accumulation import epoch_order  # noqa: E402
 from gaccum_core.config import RunConfig, is_hf  # noqa: E402
 from gaccum_core.hfdir import MASKED  # noqa: E402
 from gaccum_core.train.engine import Engine  # noqa: E402
-from gaccum_core.train.evaluation import SAMPLE_PROMPT, SAMPLE_TOKENS  # noqa: E402
+from gaccum_core.train.evaluation import SAMPLE_PROMPT, SAMPLE_TOKENS, eval_indices  # noqa: E402
 from gaccum_core.runs.store import RunStore  # noqa: E402
 from gaccum_core.train.precision import DTYPES  # noqa: E402
 from common import (add_device_flags, chosen_device, clock, headline, print_json, quartile_values,  # noqa: E402
@@ -118,7 +119,7 @@ def textbook_run(config: RunConfig) -> tuple[dict, torch.nn.Module]:
         if steps == config.max_steps:
             break
     train_seconds = clock(device) - start
-    _validate(model, forward, val, b, ctx, device)
+    _validate(model, forward, val, eval_indices(len(val), b, config.eval_batches).split(b), ctx, device)
     _, ids = engine.data.tokens.prompt(SAMPLE_PROMPT)
     model.eval()
     with ctx:
@@ -144,12 +145,14 @@ def _transformers_forward(model: torch.nn.Module):
 
 
 @torch.no_grad()
-def _validate(model: torch.nn.Module, forward, val, batch_size: int, ctx, device: torch.device) -> float:
-    """nanoGPT's estimate_loss over the whole validation split: mean loss per target token."""
+def _validate(model: torch.nn.Module, forward, val, batches: tuple[torch.Tensor, ...], ctx,
+              device: torch.device) -> float:
+    """nanoGPT's estimate_loss over the validation samples the engine reads (eval_indices: eval_batches
+    batches' worth, or the whole split), in the same batches: mean loss per target token."""
     model.eval()
     loss, count = 0.0, 0
-    for begin in range(0, len(val), batch_size):
-        x, y = val.batch(torch.arange(begin, min(begin + batch_size, len(val))))
+    for batch in batches:
+        x, y = val.batch(batch)
         x, y = x.to(device), y.to(device)
         with ctx:
             logits = forward(x)
@@ -181,17 +184,13 @@ def _max_weight_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
     return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters(), strict=True))
 
 
-def _moved(model: torch.nn.Module, config: RunConfig) -> float:
-    """How far training moved the weights from their seed (the weight check must not pass on untrained models)."""
-    start = Engine(config).model
-    return _max_weight_difference(model, start)
-
-
-def _pairs(config: RunConfig, repeats: int) -> list[dict]:
-    """Alternate both loops `repeats` times in this process (after a warm-up pair)."""
+def _pairs(config: RunConfig, repeats: int, warm_up: bool = True) -> list[dict]:
+    """Alternate both loops `repeats` times in this process (after a warm-up pair unless warm_up is False)."""
     out = []
+    seed_model = Engine(config).model  # training must move the weights: the weight check must not pass untrained
     with tempfile.TemporaryDirectory() as runs_dir:
-        textbook_run(config), engine_run(config, Path(runs_dir))  # warm-up: lazy init, first touch
+        if warm_up:
+            textbook_run(config), engine_run(config, Path(runs_dir))  # lazy init, first touch
         for repeat in range(repeats):
             if repeat % 2:
                 (e, e_model), (t, t_model) = engine_run(config, Path(runs_dir)), textbook_run(config)
@@ -200,7 +199,8 @@ def _pairs(config: RunConfig, repeats: int) -> list[dict]:
             if e["tokens"] != t["tokens"]:
                 raise AssertionError(f"engine trained on {e['tokens']} tokens, textbook on {t['tokens']}")
             out.append({"textbook": t, "engine": e, "engine_first": bool(repeat % 2),
-                        "weight_diff": _max_weight_difference(e_model, t_model), "moved": _moved(e_model, config),
+                        "weight_diff": _max_weight_difference(e_model, t_model),
+                        "moved": _max_weight_difference(e_model, seed_model),
                         "load": os.getloadavg()[0]})
     return out
 
@@ -225,7 +225,7 @@ def main() -> None:
                         help="fresh processes: memory layout differs per process and shifts kernel speed")
     parser.add_argument("--threads", type=int, default=1, help="torch threads; 1 keeps a shared 2-core box quiet")
     parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: 1 process, 2 repeats of 2 steps, max_seq_len 32")
+                        help="a smoke run: 1 process, 2 repeats of 2 steps, max_seq_len 32, no warm-up pair")
     add_device_flags(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -242,7 +242,7 @@ def main() -> None:
                        max_steps=args.steps, device=str(device))
     if args.worker:
         quiet_cpu(device, args.threads)
-        print(json.dumps(_pairs(config, args.repeats)))
+        print(json.dumps(_pairs(config, args.repeats, warm_up=not args.quick)))
         return
     described = f"gpt {config.gpt_preset}" if config.model == "gpt" else f"{config.model} (textbook: a Transformers-style loop)"
     print(f"model={described} dataset={config.dataset} max_seq_len={config.max_seq_len} b={config.micro_batch_size} "
