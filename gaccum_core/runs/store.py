@@ -132,11 +132,6 @@ class RunStore:
                 continue  # a line still being written (or cut by a kill): the next read has it whole
         return samples
 
-    def read_plan(self, run_id: str) -> dict[str, Any] | None:
-        """The plan that chose this run's micro-batch (plan.json), or None for a run set by hand."""
-        path = self.path(run_id) / "plan.json"
-        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
-
     def _ensure_writable_root(self) -> None:
         if self.root.exists() and not self.root.is_dir():
             raise StoreError(f"runs directory {self.root.resolve()} is a file, not a directory: choose another path")

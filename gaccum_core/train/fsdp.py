@@ -93,11 +93,6 @@ class Sharded:
         self.keep_gathered = config.fsdp_reshard_after_backward == "off"
         self.grad_kept_bytes = self.gathered_bytes = 0  # the most held after a micro-batch of the current step
 
-    @property
-    def sharded_units(self) -> int:
-        """FSDP units that own parameters: each reduce-scatters once per synced backward."""
-        return sum(1 for unit in self.units if _fsdp_params(unit))
-
     def reset(self) -> None:
         """Start a new optimizer step's counts."""
         self.count.reset()
