@@ -3,7 +3,8 @@ tests that run a rank script in a few processes share.
 
 The ranks are forked by multiprocessing's forkserver, which imports torch once for the whole test process (the
 first launch pays it), not by spawn, where every rank of every launch imports torch again. The forkserver holds
-only torch: each rank imports the rest (gaccum_core, its rank script) itself, in the caller's environment."""
+only torch (and torch._dynamo, which a first optimizer imports: seconds): each rank imports the rest (gaccum_core,
+its rank script) itself, in the caller's environment."""
 
 import multiprocessing
 import os
@@ -14,7 +15,8 @@ from typing import Any, Callable
 import pytest
 import torch.multiprocessing as mp
 
-PRELOADED = ["torch", "torch.distributed"]  # what the forkserver imports once; nothing that reads the environment
+# What the forkserver imports once: nothing of gaccum's, which reads the environment on import.
+PRELOADED = ["torch", "torch.distributed", "torch._dynamo"]
 
 
 def _in_callers_environment(rank: int, environ: dict[str, str], payload: bytes) -> None:
