@@ -72,7 +72,7 @@ with st.sidebar:
     controls.add("clear_cache", st.multiselect, list(DEFAULT.clear_cache), options=cfg.CLEAR_CACHE_MODES,
                  format_func=CLEAR_LABELS.get)
     controls.add("compile", st.multiselect, list(DEFAULT.compile), options=["off", "default"])
-    checkpointing = controls.add("activation_checkpointing", st.multiselect, list(DEFAULT.checkpointing),
+    checkpointing = controls.add("activation_checkpointing", st.multiselect, list(DEFAULT.activation_checkpointing),
                                  options=cfg.AC_MODES, format_func=AC_LABELS.get,
                                  help="the other memory lever: each checkpointed block keeps only its input and "
                                       "recomputes its activations in backward, so a larger b fits, at the cost of "
@@ -91,7 +91,7 @@ try:
     base = RunConfig(**{f: values[f] for f in BASE_FIELDS if f in values}, micro_batch_size=1, accum_steps=1)
     request = PlanRequest(base, values["effective_batch"], values["memory_budget_mb"], tuple(values["amp"]),
                           tuple(values["clear_cache"]), tuple(values["compile"]), tuple(values["sharding"]),
-                          values["nproc"], checkpointing=tuple(values["activation_checkpointing"]))
+                          values["nproc"], activation_checkpointing=tuple(values["activation_checkpointing"]))
     if problem is None:
         problem = refusal(base, LABELS)
 except ConfigError as exc:

@@ -35,8 +35,8 @@ from chromium import CHROMIUM, CHROMIUM_ARGS, dashboard  # noqa: E402
 
 # Issue 40's plan: the page's fields (label, value) and the CLI's flags for the same plan.
 PLAN = {"model": "gpt", "dataset": "pydoc", "max_seq_len": 32, "effective_batch": 64, "budget_mb": 3.0,
-        "amp": ("off", "bf16"), "clear_cache": ("off", "step"), "checkpointing": ("off", "full")}
-QUICK = {**PLAN, "amp": ("off",), "clear_cache": ("off",), "checkpointing": ("off",)}
+        "amp": ("off", "bf16"), "clear_cache": ("off", "step"), "activation_checkpointing": ("off", "full")}
+QUICK = {**PLAN, "amp": ("off",), "clear_cache": ("off",), "activation_checkpointing": ("off",)}
 DONE = re.compile(r"done: .* in ([0-9.]+) s")
 
 
@@ -46,7 +46,7 @@ def cli_seconds(plan: dict) -> tuple[float, float]:
                "--max-seq-len", str(plan["max_seq_len"]), "--effective-batch", str(plan["effective_batch"]),
                "--memory-budget-mb", str(plan["budget_mb"]), "--amp", ",".join(plan["amp"]),
                "--clear-cache", ",".join(plan["clear_cache"]),
-               "--activation-checkpointing", ",".join(plan["checkpointing"]), "--json"]
+               "--activation-checkpointing", ",".join(plan["activation_checkpointing"]), "--json"]
     began = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - began
@@ -107,7 +107,7 @@ def page_seconds(page, url: str, plan: dict, on_click: Callable[[], object] = la
     _number(page, "Memory budget (MB)", plan["budget_mb"])
     _multiselect(page, "plan_amp", plan["amp"], {mode: mode for mode in AMP_MODES})
     _multiselect(page, "plan_clear_cache", plan["clear_cache"], CLEAR_LABELS)
-    _multiselect(page, "plan_activation_checkpointing", plan["checkpointing"], AC_LABELS)
+    _multiselect(page, "plan_activation_checkpointing", plan["activation_checkpointing"], AC_LABELS)
     button = page.locator(".st-key-plan_run button")
     expect(button).to_be_enabled(timeout=60_000)
     began = time.perf_counter()

@@ -120,7 +120,7 @@ def summary(plan: Plan) -> str:
         sharded = "".join(f" --{k.replace('_', '-')} {v}" for k, v in run_fields(o.sharding).items())
         lines.append(f"recommended: --micro-batch-size {choice.micro_batch_size} --accum-steps {choice.accum_steps} "
                      f"--amp {o.amp} --clear-cache {o.clear_cache} --compile {o.compile} "
-                     f"--activation-checkpointing {o.checkpointing}"
+                     f"--activation-checkpointing {o.activation_checkpointing}"
                      + (f"{sharded} --nproc {ranks}" if ranks > 1 else ""))
     lines.append(plan.reason)
     return "\n".join(lines)
@@ -137,7 +137,7 @@ def plan_command(args: argparse.Namespace) -> int:
         request = PlanRequest(base, args.effective_batch, budget_from_args(base, args), _split(args.amp),
                               _split(args.clear_cache), _split(args.compile), _modes(args.sharding), args.nproc,
                               args.timed_steps, time_cap_s=args.time_cap_s, precision=args.precision,
-                              checkpointing=_split(args.activation_checkpointing))
+                              activation_checkpointing=_split(args.activation_checkpointing))
         tokenise_with_progress(base)
     except ConfigError as exc:
         print(flag_error(exc), file=sys.stderr)
@@ -178,7 +178,7 @@ def planned_config(args: argparse.Namespace) -> tuple[RunConfig, Plan | None]:
     # processes.
     request = PlanRequest(base, args.effective_batch, budget_from_args(base, args), (base.amp,), (base.clear_cache,),
                           (base.compile,), (run_mode(base),), base.world_size,
-                          checkpointing=(base.activation_checkpointing,))
+                          activation_checkpointing=(base.activation_checkpointing,))
     plan = measure_with_progress(request)
     config = config_from_plan(base, plan)  # nothing fits: ConfigError with the reason, the one error line
     print(f"gaccum: planned: {plan.reason}", file=sys.stderr)

@@ -67,20 +67,19 @@ class PlanRequest:
     margin: float = MARGIN
     time_cap_s: float = 0.6  # seconds of timed steps per candidate, unless its speed is known sooner
     precision: float = PRECISION  # the speed is known when its 95% interval is within this share
-    checkpointing: tuple[str, ...] = ("off",)  # activation checkpointing: off, selective (base's ac_every), full
+    activation_checkpointing: tuple[str, ...] = ("off",)  # off, selective (the base's ac_every), full
 
     def __post_init__(self) -> None:
         if type(self.effective_batch) is not int or not 1 <= self.effective_batch <= MAX_EFFECTIVE_BATCH:
             raise ConfigError("effective_batch", self.effective_batch, f"an integer from 1 to {MAX_EFFECTIVE_BATCH}")
         if type(self.budget_mb) not in (int, float) or not (math.isfinite(self.budget_mb) and self.budget_mb > 0):
             raise ConfigError("memory_budget_mb", self.budget_mb, "a number of megabytes > 0")
-        for name, field_, allowed in (("amp", "amp", AMP_MODES), ("clear_cache", "clear_cache", CLEAR_CACHE_MODES),
-                                      ("compile", "compile", COMPILE_MODES), ("sharding", "sharding", SHARDING_MODES),
-                                      ("checkpointing", "activation_checkpointing", AC_MODES)):
+        for name, allowed in (("amp", AMP_MODES), ("clear_cache", CLEAR_CACHE_MODES), ("compile", COMPILE_MODES),
+                              ("sharding", SHARDING_MODES), ("activation_checkpointing", AC_MODES)):
             values = getattr(self, name)
             bad = [v for v in values if v not in allowed]
             if not values or bad or len(set(values)) != len(values):
-                raise ConfigError(field_, ",".join(values), "one or more of " + ", ".join(allowed) + ", each once")
+                raise ConfigError(name, ",".join(values), "one or more of " + ", ".join(allowed) + ", each once")
         self._check_ranks()
         if type(self.timed_steps) is not int or not 1 <= self.timed_steps <= 100:
             raise ConfigError("timed_steps", self.timed_steps, "an integer from 1 to 100")
@@ -110,7 +109,7 @@ class PlanRequest:
     @property
     def options(self) -> list[Options]:
         """Every option combination, plain fp32 first."""
-        return combinations(self.amp, self.clear_cache, self.compile, self.sharding, self.checkpointing)
+        return combinations(self.amp, self.clear_cache, self.compile, self.sharding, self.activation_checkpointing)
 
     @property
     def timing(self) -> Timing:
@@ -385,5 +384,6 @@ def config_from_plan(base: RunConfig, plan: Plan) -> RunConfig:
     ranks = {} if base.world_size == plan.request.world_size else {"nproc": plan.request.world_size, "nnodes": 1}
     return base.replace(micro_batch_size=choice.micro_batch_size, accum_steps=choice.accum_steps,
                         amp=choice.options.amp, clear_cache=choice.options.clear_cache,
-                        compile=choice.options.compile, activation_checkpointing=choice.options.checkpointing,
+                        compile=choice.options.compile,
+                        activation_checkpointing=choice.options.activation_checkpointing,
                         **run_fields(choice.options.sharding), **ranks)

@@ -70,7 +70,7 @@ def burst_config(base: RunConfig, options: Options, micro_batch_size: int, effec
     checkpoints (the burst's steps and its lack of evaluation are told to Engine.run)."""
     return base.replace(micro_batch_size=micro_batch_size, accum_steps=effective_batch // micro_batch_size,
                         amp=options.amp, clear_cache=options.clear_cache, compile=options.compile,
-                        activation_checkpointing=options.checkpointing,
+                        activation_checkpointing=options.activation_checkpointing,
                         checkpoint_every=0, nproc=1, nnodes=1, sync_every_micro_batch=False, sharding="ddp")
 
 

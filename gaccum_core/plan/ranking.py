@@ -107,7 +107,8 @@ def reason(choice: Candidate | None, candidates: Sequence[Candidate], budget_mb:
         text = f"{setting} is the fastest setting that fits with a {margin:.0%} margin {figures}"
     text += checkpointing_trade(choice, safe, budget_mb, margin, precision)
     plain_safe = [c for c in safe if c.options == Options()]
-    only_checkpointing = choice.options == Options(checkpointing=choice.options.checkpointing)  # said just above
+    # said just above
+    only_checkpointing = choice.options == Options(activation_checkpointing=choice.options.activation_checkpointing)
     if not plain_safe or choice.options == Options() or only_checkpointing:
         others = {c.options for c in candidates} - {choice.options}
         return text + ("; no other option combination measured faster." if others and len(tied) == 1 else ".")
@@ -120,16 +121,16 @@ def checkpointing_trade(choice: Candidate, safe: Sequence[Candidate], budget_mb:
     checkpointing: 1.30 ± 0.06× the samples/s of b=4, k=16 without, at 82% of the budget' (the choice against the
     recommendation of its options without checkpointing), or for a choice without it, what each checkpointing
     mode would fit and at what speed. '' when only one checkpointing setting was measured."""
-    crossed = sorted({c.options.checkpointing for c in safe} - {choice.options.checkpointing})
+    crossed = sorted({c.options.activation_checkpointing for c in safe} - {choice.options.activation_checkpointing})
     if not crossed:
         return ""
-    mine, tied = choice.options.checkpointing, ties(safe, precision)
+    mine, tied = choice.options.activation_checkpointing, ties(safe, precision)
     clauses = []
     for other in (["off"] if mine != "off" else crossed):
         if other not in crossed:
             continue
-        rival = recommend([c for c in safe if c.options == dataclasses.replace(choice.options, checkpointing=other)],
-                          budget_mb, margin, precision)
+        same_but = dataclasses.replace(choice.options, activation_checkpointing=other)
+        rival = recommend([c for c in safe if c.options == same_but], budget_mb, margin, precision)
         if rival is None:
             continue
         if mine != "off":
@@ -185,7 +186,8 @@ def _against_plain(choice: Candidate, plain_safe: Sequence[Candidate], tied: Seq
 
 def options_on(options: Options) -> int:
     """How many of amp, cache clearing, compile and activation checkpointing are on."""
-    return sum(value != "off" for value in (options.amp, options.clear_cache, options.compile, options.checkpointing))
+    return sum(value != "off" for value in (options.amp, options.clear_cache, options.compile,
+                                            options.activation_checkpointing))
 
 
 def _safe(c: Candidate, budget_mb: float, margin: float) -> bool:

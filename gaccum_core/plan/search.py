@@ -33,7 +33,7 @@ class Options:
     clear_cache: str = "off"
     compile: str = "off"
     sharding: str = "ddp"  # ddp, fsdp/every or fsdp/last (plan.sharding)
-    checkpointing: str = "off"  # activation checkpointing: off, selective or full (the base run's ac_every)
+    activation_checkpointing: str = "off"  # activation checkpointing: off, selective or full (the base run's ac_every)
 
     def label(self) -> str:
         """Short words for charts and tables: 'fp32', 'bf16 + clear/step + compile', 'fp32 + fsdp/every',
@@ -45,13 +45,14 @@ class Options:
             parts.append("compile" if self.compile == "default" else f"compile/{self.compile}")
         if self.sharding != "ddp":
             parts.append(self.sharding)
-        if self.checkpointing != "off":
-            parts.append(f"ckpt/{self.checkpointing}")
+        if self.activation_checkpointing != "off":
+            parts.append(f"ckpt/{self.activation_checkpointing}")
         return " + ".join(parts)
 
     def checkpointing_words(self) -> str:
         """'with full checkpointing', 'with selective checkpointing', 'without checkpointing'."""
-        return "without checkpointing" if self.checkpointing == "off" else f"with {self.checkpointing} checkpointing"
+        mode = self.activation_checkpointing
+        return "without checkpointing" if mode == "off" else f"with {mode} checkpointing"
 
     def unsharded(self) -> Options:
         """The same options in one process: what a sharded mode's per-rank memory is counted from."""
@@ -195,11 +196,10 @@ def timing_sizes(effective_batch: int, candidates: Iterable[Candidate], options:
 
 def hint_points(candidates: Iterable[Candidate], options: Options) -> list[tuple[int, float]]:
     """(b, peak) points of one other combination measured before, to place this one's first probe: one
-    with the same precision, compile and sharding mode (cache clearing leaves training memory as it is), else the
-    first measured. A hint only chooses what to measure first."""
+    that differs only in cache clearing (which leaves training memory as it is), else the first measured. A hint
+    only chooses what to measure first."""
     others = [c for c in candidates if c.options != options and c.peak_mb is not None]
-    alike = [c for c in others if (c.options.amp, c.options.compile, c.options.sharding, c.options.checkpointing)
-             == (options.amp, options.compile, options.sharding, options.checkpointing)]
+    alike = [c for c in others if c.options == dataclasses.replace(options, clear_cache=c.options.clear_cache)]
     source = (alike or others)[0].options if others else None
     return [(c.micro_batch_size, c.peak_mb) for c in others if c.options == source]
 
@@ -216,8 +216,9 @@ def best_fit(candidates: Iterable[Candidate]) -> Candidate | None:
 
 
 def combinations(amp: Sequence[str], clear_cache: Sequence[str], compile_modes: Sequence[str],
-                 sharding: Sequence[str] = ("ddp",), checkpointing: Sequence[str] = ("off",)) -> list[Options]:
+                 sharding: Sequence[str] = ("ddp",),
+                 activation_checkpointing: Sequence[str] = ("off",)) -> list[Options]:
     """Every combination of the chosen values, plain fp32 (all off, ddp) first when chosen: the baseline."""
     combos = [Options(*values) for values in itertools.product(amp, clear_cache, compile_modes, sharding,
-                                                               checkpointing)]
+                                                               activation_checkpointing)]
     return sorted(combos, key=lambda o: o != Options())  # stable: the rest keep the order given

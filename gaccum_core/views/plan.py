@@ -197,7 +197,7 @@ def tradeoff_figure(plan: Plan) -> go.Figure:
     labels = _labels(timed, starred, x_range, y_range)
     traces: list[dict[str, Any]] = []
     for lever, colour in LEVER_COLOURS.items():
-        mine = [c for c in timed if c.options.checkpointing == lever]
+        mine = [c for c in timed if c.options.activation_checkpointing == lever]
         if mine:
             traces.append(dict(
                 type="scatter", x=[c.peak_mb for c in mine], y=[c.samples_per_s for c in mine],
@@ -307,6 +307,6 @@ def recommendation_words(candidate: Candidate, world_size: int = 1) -> str:
     o = candidate.options
     text = (f"micro-batch size b={candidate.micro_batch_size}, accumulation steps k={candidate.accum_steps}, "
             f"mixed precision {o.amp}, cache clearing {o.clear_cache}, torch.compile {o.compile}, "
-            f"activation checkpointing {o.checkpointing}")
+            f"activation checkpointing {o.activation_checkpointing}")
     return text + (f", sharding {o.sharding} over {world_size} ranks" if world_size > 1 else "")
 

@@ -40,7 +40,7 @@ def test_plan_json_is_one_object_with_the_recommendation_and_rows(capsys):
     data = json.loads(out)
     assert data["micro_batch_size"] * data["accum_steps"] == 32 == data["effective_batch"]
     assert data["options"] == {"amp": "off", "clear_cache": "off", "compile": "off", "sharding": "ddp",
-                               "checkpointing": "off"}
+                               "activation_checkpointing": "off"}
     assert data["memory_source"] == "counted" and data["device"] == "cpu" and data["memory_budget_mb"] == 50.0
     assert (data["precision"], data["time_cap_s"]) == (0.05, 0.6)  # how the speeds were timed
     # b=1, then the memory line's answer (32 = E: every size fits), then the size below it, to time.
@@ -253,7 +253,7 @@ def test_run_auto_plans_then_runs_with_the_plans_micro_batch(tmp_path, capsys):
     assert plan["accum_steps"] == config["accum_steps"] and plan["effective_batch"] == 32
     assert plan["options"] == {"amp": config["amp"], "clear_cache": config["clear_cache"],
                                "compile": config["compile"], "sharding": "ddp",
-                               "checkpointing": config["activation_checkpointing"]}
+                               "activation_checkpointing": config["activation_checkpointing"]}
     assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
 
 

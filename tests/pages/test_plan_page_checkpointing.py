@@ -30,21 +30,21 @@ def test_the_page_plans_gpt_with_and_without_checkpointing_and_carries_the_choic
     at.button(key="plan_run").click().run()
     assert not at.exception
     plan = at.session_state["plan_result"]
-    assert {c.options.checkpointing for c in plan.candidates} == {"off", "full"}
+    assert {c.options.activation_checkpointing for c in plan.candidates} == {"off", "full"}
     assert "checkpointing" in plan.reason and plan.reason in [m.value for m in at.markdown]
     charts = {c.proto.id: c for c in at.get("plotly_chart")}
     assert len(charts) == 3  # memory and speed per b, and speed against memory by lever
     choice = plan.recommended
     at.button(key="plan_use").click().run()
     assert at.title[0].value == "Train"
-    assert at.radio(key="cfg_activation_checkpointing").value == choice.options.checkpointing
+    assert at.radio(key="cfg_activation_checkpointing").value == choice.options.activation_checkpointing
     assert at.number_input(key="cfg_micro_batch_size").value == choice.micro_batch_size
 
 
 def test_the_tradeoff_chart_colours_each_lever_and_stars_the_recommendation():
     request = PlanRequest(RunConfig(model="gpt", dataset="pydoc", micro_batch_size=1, accum_steps=1), 64, 100.0,
-                          amp=("off", "bf16"), checkpointing=("off", "full"))
-    off, full, bf16 = Options(), Options(checkpointing="full"), Options(amp="bf16")
+                          amp=("off", "bf16"), activation_checkpointing=("off", "full"))
+    off, full, bf16 = Options(), Options(activation_checkpointing="full"), Options(amp="bf16")
     candidates = [Candidate(off, 2, 32, FITS, 45.0, 700.0, 0.1, samples_per_s_error=10.0, timed_steps=5),
                   Candidate(off, 4, 16, FITS, 80.0, 1000.0, 0.1, samples_per_s_error=10.0, timed_steps=5),
                   Candidate(off, 8, 8, OVER_BUDGET, 150.0),

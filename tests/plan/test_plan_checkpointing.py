@@ -16,7 +16,8 @@ from gaccum_core.plan.probe import measure
 from gaccum_core.plan.ranking import checkpointing_trade, reason, recommend
 from gaccum_core.plan.search import FITS, Candidate, Options, combinations
 
-FP32, FULL, SELECTIVE = Options(), Options(checkpointing="full"), Options(checkpointing="selective")
+FP32 = Options()
+FULL, SELECTIVE = Options(activation_checkpointing="full"), Options(activation_checkpointing="selective")
 GPT = RunConfig(model="gpt", dataset="pydoc", max_seq_len=32, device="cpu", micro_batch_size=1, accum_steps=1)
 
 
@@ -28,14 +29,14 @@ def test_plans_cross_checkpointing_with_the_other_options_and_name_it():
     combos = combinations(("off", "bf16"), ("off",), ("off",), ("ddp",), ("off", "selective", "full"))
     assert len(combos) == 6 and combos[0] == FP32
     assert {o.label() for o in combos} >= {"fp32 + ckpt/full", "bf16 + ckpt/selective", "fp32"}
-    request = PlanRequest(GPT, 32, 10.0, checkpointing=("off", "full"))
-    assert [o.checkpointing for o in request.options] == ["off", "full"]
+    request = PlanRequest(GPT, 32, 10.0, activation_checkpointing=("off", "full"))
+    assert [o.activation_checkpointing for o in request.options] == ["off", "full"]
     assert "fp32 + ckpt/full" in request.work_words()
 
 
 def test_an_unknown_checkpointing_value_is_refused_naming_the_field():
     with pytest.raises(ConfigError) as caught:
-        PlanRequest(GPT, 32, 10.0, checkpointing=("off", "sometimes"))
+        PlanRequest(GPT, 32, 10.0, activation_checkpointing=("off", "sometimes"))
     assert caught.value.field == "activation_checkpointing" and "off, selective, full" in str(caught.value)
 
 
@@ -82,12 +83,12 @@ def test_without_checkpointing_nothing_fitting_is_said():
 def test_a_real_plan_chooses_checkpointing_where_it_fits_a_larger_faster_micro_batch_and_the_run_keeps_it():
     """gpt on pydoc, E=64 in 3 MB: without checkpointing only b=2 fits the margin, with full b=8 does; one
     thread's samples/s grows with b, so the plan chooses full checkpointing and says by how much (measured: 1.30×)."""
-    plan = make_plan(PlanRequest(GPT, 64, 3.0, checkpointing=("off", "full")))
+    plan = make_plan(PlanRequest(GPT, 64, 3.0, activation_checkpointing=("off", "full")))
     largest = plan.largest_fitting()
     assert largest["fp32 + ckpt/full"] > largest["fp32"]
     choice = plan.recommended
     print("\n" + plan.reason)
-    if choice.options.checkpointing == "full":
+    if choice.options.activation_checkpointing == "full":
         assert re.search(rf"b={choice.micro_batch_size}, k={choice.accum_steps} with full checkpointing: "
                          r"(\d\.\d+ ± \d\.\d+×( \(interval wider than the value\))? the samples/s of|as fast as) b=\d+, k=\d+ "
                          r"without, at \d+% of the budget",
@@ -95,7 +96,7 @@ def test_a_real_plan_chooses_checkpointing_where_it_fits_a_larger_faster_micro_b
     else:  # a loaded machine can turn the speeds: the sentence then says what checkpointing would have fitted
         assert re.search(r"full checkpointing fits b=\d+, k=\d+ at \d+% of the budget", plan.reason)
     run = config_from_plan(GPT, plan)
-    assert run.activation_checkpointing == choice.options.checkpointing
+    assert run.activation_checkpointing == choice.options.activation_checkpointing
     assert (run.micro_batch_size, run.accum_steps) == (choice.micro_batch_size, choice.accum_steps)
 
 
@@ -114,8 +115,8 @@ def test_the_cli_crosses_the_checkpointing_list_and_prints_the_flag_to_run_with(
     assert "fp32 + ckpt/full" in out and "--activation-checkpointing " in out
     assert _cli(command + ["--json"]) == 0
     as_json = json.loads(capsys.readouterr().out)
-    assert {row["checkpointing"] for row in as_json["rows"]} == {"off", "full"}
-    assert as_json["options"]["checkpointing"] in ("off", "full")
+    assert {row["activation_checkpointing"] for row in as_json["rows"]} == {"off", "full"}
+    assert as_json["options"]["activation_checkpointing"] in ("off", "full")
     assert _cli(command[:-1] + ["off,often"]) == 2
     err = capsys.readouterr().err
     assert "activation" in err and "often" in err and "Traceback" not in err

@@ -10,7 +10,7 @@ import re
 from gaccum_core.plan.ranking import reason, recommend
 from gaccum_core.plan.search import FITS, Candidate, Options
 
-FP32, BF16, FULL = Options(), Options(amp="bf16"), Options(checkpointing="full")
+FP32, BF16, FULL = Options(), Options(amp="bf16"), Options(activation_checkpointing="full")
 
 
 def timed(options: Options, b: int, peak: float, speed: float, error: float | None, steps: int = 5) -> Candidate:

@@ -278,7 +278,7 @@ def test_make_plan_recommends_a_fitting_candidate_within_the_margin():
     assert data["micro_batch_size"] * data["accum_steps"] == 32 == data["effective_batch"]
     assert data["micro_batch_size"] == choice.micro_batch_size
     assert data["options"] == {"amp": "off", "clear_cache": "off", "compile": "off", "sharding": "ddp",
-                               "checkpointing": "off"}
+                               "activation_checkpointing": "off"}
     assert data["memory_source"] == "counted" and data["device"] == "cpu"
     assert data["memory_budget_mb"] == budget and len(data["rows"]) == len(plan.candidates)
     assert data["largest_fitting"] == {"fp32": 16}

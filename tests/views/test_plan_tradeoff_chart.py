@@ -17,7 +17,8 @@ from gaccum_core.views.plan import LEVER, RECOMMENDED, tradeoff_figure
 from gaccum_core.views.point_labels import label_places
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-FP32, STEP, BF16, FULL = Options(), Options(clear_cache="step"), Options(amp="bf16"), Options(checkpointing="full")
+FP32, STEP, BF16 = Options(), Options(clear_cache="step"), Options(amp="bf16")
+FULL = Options(activation_checkpointing="full")
 
 
 def _crowded_plan() -> Plan:
@@ -31,7 +32,7 @@ def _crowded_plan() -> Plan:
                   timed(BF16, 4, 2.30, 600.0, 700.0), timed(BF16, 2, 1.90, 500.0, 40.0),
                   timed(FULL, 8, 2.59, 635.0, 51.0), timed(FULL, 4, 2.06, 580.0, 45.0)]
     request = PlanRequest(RunConfig(model="gpt", dataset="pydoc", micro_batch_size=1, accum_steps=1), 64, 3.0,
-                          amp=("off", "bf16"), clear_cache=("off", "step"), checkpointing=("off", "full"))
+                          amp=("off", "bf16"), clear_cache=("off", "step"), activation_checkpointing=("off", "full"))
     return Plan(request, "cpu", "counted", candidates, recommended=candidates[6], reason="made up")
 
 
