@@ -2,9 +2,9 @@
 
 Two processes with micro-batches of b = 4 must train the very parameters one process trains with
 b = 8 (same k) and with one batch of b*k*2 = 32 (k = 1), partial last windows and empty rank shares
-included. The configs the oracles and counts read are trained one after the other in one spawned pair of
-ranks, shared between the tests that read them; model.pt and the endings are torchrun jobs of the runner; the
-single-process references train here, in the test process.
+included. The configs the oracles and counts read, and the uninterrupted run a stopped job resumes to, are
+trained one after the other in one spawned pair of ranks, shared between the tests that read them; model.pt and
+the endings are torchrun jobs of the runner; the single-process references train here, in the test process.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from gaccum_core.config import RunConfig
 from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.runs.resume import run_checkpoints
+from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
 from gaccum_core.train.distributed import Ranks, share
 from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,
@@ -164,29 +165,42 @@ RESUMED = RunConfig(model="mlp", dataset="digits", micro_batch_size=B, accum_ste
                     warmup_steps=5, grad_clip=0.5)
 
 
-def test_a_stop_agreed_by_every_rank_keeps_the_rows_and_resumes_to_the_uninterrupted_runs_end(jobs, make_runner,
-                                                                                            monkeypatch):
-    """A stop ends every rank at a step's end they agree on, as 'stopped' (not killed) with gap-free rows;
-    resumed, every rank takes rank 0's checkpoint and the job ends bit-equal to the same job never stopped."""
-    uninterrupted = jobs(RESUMED)  # before any fault is armed; the model.pt test reads the same job
-    monkeypatch.delenv("GACCUM_FAULTS_RANK", raising=False)  # both ranks
-    runner = make_runner()
-    # Every step pauses 0.2 s on both ranks: long enough to stop mid-run. The ranks agree within a step;
-    # torchrun and its ranks then take ~3.5 s (up to 6 s under load) to exit, past the default 5 s grace,
-    # which a job that already wrote its final state does not get killed for.
-    monkeypatch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.2" for s in range(1, 25)))
-    run_id = runner.submit(RESUMED)
-    procs = job_processes(runner, run_id)
-    wait_for_rows(runner, run_id, rows=5, timeout=WAIT_S)
-    assert not runner.snapshot(run_id).done, runner.snapshot(run_id).message
-    stop_and_assert_stopped(runner, run_id, procs, killed=False)
-    assert 5 <= run_checkpoints(runner.store, run_id).load()["counters"]["step"] < 24
+@pytest.fixture(scope="module")
+def stopped_then_resumed(tmp_path_factory):
+    """RESUMED as a torchrun job of the runner, stopped mid-run (asserted stopped, not killed, with gap-free rows,
+    no process left) and resumed to its end: the runner, the run's id and the step its checkpoint held."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("GACCUM_FAULTS_RANK", raising=False)  # both ranks
+        # Every step pauses 0.2 s on both ranks: long enough to stop mid-run. The ranks agree within a step;
+        # torchrun and its ranks then take ~3.5 s (up to 6 s under load) to exit, past the default 5 s grace,
+        # which a job that already wrote its final state does not get killed for.
+        patch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.2" for s in range(1, 25)))
+        runner = Runner(str(tmp_path_factory.mktemp("stopped_runs")), executor="thread")
+        try:
+            run_id = runner.submit(RESUMED)
+            procs = job_processes(runner, run_id)
+            wait_for_rows(runner, run_id, rows=5, timeout=WAIT_S)
+            assert not runner.snapshot(run_id).done, runner.snapshot(run_id).message
+            stop_and_assert_stopped(runner, run_id, procs, killed=False)
+            stopped_at = run_checkpoints(runner.store, run_id).load()["counters"]["step"]
+            patch.delenv("GACCUM_FAULTS")
+            runner.resume(run_id)
+            assert runner.wait(run_id, timeout=WAIT_S).state == RunState.FINISHED
+            yield runner, run_id, stopped_at
+        finally:
+            runner.close()
 
-    monkeypatch.delenv("GACCUM_FAULTS")
-    runner.resume(run_id)
-    assert runner.wait(run_id, timeout=WAIT_S).state == RunState.FINISHED
+
+def test_a_stop_agreed_by_every_rank_keeps_the_rows_and_resumes_to_the_uninterrupted_runs_end(runs,
+                                                                                            stopped_then_resumed):
+    """A stop ends every rank at a step's end they agree on, as 'stopped' (not killed) with gap-free rows;
+    resumed, every rank takes rank 0's checkpoint and the job ends bit-equal to the same job never stopped
+    (trained by the spawned ranks, on the engine the job's ranks run)."""
+    runner, run_id, stopped_at = stopped_then_resumed
+    assert 5 <= stopped_at < 24
+    uninterrupted = runs[RESUMED]
     a, b = uninterrupted.model, runner.store.load_model(run_id)
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     ma, mb = uninterrupted.metrics, runner.store.read_metrics(run_id)
     assert mb["step"].tolist() == list(range(1, 25))
     assert ma["loss"].equals(mb["loss"]) and ma["grad_norm"].equals(mb["grad_norm"])
@@ -195,15 +209,16 @@ def test_a_stop_agreed_by_every_rank_keeps_the_rows_and_resumes_to_the_uninterru
 # --- 6: the saved model ----------------------------------------------------------------------------
 
 
-def test_a_two_process_model_loads_into_a_plain_single_process_model(jobs):
-    """model.pt of a 2-process run (the uninterrupted run of the resume test: one torchrun job for both) loads
+def test_a_two_process_model_loads_into_a_plain_single_process_model(stopped_then_resumed):
+    """model.pt of a 2-process run (the resumed run of the resume test: one torchrun job for both) loads
     strictly into the plain model and computes the 1-process reference's logits."""
-    job = jobs(RESUMED)
-    assert not any(key.startswith("module.") for key in job.model)
+    runner, run_id, _ = stopped_then_resumed
+    saved = runner.store.load_model(run_id)
+    assert not any(key.startswith("module.") for key in saved)
     data = load_data(RESUMED)
     model = build_seeded_model(RESUMED, data.input_shape, data.num_classes)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    model.load_state_dict(job.model, strict=True)
+    model.load_state_dict(saved, strict=True)
     assert max_diff(model.state_dict(), before) > 100 * ATOL  # the load replaced the initial weights
 
     expected = build_seeded_model(RESUMED, data.input_shape, data.num_classes)
@@ -233,7 +248,7 @@ def text_config(tmp_path_factory):
 def runs(text_config, tmp_path_factory):
     """Every config the oracles and the all-reduce counts read, trained one after the other by one spawned pair of
     ranks (one start, not a torchrun job each): the runs by config."""
-    configs = [SGD, ADAMW, EMPTY_SHARE, ONE_PER_STEP, SYNC_EVERY, text_config]
+    configs = [SGD, ADAMW, EMPTY_SHARE, ONE_PER_STEP, SYNC_EVERY, text_config, RESUMED]
     return spawned_runs(configs, tmp_path_factory.mktemp("ddp_ranks"))
 
 
