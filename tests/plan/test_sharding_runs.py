@@ -1,6 +1,7 @@
-"""The per-rank counts of gaccum_core.plan.sharding against real 2-process FSDP runs (torchrun, gloo on the CPU):
-the weights, gradients and optimizer state each rank reports in metrics.csv are what one process's measurement
-at the same b counts for that mode. The output layer has 5 rows, split 3 + 2: rank 0's padded half is counted."""
+"""The per-rank counts of gaccum_core.plan.sharding against real 2-process FSDP runs (spawned ranks on the engine,
+gloo on the CPU, both runs in one start): the weights, gradients and optimizer state each rank reports in its step
+rows (metrics.csv's columns) are what one process's measurement at the same b counts for that mode. The output
+layer has 5 rows, split 3 + 2: rank 0's padded half is counted."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ from gaccum_core.models.build import build_seeded_model
 from gaccum_core.plan.probe import measure
 from gaccum_core.plan.search import FITS, Options
 from gaccum_core.plan.sharding import MB, layout, per_rank
-from gaccum_core.runs.runner import Runner
-from gaccum_core.states import RunState
+from jobs import spawned_runs
 
 pytestmark = pytest.mark.multiprocess
 
@@ -23,20 +23,15 @@ RUN = RunConfig(model="mlp", dataset="fake", image_size=8, fake_samples=64, fake
 # SGD's momentum has no per-parameter step counter: its split is exact. AdamW's counters (4 bytes a parameter)
 # stay whole on each rank, which the count splits with the rest: a few bytes per parameter.
 ADAMW_COUNTERS_MB = 6 * 4 / MB
+SGD_EVERY = RUN.replace(optimizer="sgd", fsdp_sync="every")
+ADAMW_LAST = RUN.replace(optimizer="adamw", lr=1e-3, fsdp_sync="last")
 
 
 @pytest.fixture(scope="module")
-def runner(tmp_path_factory):
-    made = Runner(str(tmp_path_factory.mktemp("sharding_runs")), executor="thread")
-    yield made
-    made.close()
-
-
-def _last_row(runner: Runner, config: RunConfig) -> dict:
-    run_id = runner.submit(config)
-    snapshot = runner.wait(run_id, timeout=120)
-    assert snapshot.state == RunState.FINISHED, snapshot.message
-    return runner.store.read_metrics(run_id).iloc[-1].to_dict()
+def last_rows(tmp_path_factory) -> dict[RunConfig, dict]:
+    """Both runs trained one after the other by one spawned pair of sharded ranks: each one's last step row."""
+    runs = spawned_runs([SGD_EVERY, ADAMW_LAST], tmp_path_factory.mktemp("sharding_ranks"))
+    return {config: run.metrics.iloc[-1].to_dict() for config, run in runs.items()}
 
 
 def _counted(config: RunConfig, mode: str) -> dict[str, float]:
@@ -47,11 +42,11 @@ def _counted(config: RunConfig, mode: str) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("config, mode, slack_mb", [
-    (RUN.replace(optimizer="sgd", fsdp_sync="every"), "fsdp/every", 1e-9),
-    (RUN.replace(optimizer="adamw", lr=1e-3, fsdp_sync="last"), "fsdp/last", ADAMW_COUNTERS_MB),
+    (SGD_EVERY, "fsdp/every", 1e-9),
+    (ADAMW_LAST, "fsdp/last", ADAMW_COUNTERS_MB),
 ], ids=["every_sgd", "last_adamw"])
-def test_a_sharded_runs_measured_columns_are_the_counted_per_rank_figures(runner, config, mode, slack_mb):
-    row = _last_row(runner, config)
+def test_a_sharded_runs_measured_columns_are_the_counted_per_rank_figures(last_rows, config, mode, slack_mb):
+    row = last_rows[config]
     counted = _counted(config, mode)
     whole = _counted(config, "ddp")
     assert row["weights_mb"] == pytest.approx(counted["weights_mb"], abs=1e-9)
