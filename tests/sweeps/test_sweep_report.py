@@ -60,15 +60,15 @@ def kill_the_first_run_after_its_first_step(job: SweepJob, runner: Runner) -> st
 def test_a_killed_worker_is_named_its_cell_marked_incomplete_and_the_next_start_trains_only_that_run(
         tmp_path, monkeypatch, capsys):
     runs = tmp_path / "runs"
-    monkeypatch.setenv("GACCUM_FAULTS", "slow@2*3")  # each worker holds 3 s at its second step: time to kill it
+    monkeypatch.setenv("GACCUM_FAULTS", "slow@2*3")  # the first worker holds 3 s at its second step: time to kill it
     runner = Runner(runs, executor="process", warm_spare=False)
     try:
         job = SweepJob(runner, spec_of(runs)).start()
         killed = kill_the_first_run_after_its_first_step(job, runner)
+        monkeypatch.delenv("GACCUM_FAULTS")  # the workers started after it need no hold
         assert job.wait(300), "the sweep did not end"
     finally:
         close_now(runner)
-    monkeypatch.delenv("GACCUM_FAULTS")
     progress = job.progress()
     assert (progress.state, progress.done, progress.failed) == ("finished", 1, 1)
     (finished,) = [r for r in runs_on_disk(runs) if r != killed]
