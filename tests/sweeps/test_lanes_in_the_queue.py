@@ -20,9 +20,11 @@ def test_a_sweeps_runs_go_one_per_gpu_side_by_side_in_the_queue(tmp_path, monkey
             running = [s for s in runner.snapshots() if s.state == RunState.RUNNING]
             held = [device for s in running for device in s.devices]
             assert len(held) == len(set(held)), held  # never two runs on one GPU
-            if len(running) == 2:  # both lanes' runs train at once: let them end
+            if len(running) == 2:  # both lanes' runs train at once: let them end, and look again once they have
                 pairs.append(sorted(held))
                 for snapshot in running:
                     end(snapshot.run_id)
+                while any(runner.snapshot(s.run_id).state == RunState.RUNNING for s in running):
+                    time.sleep(0.01)
         assert job.progress().state == "finished" and job.progress().done == 4
         assert pairs == [["cuda:0", "cuda:1"]] * 2
