@@ -6,11 +6,31 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+ROOT = Path(__file__).resolve().parents[2]
 HEAD = {"bench", "device", "device_name"}
+REFUSING = ("bench_engine_vs_textbook", "bench_lm_vs_textbook", "bench_activation_checkpointing")
+# Each bench's command line run in one process (torch imported once, not once per bench): its exit status, stdout
+# and stderr, as `python bench/NAME.py --quick --device cuda` would end.
+_REFUSALS = """
+import contextlib, io, json, runpy, sys
+folder, names, ended = sys.argv[1], sys.argv[2:], {}
+sys.path.insert(0, folder)  # where `python bench/NAME.py` finds bench/common.py
+for name in names:
+    sys.argv = [f"{folder}/{name}.py", "--quick", "--device", "cuda"]
+    out, err, status = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(sys.argv[0], run_name="__main__")
+        except SystemExit as exc:
+            status = exc.code
+    ended[name] = [status, out.getvalue(), err.getvalue()]
+print(json.dumps(ended))
+"""
 
 
 def _json_line(done: subprocess.CompletedProcess) -> dict:
@@ -55,11 +75,19 @@ def test_lm_bench_fp16_scales_the_loss_in_both_loops_and_they_end_with_the_same_
     assert figures["amp"] == "fp16" and figures["same_weights"] is True
 
 
+@pytest.fixture(scope="module")
+def refusals(no_dashboard_env) -> dict[str, list]:
+    """Each of REFUSING run with --quick --device cuda, streamlit and plotly blocked: [exit status, stdout, stderr]."""
+    done = subprocess.run([sys.executable, "-c", _REFUSALS, str(ROOT / "bench"), *REFUSING], capture_output=True,
+                          text=True, cwd=ROOT, env=no_dashboard_env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
-@pytest.mark.parametrize("name", ["bench_engine_vs_textbook", "bench_lm_vs_textbook",
-                                  "bench_activation_checkpointing"])
-def test_device_cuda_without_cuda_exits_2_with_one_line(run_bench, name):
-    done = run_bench(name, "--quick", "--device", "cuda", timeout=120)
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip() == (f"{name}.py: --device cuda: this machine has no CUDA device "
-                                   "(torch.cuda.is_available() is False); use --device cpu")
+@pytest.mark.parametrize("name", REFUSING)
+def test_device_cuda_without_cuda_exits_2_with_one_line(refusals, name):
+    status, stdout, stderr = refusals[name]
+    assert status == 2 and stdout == ""
+    assert stderr.strip() == (f"{name}.py: --device cuda: this machine has no CUDA device "
+                              "(torch.cuda.is_available() is False); use --device cpu")
