@@ -1,15 +1,16 @@
 """Multi-process runs (torchrun, gloo on the CPU) against single-process oracles: what the DDP and FSDP tests share.
 
-Each 2-process job is run once per module (torchrun alone costs seconds) and shared between the tests that
-read it, or several configs trained one after the other in one spawned job (spawned_runs); the single-process
-references train in the test process.
+Several configs are trained one after the other in one spawned job (spawned_runs: torchrun alone costs seconds),
+shared between the tests that read them; the single-process references train in the test process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 import psutil
@@ -60,35 +61,23 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return max((a[name] - b[name]).abs().max().item() for name in a)
 
 
-class Job:
-    """One finished (or ended) 2-process run: its snapshot, metrics.csv and model.pt."""
-
-    def __init__(self, runner: Runner, config: RunConfig) -> None:
-        self.config = config
-        self.run_id = runner.submit(config)
-        self.snapshot = runner.wait(self.run_id, timeout=WAIT_S)
-        assert self.snapshot.done, f"the 2-process run never ended: {self.snapshot.state}"
-        assert self.snapshot.state == RunState.FINISHED, self.snapshot.message
-        self.metrics = runner.store.read_metrics(self.run_id)
-        self.model = runner.store.load_model(self.run_id)
-
-
-class Jobs:
-    """Runs each 2-process config once for the whole module, on first use."""
-
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
-        self._done: dict[RunConfig, Job] = {}
-
-    def __call__(self, config: RunConfig) -> Job:
-        if config not in self._done:
-            self._done[config] = Job(self.runner, config)
-        return self._done[config]
+@contextlib.contextmanager
+def runner_with_faults(folder: Path, faults: str) -> Iterator[tuple[Runner, pytest.MonkeyPatch]]:
+    """A runner (thread executor) whose jobs' ranks, every one, arm GACCUM_FAULTS=faults, for a module fixture;
+    the patch, to change the faults between jobs. Closed, and the environment put back, after."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("GACCUM_FAULTS_RANK", raising=False)
+        patch.setenv("GACCUM_FAULTS", faults)
+        runner = Runner(str(folder), executor="thread")
+        try:
+            yield runner, patch
+        finally:
+            runner.close()
 
 
 class RankRun:
     """One config trained by a spawned job's ranks on the engine: its config, step rows (the columns metrics.csv
-    holds) and whole state_dict, read as a Job's."""
+    holds) and whole state_dict."""
 
     def __init__(self, config: RunConfig, run: dict) -> None:
         self.config = config
@@ -98,7 +87,7 @@ class RankRun:
 
 def spawned_runs(configs: list[RunConfig], out_dir: Path) -> dict[RunConfig, RankRun]:
     """Each config trained in turn by the same WORLD spawned processes (one start for them all, not a torchrun
-    job each; tests/train/configs_rank.py): the runs by config."""
+    job each; tests/configs_rank.py): the runs by config."""
     import configs_rank
 
     with pytest.MonkeyPatch.context() as patch:  # no fault armed in the ranks (they read these on import)
@@ -108,7 +97,7 @@ def spawned_runs(configs: list[RunConfig], out_dir: Path) -> dict[RunConfig, Ran
     return {config: RankRun(config, run) for config, run in zip(configs, torch.load(out_dir / "rank0.pt"))}
 
 
-def assert_matches_references(job: Job | RankRun) -> dict[str, float]:
+def assert_matches_references(job: RankRun) -> dict[str, float]:
     """The 2-process parameters and step rows equal both 1-process references; the largest |diff| of each."""
     initial = initial_state(job.config)
     # The runs really trained: equality below is not two untouched initialisations agreeing.

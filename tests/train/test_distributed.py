@@ -18,12 +18,11 @@ from gaccum_core.config import RunConfig
 from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.runs.resume import run_checkpoints
-from gaccum_core.runs.runner import Runner
 from gaccum_core.states import RunState
 from gaccum_core.train.distributed import Ranks, share
 from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,
-                  last_windows, max_diff, one_process_references, reference, spawned_runs, stop_and_assert_stopped,
-                  wait_for_rows)
+                  last_windows, max_diff, one_process_references, reference, runner_with_faults, spawned_runs,
+                  stop_and_assert_stopped, wait_for_rows)
 
 pytestmark = pytest.mark.multiprocess
 
@@ -169,26 +168,21 @@ RESUMED = RunConfig(model="mlp", dataset="digits", micro_batch_size=B, accum_ste
 def stopped_then_resumed(tmp_path_factory):
     """RESUMED as a torchrun job of the runner, stopped mid-run (asserted stopped, not killed, with gap-free rows,
     no process left) and resumed to its end: the runner, the run's id and the step its checkpoint held."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.delenv("GACCUM_FAULTS_RANK", raising=False)  # both ranks
-        # Every step pauses 0.2 s on both ranks: long enough to stop mid-run. The ranks agree within a step;
-        # torchrun and its ranks then take ~3.5 s (up to 6 s under load) to exit, past the default 5 s grace,
-        # which a job that already wrote its final state does not get killed for.
-        patch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.2" for s in range(1, 25)))
-        runner = Runner(str(tmp_path_factory.mktemp("stopped_runs")), executor="thread")
-        try:
-            run_id = runner.submit(RESUMED)
-            procs = job_processes(runner, run_id)
-            wait_for_rows(runner, run_id, rows=5, timeout=WAIT_S)
-            assert not runner.snapshot(run_id).done, runner.snapshot(run_id).message
-            stop_and_assert_stopped(runner, run_id, procs, killed=False)
-            stopped_at = run_checkpoints(runner.store, run_id).load()["counters"]["step"]
-            patch.delenv("GACCUM_FAULTS")
-            runner.resume(run_id)
-            assert runner.wait(run_id, timeout=WAIT_S).state == RunState.FINISHED
-            yield runner, run_id, stopped_at
-        finally:
-            runner.close()
+    # Every step pauses 0.2 s on both ranks: long enough to stop mid-run. The ranks agree within a step;
+    # torchrun and its ranks then take ~3.5 s (up to 6 s under load) to exit, past the default 5 s grace,
+    # which a job that already wrote its final state does not get killed for.
+    paced = ",".join(f"slow@{s}:0*0.2" for s in range(1, 25))
+    with runner_with_faults(tmp_path_factory.mktemp("stopped_runs"), paced) as (runner, patch):
+        run_id = runner.submit(RESUMED)
+        procs = job_processes(runner, run_id)
+        wait_for_rows(runner, run_id, rows=5, timeout=WAIT_S)
+        assert not runner.snapshot(run_id).done, runner.snapshot(run_id).message
+        stop_and_assert_stopped(runner, run_id, procs, killed=False)
+        stopped_at = run_checkpoints(runner.store, run_id).load()["counters"]["step"]
+        patch.delenv("GACCUM_FAULTS")
+        runner.resume(run_id)
+        assert runner.wait(run_id, timeout=WAIT_S).state == RunState.FINISHED
+        yield runner, run_id, stopped_at
 
 
 def test_a_stop_agreed_by_every_rank_keeps_the_rows_and_resumes_to_the_uninterrupted_runs_end(runs,

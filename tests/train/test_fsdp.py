@@ -1,5 +1,6 @@
-"""FSDP2 sharding (gloo on the CPU, 2 processes) against single-process oracles: the oracles, counts and fp16
-run one after the other in one spawned pair of ranks; model.pt and the endings are torchrun jobs of the runner.
+"""FSDP2 sharding (gloo on the CPU, 2 processes) against single-process oracles: the oracles, counts, fp16 and the
+uninterrupted run of the resume test run one after the other in one spawned pair of ranks; model.pt and the
+endings are torchrun jobs of the runner.
 
 Two sharded processes with micro-batches of b = 4 must train the parameters one process trains with b = 8
 (same k) and with one batch per window, in every sync mode and reshard setting, partial last windows and an
@@ -27,8 +28,8 @@ from gaccum_core.train.fsdp import blocks
 from gaccum_core.train.memory import MB
 from hfmodels import saved_model
 from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,
-                  last_windows, max_diff, one_process_references, reference, spawned_runs, stop_and_assert_stopped,
-                  wait_for_rows)
+                  last_windows, max_diff, one_process_references, reference, runner_with_faults, spawned_runs,
+                  stop_and_assert_stopped, wait_for_rows)
 from spawned import run_ranks
 
 pytestmark = pytest.mark.multiprocess
@@ -142,15 +143,16 @@ def test_a_rank_keeps_half_the_gradient_with_every_and_all_of_it_with_last(runs)
 # --- the saved model ---------------------------------------------------------------------------------
 
 
-def test_a_sharded_runs_model_pt_is_the_whole_state_dict_of_a_plain_model(jobs):
+def test_a_sharded_runs_model_pt_is_the_whole_state_dict_of_a_plain_model(stopped_killed_resumed):
     """model.pt holds full, unsharded tensors that load strictly into a one-process model and compute the
-    one-process reference's logits (the uninterrupted run of the resume test below: one torchrun job for both)."""
+    one-process reference's logits (the run of the resume test below, resumed to its end: one job for both)."""
     config = RESUMED
-    job = jobs(config)
+    runner, run_id, _, _ = stopped_killed_resumed
+    saved = runner.store.load_model(run_id)
     data = load_data(config)
     model = build_seeded_model(config, data.input_shape, data.num_classes)
-    assert {k: v.shape for k, v in job.model.items()} == {k: v.shape for k, v in model.state_dict().items()}
-    model.load_state_dict(job.model, strict=True)
+    assert {k: v.shape for k, v in saved.items()} == {k: v.shape for k, v in model.state_dict().items()}
+    model.load_state_dict(saved, strict=True)
     single = next(iter(one_process_references(config).values()))
     expected = build_seeded_model(single, data.input_shape, data.num_classes)
     expected.load_state_dict(reference(single)[0])
@@ -214,9 +216,11 @@ FP16 = MODES["last-reshard_on"].replace(amp="fp16", epochs=3)
 
 @pytest.fixture(scope="module")
 def runs(text_config, llama_config, tmp_path_factory):
-    """Every config the oracles, the counts and the fp16 check read, trained one after the other by one spawned
-    pair of sharded ranks (one start, not a torchrun job each): the runs by config."""
-    return spawned_runs([*MODES.values(), FP16, text_config, llama_config], tmp_path_factory.mktemp("fsdp_ranks"))
+    """Every config the oracles, the counts and the fp16 check read, and the uninterrupted run the stopped and
+    killed job resumes to, trained one after the other by one spawned pair of sharded ranks (one start, not a
+    torchrun job each): the runs by config."""
+    configs = [*MODES.values(), FP16, text_config, llama_config, RESUMED]
+    return spawned_runs(configs, tmp_path_factory.mktemp("fsdp_ranks"))
 
 
 # --- mixed precision ---------------------------------------------------------------------------------
@@ -256,36 +260,45 @@ def _shard_dirs(runner: Runner, run_id: str) -> list[str]:
     return sorted(p.name for p in (runner.store.path(run_id) / SHARDS_DIR).iterdir())
 
 
-def test_a_stopped_then_killed_sharded_run_resumes_bit_exact(jobs, make_runner, monkeypatch):
+@pytest.fixture(scope="module")
+def stopped_killed_resumed(tmp_path_factory):
+    """RESUMED as a torchrun job of the runner: stopped (agreed at a step's end: asserted stopped, not killed, its
+    sharded checkpoint checked), resumed, a rank killed (the run fails, no process left), resumed again to its end.
+    The runner, the run's id, and the steps of the stop's and of the kill's last checkpoints."""
+    paced = ",".join(f"slow@{s}:0*0.25" for s in range(1, 21))
+    with runner_with_faults(tmp_path_factory.mktemp("stopped_runs"), paced) as (runner, patch):
+        run_id = runner.submit(RESUMED)
+        stop_and_assert_stopped(runner, run_id, _running_job(runner, run_id, rows=3), killed=False)
+        checkpoint = run_checkpoints(runner.store, run_id).load()
+        stopped_at = checkpoint["counters"]["step"]
+        assert 3 <= stopped_at < 20 and "model" not in checkpoint  # the weights are in the shards
+        assert _shard_dirs(runner, run_id) == [checkpoint["sharded"].split("/")[-1]]  # older ones pruned
+        assert len(list((runner.store.path(run_id) / checkpoint["sharded"]).glob("*.distcp"))) == WORLD
+        # Rank 0 recorded every rank's file, written before it hashed them (checked again at each resume).
+        assert sorted(checkpoint["sharded_sha256"]) == [".metadata",
+                                                        *(f"__{rank}_0.distcp" for rank in range(WORLD))]
+
+        runner.resume(run_id)
+        procs = _running_job(runner, run_id, rows=stopped_at + 5)  # past the next periodic checkpoint
+        os.kill(_rank_process(procs, 1).pid, signal.SIGKILL)
+        killed = runner.wait(run_id, timeout=WAIT_S)
+        assert killed.state == RunState.FAILED, (killed.state, killed.message)
+        assert_none_survive(procs)
+        resumed_at = run_checkpoints(runner.store, run_id).load()["counters"]["step"]
+
+        patch.delenv("GACCUM_FAULTS")
+        runner.resume(run_id)
+        assert runner.wait(run_id, timeout=WAIT_S).state == RunState.FINISHED
+        yield runner, run_id, stopped_at, resumed_at
+
+
+def test_a_stopped_then_killed_sharded_run_resumes_bit_exact(runs, stopped_killed_resumed):
     """Stopped (agreed at a step's end), resumed, then a rank killed: the run fails; resumed again from its last
-    DCP checkpoint (each rank its part), it ends bit-equal to the same run never interrupted."""
-    uninterrupted = jobs(RESUMED)  # before any fault is armed; the model.pt test reads the same job
-    monkeypatch.delenv("GACCUM_FAULTS_RANK", raising=False)
-    runner = make_runner()
-
-    monkeypatch.setenv("GACCUM_FAULTS", ",".join(f"slow@{s}:0*0.25" for s in range(1, 21)))
-    run_id = runner.submit(RESUMED)
-    stop_and_assert_stopped(runner, run_id, _running_job(runner, run_id, rows=3), killed=False)
-    checkpoint = run_checkpoints(runner.store, run_id).load()
-    stopped_at = checkpoint["counters"]["step"]
-    assert 3 <= stopped_at < 20 and "model" not in checkpoint  # the weights are in the shards
-    assert _shard_dirs(runner, run_id) == [checkpoint["sharded"].split("/")[-1]]  # older ones pruned
-    assert len(list((runner.store.path(run_id) / checkpoint["sharded"]).glob("*.distcp"))) == WORLD
-    # Rank 0 recorded every rank's file, written before it hashed them (checked again at each resume below).
-    assert sorted(checkpoint["sharded_sha256"]) == [".metadata", *(f"__{rank}_0.distcp" for rank in range(WORLD))]
-
-    runner.resume(run_id)
-    procs = _running_job(runner, run_id, rows=stopped_at + 5)  # past the next periodic checkpoint
-    os.kill(_rank_process(procs, 1).pid, signal.SIGKILL)
-    killed = runner.wait(run_id, timeout=WAIT_S)
-    assert killed.state == RunState.FAILED, (killed.state, killed.message)
-    assert_none_survive(procs)
-    resumed_at = run_checkpoints(runner.store, run_id).load()["counters"]["step"]
+    DCP checkpoint (each rank its part), it ends bit-equal to the same run never interrupted (trained by the
+    spawned ranks, on the engine the job's ranks run)."""
+    runner, run_id, stopped_at, resumed_at = stopped_killed_resumed
     assert stopped_at < resumed_at < 20 and resumed_at % RESUMED.checkpoint_every == 0
-
-    monkeypatch.delenv("GACCUM_FAULTS")
-    runner.resume(run_id)
-    assert runner.wait(run_id, timeout=WAIT_S).state == RunState.FINISHED
+    uninterrupted = runs[RESUMED]
     a, b = uninterrupted.model, runner.store.load_model(run_id)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     ma, mb = uninterrupted.metrics, runner.store.read_metrics(run_id)
