@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser
+    from playwright.sync_api import Browser, BrowserContext
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -82,19 +82,13 @@ LOSS_POINTS_JS = """() => {
 
 def start_a_long_mlp_run(page, url: str, wait_ms: float = 90_000) -> None:
     """On the Train page: an mlp run on the bundled digits that lasts far longer than any test (Stop
-    ends it); presses Start once the settings are in."""
+    ends it); presses Start once the settings are in. The settings come in the link (one page load, where
+    picking and typing them would rerun the page three times)."""
     from playwright.sync_api import expect
 
-    page.goto(f"{url}/Train")
-    model = page.get_by_role("combobox", name="Model")
-    expect(model).to_be_visible(timeout=wait_ms)
-    model.click()
-    page.get_by_role("option", name="mlp", exact=True).click()
+    page.goto(f"{url}/Train?model=mlp&epochs=100000&max_steps=0")
     for label, value in (("Epochs", "100000"), ("Max optimizer steps (0 = no limit)", "0")):
-        box = page.get_by_role("spinbutton", name=label)
-        box.fill(value)
-        box.press("Enter")
-        expect(box).to_have_value(value)
+        expect(page.get_by_role("spinbutton", name=label)).to_have_value(value, timeout=wait_ms)
     start = page.locator(".st-key-start button")
     expect(start).to_be_enabled(timeout=30_000)
     start.click()
@@ -137,6 +131,24 @@ def dashboard_browser(runs: Path, executor: str = "process",
             raise
         finally:
             browser.close()
+
+
+@contextmanager
+def browser_window(browser: Browser, **options) -> Iterator[BrowserContext]:
+    """A browser window for a test's tabs (each page its own Streamlit session; options as new_context's), closed
+    after the test: a Train page left open polls the server every second, on a dashboard the file's tests share."""
+    context = browser.new_context(**options)
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+def new_run_dir(runs: Path, before: set[Path]) -> Path:
+    """The one run folder made in runs since before (a listing of runs), on a dashboard other tests also ran on;
+    beside the runs lies the runs index, a file."""
+    (made,) = [p for p in runs.iterdir() if p.is_dir() and p not in before]
+    return made
 
 
 def _show_pages(browser: Browser, folder: Path) -> None:

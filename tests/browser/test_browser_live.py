@@ -6,19 +6,20 @@ serve the file: a server start costs seconds of CPU on a machine the whole suite
 from __future__ import annotations
 
 import csv
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Browser, Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from chromium import LOSS_POINTS_JS, PACED_RUNS, dashboard_browser, start_a_long_mlp_run, take
+from chromium import (LOSS_POINTS_JS, PACED_RUNS, browser_window, dashboard_browser, new_run_dir,
+                      start_a_long_mlp_run, take)
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.browser]
 
 WAIT_MS = 90_000  # per condition: a loaded 2-core machine starts workers, trains and redraws slowly
+VIEWPORT = {"width": 1400, "height": 1000}
 REFRESHES = 3  # live refreshes, each bringing new points, that the view must survive
 
 # The loss chart's view and its traces' visibility, read from plotly.js's own state.
@@ -52,17 +53,6 @@ def served(tmp_path_factory) -> Iterator[tuple[Path, str, Browser]]:
     runs = tmp_path_factory.mktemp("browser_live") / "runs"
     with dashboard_browser(runs, env=PACED_RUNS) as (url, browser):
         yield runs, url, browser
-
-
-@contextmanager
-def tabs(browser: Browser) -> Iterator[BrowserContext]:
-    """A browser window for the test's tabs (each page its own Streamlit session), closed after it: a live
-    Train page left open keeps redrawing its charts every second."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    try:
-        yield context
-    finally:
-        context.close()
 
 
 # --- a run followed live in two tabs, its zoom and hidden legend entries kept ---------------------------
@@ -121,7 +111,7 @@ def test_a_run_started_in_one_tab_is_followed_live_in_another_and_its_charts_kee
     legend entry clicked off survive the live refreshes. One long mlp run serves both checks."""
     _, url, browser = served
     before = set(served[0].iterdir())
-    with tabs(browser) as context:
+    with browser_window(browser, viewport=VIEWPORT) as context:
         watcher, starter = context.new_page(), context.new_page()
         watcher.goto(f"{url}/Train")  # opened first, while nothing runs
         expect(watcher.get_by_text("No run yet")).to_be_visible(timeout=WAIT_MS)
@@ -148,7 +138,7 @@ def test_a_run_started_in_one_tab_is_followed_live_in_another_and_its_charts_kee
         expect(starter.locator(".st-key-start button")).to_be_enabled(timeout=WAIT_MS)
 
         # Deleted on the Runs page in the other tab: the starter, not touched, drops it at its next refresh.
-        (run_id,) = [p.name for p in served[0].iterdir() if p.is_dir() and p not in before]
+        run_id = new_run_dir(served[0], before).name
         watcher.goto(f"{url}/Runs?run={run_id}")
         watcher.get_by_text("Delete the 1 selected run").click()
         watcher.get_by_text(f"Yes, delete {run_id} and all their files").click()
@@ -181,8 +171,8 @@ def test_a_gpt_run_in_the_browser_charts_against_tokens_and_shows_generated_text
     """Pick gpt on pydoc with small settings, start, watch the loss chart fill and the generated text
     appear, then switch the charts' x axis to tokens seen and read what plotly.js drew."""
     runs, url, browser = served
-    before = {p for p in runs.iterdir() if p.is_dir()}
-    with tabs(browser) as context:
+    before = set(runs.iterdir())
+    with browser_window(browser, viewport=VIEWPORT) as context:
         page = context.new_page()
         page.goto(f"{url}/Train")
         choose(page, "Model", "gpt")
@@ -217,7 +207,7 @@ def test_a_gpt_run_in_the_browser_charts_against_tokens_and_shows_generated_text
         charts = page.wait_for_function(f"""() => {{ const charts = ({CHARTS_JS})();
             return ['training loss', 'throughput', 'validation perplexity'].every(
                 name => charts[name]?.x_title === 'tokens seen') ? charts : null; }}""", timeout=WAIT_MS).json_value()
-    (run_dir,) = {p for p in runs.iterdir() if p.is_dir()} - before  # Start made one run
+    run_dir = new_run_dir(runs, before)  # Start made one run
     with open(run_dir / "metrics.csv", newline="") as file:
         tokens_seen = [int(row["tokens_seen"]) for row in csv.DictReader(file)]
     assert len(tokens_seen) == 6 and tokens_seen == sorted(tokens_seen) and tokens_seen[0] > 0
