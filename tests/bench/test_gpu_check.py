@@ -2,6 +2,7 @@
 exits 0, the cuda tests skip with the reason "no CUDA device", and neither needs streamlit, plotly or pytest-xdist
 (a GPU image often lacks them): checked with those blocked in a child process."""
 
+import json
 import os
 import subprocess
 import sys
@@ -34,25 +35,72 @@ def _without(tmp_path: Path, code: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+# The three checks in one such Python (torch imported once, not once per check), each apart: gpu_check's exit
+# status and output, the engine's and the planner's output (or the traceback of what failed), then the cuda tests
+# under pytest, whose report is the output before the last line; the last line is the JSON of the first two.
+_CHECKS = """
+import contextlib, io, json, runpy, sys, traceback
+
+def captured(code):
+    out, status = io.StringIO(), 0
+    with contextlib.redirect_stdout(out):
+        try:
+            code()
+        except SystemExit as exc:
+            status = exc.code
+        except BaseException:
+            status = traceback.format_exc()
+    return [status, out.getvalue()]
+
+def gpu_check():
+    sys.argv = ["gpu_check.py"]
+    runpy.run_path("bench/gpu_check.py", run_name="__main__")
+
+def engine_and_planner():
+    from gaccum_core.config import RunConfig
+    from gaccum_core.train.engine import Engine
+    from gaccum_core.train.metrics import RowKeeper
+    from gaccum_core.plan.planner import PlanRequest, make_plan
+    rows = RowKeeper()
+    Engine(RunConfig(model="mlp", dataset="fake", image_size=8, fake_samples=64, device="cpu")).run(
+        rows, steps=2, evaluate=False)
+    plan = make_plan(PlanRequest(RunConfig(model="cnn", dataset="fake", image_size=16, fake_samples=64,
+                                           device="cpu", micro_batch_size=1, accum_steps=1), 16, 50.0, time_cap_s=0.1))
+    print(len(rows.steps), plan.recommended.micro_batch_size)
+
+ended = {"gpu_check": captured(gpu_check), "engine_and_planner": captured(engine_and_planner)}
+import pytest
+ended["cuda_tests"] = int(pytest.main(["-m", "cuda", "tests/", "-q", "-rs", "-p", "no:cacheprovider"]))
+print(json.dumps(ended))
+"""
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory) -> tuple[dict, list[str]]:
+    """_CHECKS run without MISSING: (the JSON of what each check ended with, the cuda tests' report lines)."""
+    done = _without(tmp_path_factory.mktemp("without"), _CHECKS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    *report, last = done.stdout.strip().splitlines()
+    return json.loads(last), report
+
+
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 
 
-def test_without_cuda_it_says_so_in_one_line_and_runs_nothing(tmp_path):
-    done = _without(tmp_path, "import runpy, sys\nsys.argv = ['gpu_check.py']\n"
-                              "runpy.run_path('bench/gpu_check.py', run_name='__main__')")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines() == [f"gpu_check: no CUDA device on this machine (torch {torch.__version__}):"
-                                                " nothing was run."]
+def test_without_cuda_it_says_so_in_one_line_and_runs_nothing(checked):
+    status, stdout = checked[0]["gpu_check"]
+    assert status == 0, status
+    assert stdout.strip().splitlines() == [f"gpu_check: no CUDA device on this machine (torch {torch.__version__}):"
+                                           " nothing was run."]
 
 
-def test_the_cuda_tests_skip_with_their_reason_without_the_dashboard_or_xdist(tmp_path):
-    done = _without(tmp_path, "import sys, pytest\nsys.exit(pytest.main(['-m', 'cuda', 'tests/', '-q', '-rs', '-p', "
-                              "'no:cacheprovider']))")
-    assert done.returncode == 0, done.stdout + done.stderr
-    skipped = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
+def test_the_cuda_tests_skip_with_their_reason_without_the_dashboard_or_xdist(checked):
+    ended, report = checked
+    assert ended["cuda_tests"] == 0, "\n".join(report)
+    skipped = [line for line in report if line.startswith("SKIPPED")]
     other = [line for line in skipped if not line.endswith("no CUDA device")]
     assert skipped and not other, other
-    assert " skipped" in done.stdout.splitlines()[-1] and "error" not in done.stdout.splitlines()[-1]
+    assert " skipped" in report[-1] and "error" not in report[-1]
 
 
 def test_the_table_reads_the_figures_each_benchmark_prints_as_json():
@@ -67,18 +115,8 @@ def test_the_table_reads_the_figures_each_benchmark_prints_as_json():
                                  "| oracle | max \\|Δ\\| 3.1e-07 | pass |", "| compile | - | fail: 2e-3 > 1e-4 |"]
 
 
-def test_the_engine_and_the_planner_need_none_of_those(tmp_path):
+def test_the_engine_and_the_planner_need_none_of_those(checked):
     """What the cuda tests drive (the engine, the planner) imports none of MISSING: checked on the CPU."""
-    done = _without(tmp_path, (
-        "from gaccum_core.config import RunConfig\n"
-        "from gaccum_core.train.engine import Engine\n"
-        "from gaccum_core.train.metrics import RowKeeper\n"
-        "from gaccum_core.plan.planner import PlanRequest, make_plan\n"
-        "rows = RowKeeper()\n"
-        "Engine(RunConfig(model='mlp', dataset='fake', image_size=8, fake_samples=64, device='cpu')).run("
-        "rows, steps=2, evaluate=False)\n"
-        "plan = make_plan(PlanRequest(RunConfig(model='cnn', dataset='fake', image_size=16, fake_samples=64, "
-        "device='cpu', micro_batch_size=1, accum_steps=1), 16, 50.0, time_cap_s=0.1))\n"
-        "print(len(rows.steps), plan.recommended.micro_batch_size)\n"))
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[0] == "2"
+    status, stdout = checked[0]["engine_and_planner"]
+    assert status == 0, status
+    assert stdout.split()[0] == "2"
