@@ -69,7 +69,8 @@ def _progress_text(snapshot: RunSnapshot) -> str:
     config = snapshot.config
     starting = snapshot.state == RunState.RUNNING and not snapshot.steps_done
     if snapshot.state == RunState.QUEUED:
-        return f"{name} — queued: position {snapshot.queue_position} on this device"
+        waits = f", waiting for {plain(snapshot.waiting_for)}" if snapshot.waiting_for else ""
+        return f"{name} — queued: position {snapshot.queue_position} on {', '.join(snapshot.devices)}{waits}"
     if starting and snapshot.message.startswith(TOKENISING):
         return f"{name} — {plain(snapshot.message)}"
     if starting and config.compile != "off":

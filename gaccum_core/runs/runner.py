@@ -180,11 +180,16 @@ class Runner:
     def _blocker_words(self, mine: Turn) -> str:
         """What a waiting turn waits for, e.g. 'run baseline on cuda:0'."""
         with self._lock:
-            found = self._queue.blocker(mine)
+            return self._waiting_for(mine) or "its turn"
+
+    def _waiting_for(self, item: TrackedRun | Turn) -> str:
+        """What a queued run or turn waits for first ('run baseline on cuda:0', 'a plan on cuda:1'), '' when it
+        does not wait (call with the lock held)."""
+        found = self._queue.blocker(item)
         if found is None:
-            return "its turn"
+            return ""
         other, shared = found
-        what = "another plan" if isinstance(other, Turn) else f"run {other.name or other.run_id}"
+        what = "a plan" if isinstance(other, Turn) else f"run {other.name or other.run_id}"
         return f"{what} on {', '.join(shared)}"
 
     def stop(self, run_id: str) -> None:
@@ -264,7 +269,7 @@ class Runner:
         return self.snapshot(run_id)
 
     def _snapshot(self, run: TrackedRun) -> RunSnapshot:
-        return run.snapshot(self._queue.position(run))
+        return run.snapshot(self._queue.position(run), self._waiting_for(run))
 
     def worker_pid(self, run_id: str) -> int | None:
         """The process id of the worker (or torchrun) that runs or last ran the run; None for a run not

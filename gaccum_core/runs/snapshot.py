@@ -40,6 +40,7 @@ class RunSnapshot:
     name: str = ""  # the user's name for the run, if they gave one
     known: frozenset[str] | None = None  # an imported run's settings its hparams named (None: a run of gaccum's)
     devices: tuple[str, ...] = ()  # what it holds in the device queue while it runs ("cuda:0", "cuda:1"; "cpu")
+    waiting_for: str = ""  # while queued, what it waits for first: 'run baseline on cuda:0', 'a plan on cuda:1'
 
     @property
     def done(self) -> bool:
@@ -68,14 +69,14 @@ class TrackedRun:
     stop_event: threading.Event = field(default_factory=threading.Event)
     done_event: threading.Event = field(default_factory=threading.Event)
 
-    def snapshot(self, queue_position: int) -> RunSnapshot:
+    def snapshot(self, queue_position: int, waiting_for: str = "") -> RunSnapshot:
         """A copy of the run's state (call with the runner's lock held); queue_position 0 when not queued."""
         elapsed = (self.ended or time.monotonic()) - self.started if self.started else 0.0
         steps_done = len(self.rows.steps)
         eta = eta_seconds(self.rows.steps, self.total_steps) if self.state == RunState.RUNNING else None
         return RunSnapshot(self.run_id, self.config, self.state, self.message, self.device, steps_done,
                            self.total_steps, queue_position, elapsed, eta, tuple(self.rows.steps),
-                           tuple(self.rows.evals), self.name, devices=self.devices)
+                           tuple(self.rows.evals), self.name, devices=self.devices, waiting_for=waiting_for)
 
 
 def disk_snapshot(store: RunStore, run_id: str) -> RunSnapshot:

@@ -13,6 +13,7 @@ from gaccum_core.config import RunConfig
 from gaccum_core.runs.device_queue import DeviceQueue, devices_of
 from gaccum_core.states import RunState
 from tests.device_runs import reached, stub_gpu_runner
+from dashboard.live import _progress_text as progress_text
 
 CUDA0, CUDA1 = torch.device("cuda", 0), torch.device("cuda", 1)
 
@@ -72,6 +73,8 @@ def test_a_one_gpu_run_waits_while_a_data_parallel_job_on_auto_holds_its_gpu(stu
     time.sleep(0.1)  # a run let through would be running by now
     waiting = runner.snapshot(single)
     assert waiting.state == RunState.QUEUED and waiting.queue_position == 1 and waiting.devices == ("cuda:1",)
+    assert waiting.waiting_for == "run job on cuda:1"
+    assert progress_text(waiting).endswith("queued: position 1 on cuda:1, waiting for run job on cuda:1")
     assert runner.snapshot(job).devices == ("cuda:0", "cuda:1")
     end(job)
     reached(runner, single, RunState.RUNNING)
@@ -102,6 +105,7 @@ def test_a_plan_waits_for_the_run_on_its_gpu_and_a_run_waits_for_the_plan(stubbe
     second = runner.submit(RunConfig(device="cuda:0", model="mlp"))
     time.sleep(0.1)
     assert runner.snapshot(second).state == RunState.QUEUED and runner.snapshot(second).queue_position == 1
+    assert runner.snapshot(second).waiting_for == "a plan on cuda:0"
     leave.set()
     planner.join(10)
     reached(runner, second, RunState.RUNNING)
