@@ -1,7 +1,9 @@
 """The real dashboard in Debian's Chromium: type a micro-batch size, start a tiny run, watch
 the loss chart fill, let the run finish, download its CSV and check the header; run the lab pages; type
-a tiny plan, read both plan charts as plotly.js drew them, and carry the recommendation to the Train page."""
+a tiny plan, read both plan charts as plotly.js drew them, and carry the recommendation to the Train page;
+start a sharded run (N=2, fsdp) by clicks and read its collectives and memory charts."""
 
+import csv
 import json
 import re
 from contextlib import contextmanager
@@ -12,7 +14,7 @@ import psutil
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from chromium import LOSS_POINTS_JS, dashboard_browser, loss_points
+from chromium import LOSS_POINTS_JS, browser_window, dashboard_browser, loss_points, new_run_dir
 from dashboard.nav import PAGES
 from gaccum_core.train.metrics import STEP_COLUMNS
 
@@ -35,14 +37,12 @@ def served(tmp_path_factory) -> Iterator[tuple[Path, str, Browser]]:
 
 
 @contextmanager
-def dashboard_page(served: tuple[Path, str, Browser]) -> Iterator[tuple[str, Page]]:
-    """A fresh page (its own Streamlit session) on the file's dashboard."""
+def dashboard_page(served: tuple[Path, str, Browser], width: int = 1400,
+                   height: int = 1000) -> Iterator[tuple[str, Page]]:
+    """A fresh page (its own Streamlit session) on the file's dashboard, closed after the test."""
     _, url, browser = served
-    page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-    try:
-        yield url, page
-    finally:
-        page.close()
+    with browser_window(browser, viewport={"width": width, "height": height}, accept_downloads=True) as window:
+        yield url, window.new_page()
 
 
 def test_the_home_page_its_sidebar_and_what_it_loads_for_the_train_page(served):
@@ -67,6 +67,7 @@ def test_the_home_page_its_sidebar_and_what_it_loads_for_the_train_page(served):
 
 def test_a_tiny_run_from_the_browser(served):
     runs = served[0]
+    before = set(runs.iterdir())
     with dashboard_page(served) as (url, page):
         page.goto(f"{url}/Train")
         b = page.get_by_role("spinbutton", name="Micro-batch size b")
@@ -90,11 +91,10 @@ def test_a_tiny_run_from_the_browser(served):
         lines = info.value.path().read_text().splitlines()
         assert lines[0] == ",".join(STEP_COLUMNS)
         assert len(lines) == 13
-        (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]  # beside it the runs index
+        run_dir = new_run_dir(runs, before)
         trainer = json.loads((run_dir / "status.json").read_text())["pid"]  # trained in a worker process
         servers = [p.pid for p in psutil.process_iter(["cmdline"]) if "streamlit" in " ".join(p.info["cmdline"] or [])]
         assert servers and trainer not in servers
-    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]  # beside it the runs index
     assert '"micro_batch_size": 16' in (run_dir / "config.json").read_text()
 
 
@@ -166,3 +166,64 @@ def test_a_tiny_plan_in_the_browser_and_its_settings_on_the_train_page(served):
         expect(page.get_by_role("spinbutton", name="Micro-batch size b")).to_have_value(b, timeout=WAIT_MS)
         expect(page.get_by_role("spinbutton", name="Accumulation steps k")).to_have_value(k, timeout=WAIT_MS)
         expect(page.get_by_test_id("stMetricValue").first).to_have_text("24", timeout=WAIT_MS)
+
+
+# --- a sharded run: N=2, sharding fsdp, sync on the window's last micro-batch, started by clicks --------------
+
+FSDP_WAIT_MS = 240_000  # a loaded 2-core machine starts torchrun's two ranks slowly
+FSDP_STEPS = 3
+# Per chart title: each trace's uid, name, whether it is in the legend, and its y values, from plotly.js's _fullData.
+DRAWN_JS = """(title) => {
+    const plot = [...document.querySelectorAll('.js-plotly-plot')]
+        .find(p => p._fullLayout && p._fullLayout.title.text === title);
+    return plot ? plot._fullData.map(t => ({uid: t.uid, name: t.name, legend: t.showlegend,
+                                             y: Array.from(t.y || []).map(Number)})) : null;
+}"""
+
+
+def _set(page: Page, label: str, value: str) -> None:
+    box = page.get_by_role("spinbutton", name=label)
+    box.fill(value)
+    box.press("Enter")
+    expect(box).to_have_value(value)
+
+
+@pytest.mark.multiprocess
+def test_an_fsdp_run_started_from_the_train_page_charts_its_collectives_and_memory_per_rank(served):
+    """The collectives chart plotly.js draws holds the counts the run wrote to its metrics.csv, and the memory
+    chart says it is per rank."""
+    runs = served[0]
+    before = set(runs.iterdir())
+    with dashboard_page(served, width=1280, height=2400) as (url, page):
+        page.goto(f"{url}/Train")
+        model = page.get_by_role("combobox", name="Model")
+        expect(model).to_be_visible(timeout=FSDP_WAIT_MS)
+        model.click()
+        page.get_by_role("option", name="mlp", exact=True).click()
+        _set(page, "Micro-batch size b", "8")
+        _set(page, "Processes N (data-parallel)", "2")
+        _set(page, "Max optimizer steps (0 = no limit)", str(FSDP_STEPS))
+        page.get_by_text("fsdp", exact=True).click()
+        page.get_by_text("last micro-batch only", exact=True).click()
+        expect(page.get_by_text("times fewer collectives")).to_be_visible(timeout=FSDP_WAIT_MS)
+        start = page.locator(".st-key-start button")
+        expect(start).to_be_enabled(timeout=FSDP_WAIT_MS)
+        start.click()
+        expect(page.get_by_text(f"finished: step {FSDP_STEPS} of {FSDP_STEPS}")).to_be_visible(timeout=FSDP_WAIT_MS)
+        page.wait_for_function(f"() => ({DRAWN_JS})('collectives per optimizer step') !== null", timeout=FSDP_WAIT_MS)
+        collectives = page.evaluate(DRAWN_JS, "collectives per optimizer step")
+        memory_title = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')]
+            .map(p => p._fullLayout.title.text).filter(t => t.startsWith('training memory'))""")
+    with open(new_run_dir(runs, before) / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == FSDP_STEPS
+    lines = {trace["uid"].rsplit("--", 1)[1]: trace for trace in collectives if "--" in trace["uid"]}
+    # What the chart draws is what the run counted, kind by kind; an fsdp run all-reduces nothing.
+    for kind in ("reduce_scatter", "all_gather"):
+        wrote = [float(row[f"{kind}_calls"]) for row in rows]
+        assert min(wrote) > 0 and lines[kind]["y"] == wrote, (kind, lines[kind]["y"], wrote)
+    assert "allreduce" not in lines
+    assert lines["legend"]["name"].endswith("N=2 fsdp/last") and lines["legend"]["legend"]
+    # sync on the window's last micro-batch only: fewer reduce-scatters than all-gathers (one per micro-batch)
+    assert lines["all_gather"]["y"][0] > lines["reduce_scatter"]["y"][0]
+    assert memory_title == ["training memory per rank"]
