@@ -289,7 +289,7 @@ def layer_picture() -> str:
 
 
 def test_the_readme_pictures_the_layers_as_they_are():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     assert f"```\n{layer_picture()}\n```" in readme, "run `python tests/test_layers.py` and paste its picture"
 
 

@@ -26,7 +26,7 @@ def test_server_binds_to_loopback_with_xsrf_protection_and_no_telemetry():
     # No gc.collect() after every (fragment) rerun: it holds the GIL ~0.15 s and starves training.
     assert config["runner"]["postScriptGC"] is False
     assert "base" not in config.get("theme", {})  # the theme follows the browser's light or dark setting
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "dashboard.md").read_text()
     assert "ssh -N -L 8501:127.0.0.1:8501" in readme and "--server.address 0.0.0.0" in readme
 
 

@@ -1,4 +1,4 @@
-"""The README's two-machine commands, run as two 'machines' on this one: node 0 writes the run, node 1
+"""docs/distributed.md's two-machine commands, run as two 'machines' on this one: node 0 writes the run, node 1
 joins it, and the job trains exactly what one process with micro-batch N·b trains."""
 
 import subprocess
