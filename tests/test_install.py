@@ -111,3 +111,5 @@ def test_install_gives_the_gaccum_command_and_python_m_from_any_folder(tmp_path)
     for flag, process in started.items():
         out, err = process.communicate(timeout=300)
         assert process.returncode == 0 and flag in out, (commands[flag], err)
+        called = "gaccum run" if commands[flag][0].endswith("gaccum") else "python -m gaccum_core plan"
+        assert out.startswith(f"usage: {called} "), out.splitlines()[0]  # each says how it was called

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Mapping, Sequence
 
 from gaccum_core import runsdir
@@ -14,9 +16,15 @@ from gaccum_core.cli.args import OneLineParser
 COMMANDS = (run, sweep, plan, check, worker, resume, import_runs, export, doctor)
 
 
+def program() -> str:
+    """How the user called the command line, for its usage lines: `gaccum` (the installed script) or
+    `python -m gaccum_core`."""
+    return "gaccum" if os.path.basename(sys.argv[0]) == "gaccum" else "python -m gaccum_core"
+
+
 def _parsers() -> tuple[OneLineParser, Mapping[str, argparse.ArgumentParser]]:
     """The `gaccum` parser, and each command's parser by name."""
-    parser = OneLineParser(prog="python -m gaccum_core", description="Exact gradient accumulation experiments.")
+    parser = OneLineParser(prog=program(), description="Exact gradient accumulation experiments.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     for command in COMMANDS:
         command.add_parser(commands)
