@@ -14,8 +14,7 @@ from typing import Any, Callable, Mapping
 
 import streamlit as st
 
-from gaccum_core.config import RunConfig
-from gaccum_core.field_help import FIELD_HELP
+from gaccum_core.config import RunConfig, by_field
 
 _KEPT = "_keep_"  # the permanent key of widget `key` is _KEPT + key
 TRAIN = "cfg_"  # the Train page's controls: cfg_ + a RunConfig field
@@ -88,11 +87,11 @@ def _number_box(default: Any, kwargs: dict[str, Any]) -> bool:
 
 
 def widget(draw: Callable[..., Any], label: str, key: str, default: Any, **kwargs: Any) -> Any:
-    """Draw a widget whose value survives reruns and page switches; help text from FIELD_HELP. A number
+    """Draw a widget whose value survives reruns and page switches; help text its RunConfig field's. A number
     box shows its value exactly, and an integer one takes 1e3 as 1000 (2.5 comes back as 2.5, to refuse)."""
     whole = draw is st.number_input and _number_box(default, kwargs)
     keep(key, default)
-    kwargs.setdefault("help", FIELD_HELP.get(key.removeprefix(TRAIN)))
+    kwargs.setdefault("help", by_field("help").get(key.removeprefix(TRAIN)))
     value = draw(label, key=key, on_change=_store, args=(key,), **kwargs)
     return _whole(value) if whole else value
 
@@ -100,7 +99,7 @@ def widget(draw: Callable[..., Any], label: str, key: str, default: Any, **kwarg
 class FieldWidgets:
     """Widgets named by a field (a RunConfig field or a page's own), each followed by an empty slot for
     the message that refuses its value; keys are prefix + field. A widget's default is the one given,
-    else the field's value in `defaults`; its help is FIELD_HELP's text unless the page has its own words."""
+    else the field's value in `defaults`; its help is its field's unless the page has its own words."""
 
     def __init__(self, prefix: str, labels: Mapping[str, str], defaults: Any = None) -> None:
         self.prefix, self.labels, self.defaults = prefix, labels, defaults
@@ -111,7 +110,7 @@ class FieldWidgets:
         """One widget for `field`, kept across reruns and page switches, then its (empty) message slot."""
         if default is None:
             default = getattr(self.defaults, field)
-        kwargs.setdefault("help", FIELD_HELP.get(field))
+        kwargs.setdefault("help", by_field("help").get(field))
         self.values[field] = widget(draw, self.labels[field], self.prefix + field, default, **kwargs)
         self.slots[field] = st.empty()
         return self.values[field]

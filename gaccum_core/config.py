@@ -1,161 +1,230 @@
-"""RunConfig: the one frozen description of a training run, validated on construction."""
+"""RunConfig: the one frozen description of a training run, validated on construction. Each field declares
+itself once, in its metadata (setting): its help, its control's label, its short word, when it applies, its
+choices, what a run's label makes of it, whether the planner chooses it and whether a sweep crosses it. The
+Train page's controls, the command line's flags, the docs' settings table, the labels and the sweeps read it."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from gaccum_core.presets import GPT_PRESETS
+from gaccum_core.presets import GPT_PRESETS, preset_words
+from gaccum_core.validation import check
+from gaccum_core.values import *  # noqa: F401,F403  (the fixed sets, model forms and ConfigError, said as config.X)
+from gaccum_core.values import (AC_MODES, AMP_MODES, CLEAR_CACHE_MODES, COMPILE_MODES, FSDP_SYNCS, GPT_PRESET_NAMES,
+                                IMPORTED_KEY, LR_SCHEDULES, MODELS, ON_OFF, OPTIMIZERS, REDUCTIONS, SHARDINGS,
+                                TEXT_DATASETS, TOKEN_DTYPES, ConfigError)
 
-REDUCTIONS = ("mean", "sum", "mean_per_micro_batch")
-AMP_MODES = ("off", "fp16", "bf16")
-CLEAR_CACHE_MODES = ("off", "step", "micro")
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
-OPTIMIZERS = ("sgd", "adam", "adamw")
-LR_SCHEDULES = ("constant", "cosine")
-SHARDINGS = ("ddp", "fsdp")  # a whole copy per process (DDP), or weights, gradients and optimizer state sharded (FSDP2)
-FSDP_SYNCS = ("every", "last")  # reduce-scatter after every micro-batch, or only after the window's last
-ON_OFF = ("on", "off")
-TORCHVISION_MODELS = ("resnet18", "resnet50", "mobilenet_v3_small", "efficientnet_b0", "vit_b_16")
-MODELS = ("mlp", "cnn", "cnn_bn", "cnn_gn", *TORCHVISION_MODELS, "gpt")
-# weights_file: a state dict of the model's weights, as safetensors or torch.save wrote it
-WEIGHTS_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
-IMAGE_DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake", "imagefolder")
-# pydoc (bundled), text (your .txt/.jsonl files), tokens (nanoGPT's train.bin/val.bin of token ids),
-# hf-dataset (a datasets save_to_disk folder or a folder of .parquet files)
-TEXT_DATASETS = ("pydoc", "text", "tokens", "hf-dataset")
-TOKEN_DTYPES = ("uint16", "uint32")  # the width of a tokens data set's ids (nanoGPT writes uint16)
-# Activation checkpointing: none, every ac_every-th block (selective), or every block (full)
-AC_MODES = ("off", "selective", "full")
-DATASETS = IMAGE_DATASETS + TEXT_DATASETS
-TEXT_MODELS = ("gpt",)
-TIMM_PREFIX = "timm:"  # timm:NAME, any timm image model, untrained
-_TIMM_NAME_RE = re.compile(r"^timm:[A-Za-z0-9_.\-]{1,100}$")
-HF_PREFIX = "hf:"  # hf:DIR, a Hugging Face causal language model saved in a local directory
-MAX_SEQ_LEN = 1 << 20  # far beyond any model's positions; hf: models are checked against their own when loaded
-# The key of an imported run's config.json that says where it came from (gaccum_core.runs.tb_import): its
-# settings are those its hparams named, the rest defaults, and nothing trains it.
-IMPORTED_KEY = "imported"
+_DOWNLOADED = ("mnist", "fashionmnist", "cifar10")
+IN_LABEL = ("always", "usual", "other", "never")  # what a run's label makes of a field (in_label), None: where runs differ
+PLANNER = ("chooses", "ignores")  # the planner picks or crosses it; a run's length or processes, no plan flag
 
 
-def is_hf(model: str) -> bool:
-    """Whether model names a Hugging Face causal LM directory (hf:DIR); the directory is checked when loaded."""
-    return model.startswith(HF_PREFIX)
+def setting(default: Any, label: str | None, help_text: str, *, choices: tuple[str, ...] | None = None,
+            short: str | None = None, applies: Callable[[Any], bool] | None = None, in_label: str | None = None,
+            column: bool = False, planner: str | None = None, sweep: bool = False) -> Any:
+    """A RunConfig field and everything said about it: label (its control's; None: no control), help (one
+    line), choices (a fixed set), short (its word in labels: b), applies (the runs it changes; None: all),
+    in_label (IN_LABEL), column (a column of the runs table), planner (PLANNER) and sweep (a sweep's axis)."""
+    assert in_label in (None, *IN_LABEL) and planner in (None, *PLANNER), (in_label, planner)
+    return dataclasses.field(default=default, metadata={
+        "label": label, "help": help_text, "choices": choices, "short": short, "applies": applies,
+        "in_label": in_label, "column": column, "planner": planner, "sweep": sweep})
 
 
-def is_language_model(model: str) -> bool:
-    """Whether model is a causal language model (gpt, or hf:DIR) that trains on a text data set."""
-    return model in TEXT_MODELS or is_hf(model)
-
-
-def is_timm(model: str) -> bool:
-    """Whether model names a timm model (timm:NAME); the name itself is checked against timm when built."""
-    return model.startswith(TIMM_PREFIX)
-
-
-# MODULE:FUNCTION (a dotted module on the Python path) or FILE.py:FUNCTION: your own model factory.
-_FACTORY_RE = re.compile(r"^(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[^:\n]+\.py):[A-Za-z_]\w*$")
-
-
-def is_factory(model: str) -> bool:
-    """Whether model names your own factory (MODULE:FUNCTION or FILE.py:FUNCTION)."""
-    return not is_timm(model) and not is_hf(model) and bool(_FACTORY_RE.match(model))
-
-
-def takes_weights_file(model: str) -> bool:
-    """Whether model can start from a weights file of yours (weights_file): timm:NAME and torchvision's models."""
-    return is_timm(model) or model in TORCHVISION_MODELS
-
-
-GPT_PRESET_NAMES = tuple(GPT_PRESETS)
-
-# Far beyond any real run; catches a typo like 3200000 before it allocates anything.
-MAX_BATCH = 1 << 16
-MAX_ACCUM = 1 << 16
-MAX_IMAGE = 1024
-MAX_PROCESSES = 1024  # per machine; the device sets the real limit (preflight)
-_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
-
-
-class ConfigError(ValueError):
-    """A config field holds a value that is not allowed."""
-
-    def __init__(self, field: str, value: Any, allowed: str) -> None:
-        self.field, self.value, self.allowed = field, value, allowed
-        super().__init__(f"{field}={value!r} is not allowed: {allowed}")
-
-    def __reduce__(self) -> tuple:
-        """Pickled as its three parts (a worker process's refusal crosses to the page that asked)."""
-        return type(self), (self.field, self.value, self.allowed)
-
-
-def _one_of(default: str, allowed: tuple[str, ...]) -> Any:
-    """A RunConfig field that takes one of a fixed set of values (collected in CHOICES)."""
-    return dataclasses.field(default=default, metadata={"choices": allowed})
+def _has_fields(c: Any) -> bool:
+    """.jsonl lines and hf-dataset rows have fields; a .txt file's paragraphs do not."""
+    return c.dataset == "hf-dataset" or (c.dataset == "text" and not c.text_file.strip().lower().endswith(".txt"))
 
 
 @dataclass(frozen=True)
 class RunConfig:
     """Every setting of one accumulation experiment."""
 
-    model: str = "mlp"
-    dataset: str = "digits"
-    micro_batch_size: int = 32
-    accum_steps: int = 4
-    reduction: str = _one_of("mean", REDUCTIONS)
-    amp: str = _one_of("off", AMP_MODES)
-    init_scale: float = 65536.0
-    growth_interval: int = 2000
-    grad_clip: float = 0.0
-    clear_cache: str = _one_of("off", CLEAR_CACHE_MODES)
-    compile: str = _one_of("off", COMPILE_MODES)
-    optimizer: str = _one_of("sgd", OPTIMIZERS)
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    lr_schedule: str = _one_of("constant", LR_SCHEDULES)
-    warmup_steps: int = 0
-    epochs: int = 1
-    max_steps: int = 0
-    seed: int = 0
-    device: str = "auto"
-    data_dir: str = "data"
-    download: bool = False
-    image_size: int = 0
-    fake_samples: int = 1024
-    fake_classes: int = 10
-    eval_every: int = 0
-    nproc: int = 1
-    nnodes: int = 1
-    checkpoint_every: int = 100
-    sync_every_micro_batch: bool = False
-    sharding: str = _one_of("ddp", SHARDINGS)
-    fsdp_sync: str = _one_of("every", FSDP_SYNCS)
-    fsdp_reshard_after_backward: str = _one_of("on", ON_OFF)
-    text_file: str = ""
-    text_file_max_mb: int = 256
-    text_field: str = "text"
-    max_seq_len: int = 128
-    gpt_preset: str = _one_of("tiny", GPT_PRESET_NAMES)
-    no_dropout: bool = False
-    packing: str = _one_of("off", ON_OFF)
-    token_dtype: str = _one_of("uint16", TOKEN_DTYPES)
-    cache_dir: str = ""
-    eval_batches: int = 50
-    activation_checkpointing: str = _one_of("off", AC_MODES)
-    ac_every: int = 2
-    weights_file: str = ""
-    tensorboard: str = _one_of("on", ON_OFF)  # event files in the run's tb/ as it trains (runs.tensorboard)
+    model: str = setting("mlp", "Model",
+            "model to train: " + ", ".join(MODELS) + ", timm:NAME (any timm image model, untrained), "
+            "MODULE:FUNCTION / FILE.py:FUNCTION (your factory, called with input_shape=(C, H, W), num_classes=N), "
+            "or hf:DIR (a Hugging Face causal language model saved in DIR with its tokenizer; never downloaded)",
+            in_label='always', column=True)
+    dataset: str = setting("digits", "Dataset",
+            "data set: digits (bundled, no download), mnist, fashionmnist, cifar10 (from data_dir), fake, "
+            "imagefolder (your images in data_dir, one sub-folder per class), MODULE:FUNCTION / "
+            "FILE.py:FUNCTION (your function returning (train, test) datasets of (image tensor, int label)); "
+            "text for gpt and hf:DIR: pydoc (Python's documentation topics, bundled), text (text_file), tokens "
+            "(nanoGPT's data_dir/train.bin and val.bin of token ids) or hf-dataset (a folder datasets' "
+            "save_to_disk wrote, or of .parquet files, in data_dir; its text_field)",
+            column=True)
+    micro_batch_size: int = setting(32, "Micro-batch size b",
+            "samples per forward/backward pass (b)",
+            short='b', in_label='always', column=True, planner='chooses', sweep=True)
+    accum_steps: int = setting(4, "Accumulation steps k",
+            "micro-batches accumulated per optimizer step (k); effective batch = b*k",
+            short='k', in_label='always', column=True, planner='chooses')
+    reduction: str = setting("mean", "Loss reduction",
+            "loss reduction: mean (exact: each micro-batch's summed loss over the window's samples, or "
+            "target tokens for text), sum, or mean_per_micro_batch (the textbook loop: each micro-batch's "
+            "mean loss divided by k; NOT exact when micro-batches hold different sample or token counts)",
+            choices=REDUCTIONS, in_label='usual', column=True, sweep=True)
+    amp: str = setting("off", "Mixed precision",
+            "mixed precision: off, fp16 (autocast + GradScaler) or bf16 (autocast, no scaler)",
+            choices=AMP_MODES, in_label='usual', column=True, planner='chooses', sweep=True)
+    init_scale: float = setting(65536.0, "Initial loss scale",
+            "GradScaler's initial loss scale (fp16 only)",
+            applies=lambda c: c.amp == "fp16", column=True)
+    growth_interval: int = setting(2000, "Growth interval",
+            "clean steps before the GradScaler doubles the scale (fp16 only)",
+            applies=lambda c: c.amp == "fp16")
+    grad_clip: float = setting(0.0, "Gradient clipping (0 = off)",
+            "clip the gradient norm to this value after unscaling (0 = off)",
+            column=True)
+    clear_cache: str = setting("off", "Cache clearing",
+            "gc.collect() + torch.cuda.empty_cache(): off, after each optimizer step, or after each micro-batch",
+            choices=CLEAR_CACHE_MODES, in_label='usual', column=True, planner='chooses', sweep=True)
+    compile: str = setting("off", "torch.compile",
+            "torch.compile mode: off, default, reduce-overhead, max-autotune",
+            choices=COMPILE_MODES, in_label='usual', column=True, planner='chooses', sweep=True)
+    optimizer: str = setting("sgd", "Optimizer",
+            "sgd (with momentum), adam or adamw",
+            choices=OPTIMIZERS, column=True)
+    lr: float = setting(0.05, "Learning rate",
+            "base learning rate",
+            column=True)
+    momentum: float = setting(0.9, "Momentum",
+            "SGD momentum (ignored by adam/adamw)",
+            applies=lambda c: c.optimizer == "sgd")
+    weight_decay: float = setting(0.0, "Weight decay",
+            "weight decay")
+    lr_schedule: str = setting("constant", "Schedule",
+            "constant or cosine (after warmup), advanced once per optimizer step",
+            choices=LR_SCHEDULES, column=True)
+    warmup_steps: int = setting(0, "Warmup steps",
+            "optimizer steps of linear warmup")
+    epochs: int = setting(1, "Epochs",
+            "passes over the training set",
+            planner='ignores')
+    max_steps: int = setting(0, "Max optimizer steps (0 = no limit)",
+            "stop after this many optimizer steps (0 = no limit)",
+            planner='ignores')
+    seed: int = setting(0, "Seed",
+            "seed for the initial weights, the sample order and what training draws (dropout; each rank its own)",
+            column=True)
+    device: str = setting("auto", "Device",
+            "auto, cpu, cuda or cuda:N",
+            in_label='never')
+    data_dir: str = setting("data", "Data directory",
+            "where mnist, fashionmnist and cifar10 are read from; for imagefolder, the folder of class "
+            "folders (or of train/ and val/ each holding them); for tokens, the folder of train.bin (and "
+            "val.bin); for hf-dataset, the folder datasets' save_to_disk wrote, or of .parquet files",
+            applies=lambda c: c.dataset in (*_DOWNLOADED, "imagefolder", "tokens", "hf-dataset"))
+    download: bool = setting(False, "Download if missing",
+            "download mnist/fashionmnist/cifar10 into data_dir when missing",
+            applies=lambda c: c.dataset in _DOWNLOADED, in_label='never')
+    image_size: int = setting(0, "Image size (0 = the data set's own)",
+            "resize images to this size for the model (0 = the data set's own size; fake: generated size)",
+            applies=lambda c: not c.is_text)
+    fake_samples: int = setting(1024, "Fake samples",
+            "training samples of the fake data set (its test split is a fifth of that)",
+            applies=lambda c: c.dataset == "fake")
+    fake_classes: int = setting(10, "Fake classes",
+            "classes of the fake data set",
+            applies=lambda c: c.dataset == "fake")
+    eval_every: int = setting(0, "Evaluate every N steps (0 = each epoch)",
+            "evaluate on the test split every N optimizer steps (0 = at the end of each epoch)",
+            planner='ignores')
+    nproc: int = setting(1, "Processes N (data-parallel)",
+            "data-parallel processes per machine (DDP through torchrun, one GPU each on CUDA); "
+            "effective batch = nnodes*nproc*b*k",
+            short='N', in_label='other', planner='chooses', sweep=True)
+    nnodes: int = setting(1, None,
+            "machines in a data-parallel job (the command line's --node-rank and --rdzv-endpoint join them)",
+            in_label='other', planner='ignores')
+    checkpoint_every: int = setting(100, "Checkpoint every N steps (0 = on Stop and at the end)",
+            "write checkpoint.pt every N optimizer steps, besides on Stop and at the end "
+            "(0 = only then); a killed run resumes from the last one",
+            planner='ignores')
+    sync_every_micro_batch: bool = setting(False, "All-reduce after every micro-batch (no_sync off)",
+            "all-reduce gradients after every micro-batch instead of once per window "
+            "(turns DDP's no_sync off, to see what it saves)",
+            applies=lambda c: c.world_size > 1 and c.sharding == "ddp", planner='ignores')
+    sharding: str = setting("ddp", "Sharding",
+            "ddp: every process holds the whole model, its gradients and optimizer state; fsdp: FSDP2 "
+            "shards them over the processes (each block, then the root), gathering weights per block as it "
+            "computes (needs nnodes*nproc > 1)",
+            choices=SHARDINGS, applies=lambda c: c.world_size > 1, in_label='usual', planner='chooses', sweep=True)
+    fsdp_sync: str = setting("every", "FSDP gradient sync",
+            "with fsdp: reduce-scatter gradients after every micro-batch (each rank keeps 1/N of the "
+            "gradient) or only after the window's last (k times fewer collectives, but each rank keeps the "
+            "whole fp32 gradient between micro-batches)",
+            choices=FSDP_SYNCS, applies=lambda c: c.sharding == "fsdp", in_label='other', planner='chooses')
+    fsdp_reshard_after_backward: str = setting("on", "Reshard after backward",
+            "with fsdp: on frees each block's gathered weights after its backward; off "
+            "keeps them between a window's micro-batches (fewer all-gathers, more memory)",
+            choices=ON_OFF, applies=lambda c: c.sharding == "fsdp", in_label='other', planner='ignores')
+    text_file: str = setting("", "Text file",
+            "what the text data set reads: a UTF-8 text file split on blank lines into documents, or .jsonl, "
+            "one JSON object a line whose text_field is a document; or a folder or glob of such files (shards, "
+            "read in sorted order). Tokenised once into the token cache (cache_dir), of any size",
+            applies=lambda c: c.dataset == "text")
+    text_file_max_mb: int = setting(256, "Largest document read at once (MB)",
+            "the most text read into memory at once, in MB: a larger document (a paragraph or a "
+            ".jsonl line) is refused; the corpus itself may be of any size",
+            applies=lambda c: c.dataset == "text", in_label='never')
+    text_field: str = setting("text", "JSON field holding the text",
+            "the field of each .jsonl line that holds its document's text",
+            applies=_has_fields)
+    max_seq_len: int = setting(128, "Sequence length (tokens)",
+            "longest sequence (tokens) of the text data sets: documents are cut into chunks of this length "
+            "(at most the positions the model embeds)",
+            applies=lambda c: c.is_text)
+    gpt_preset: str = setting("tiny", "GPT size",
+            "size of the gpt model: " + ", ".join(preset_words(name) for name in GPT_PRESETS)
+            + "; tiny suits the CPU, gpt2 is GPT-2 small's shape",
+            choices=GPT_PRESET_NAMES, applies=lambda c: c.model == "gpt", in_label='other')
+    no_dropout: bool = setting(False, "Dropout off",
+            "turn the model's dropout off (every dropout layer's p, and an hf: model's dropout settings, "
+            "set to 0): accumulated and big-batch steps then compute the same function")
+    packing: str = setting("off", "Packing (documents joined into full sequences)",
+            "off: each document cut into sequences of max_seq_len, its last one padded (micro-batches hold "
+            "different numbers of target tokens); on: documents joined with an end-of-text token and cut into "
+            "full sequences (nanoGPT), so every micro-batch holds the same number. A tokens data set is packed "
+            "by nature",
+            choices=ON_OFF, applies=lambda c: c.is_text and c.dataset != "tokens", sweep=True)
+    token_dtype: str = setting("uint16", "Token id width",
+            "the width of a tokens data set's ids in train.bin and val.bin: uint16 (as nanoGPT writes them, "
+            "for a vocabulary of at most 65,536 ids) or uint32",
+            choices=TOKEN_DTYPES, applies=lambda c: c.dataset == "tokens")
+    cache_dir: str = setting("", "Token cache folder (empty = beside the runs)",
+            "where text is kept tokenised (one flat file of token ids per corpus and tokenizer, reused by "
+            "later runs, other ranks and the planner); empty: GACCUM_CACHE_DIR, else token-cache beside the "
+            "runs directory (--runs-dir, else GACCUM_RUNS_DIR, else ./runs)",
+            applies=lambda c: c.dataset in ("text", "hf-dataset"), in_label='never')
+    eval_batches: int = setting(50, "Batches per evaluation (0 = the whole test split)",
+            "batches of the test split each evaluation reads: the same ones every time, so evaluations "
+            "compare (0 = the whole split)")
+    activation_checkpointing: str = setting("off", "Activation checkpointing",
+            "keep only each block's input and recompute its activations during backward "
+            "(torch.utils.checkpoint, non-reentrant, dropout masks preserved): off, selective "
+            "(every ac_every-th block) or full (every block); less activation memory for more "
+            "compute, the lever beside accumulation",
+            choices=AC_MODES, short='checkpointing', in_label='usual', planner='chooses', sweep=True)
+    ac_every: int = setting(2, "Checkpoint every N-th block",
+            "with selective activation checkpointing: checkpoint every N-th block (1 = every block, as full)",
+            applies=lambda c: c.activation_checkpointing == "selective", in_label='other')
+    weights_file: str = setting("", "Weights file (empty = untrained)",
+            "start a timm:NAME or torchvision model from your weights: a .safetensors, .pth, .pt or .bin "
+            "file of its state dict (empty: untrained, drawn from the seed). Every key and shape must fit; "
+            "a classifier of other classes is left freshly initialised for the data set's")
+    tensorboard: str = setting("on", "TensorBoard event files (tb/ in the run's folder)",
+            "on: the run also writes TensorBoard event files into its folder's tb/ as it trains (every "
+            "metrics.csv and eval.csv column as a scalar, its settings and final figures as hparams; "
+            "`tensorboard --logdir` on the runs directory shows them); off: none",
+            choices=ON_OFF, in_label='never')
 
     def __post_init__(self) -> None:
-        _check_types(self)
-        _check_choices(self)
-        _check_ranges(self)
+        check(self)
 
     @property
     def effective_batch_size(self) -> int:
@@ -224,139 +293,36 @@ class RunConfig:
         return self.replace(**lengths)
 
 
+
+
 # Each field that takes one of a fixed set of values, and that set: the config's check, the CLI's choices.
 CHOICES: dict[str, tuple[str, ...]] = {f.name: f.metadata["choices"] for f in dataclasses.fields(RunConfig)
-                                       if "choices" in f.metadata}
+                                       if f.metadata["choices"] is not None}
 
 
-def _check_types(cfg: RunConfig) -> None:
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        kind = f.type if isinstance(f.type, str) else f.type.__name__
-        if kind == "bool":
-            ok = isinstance(value, bool)
-        elif kind == "int":
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif kind == "float":
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if ok:
-                object.__setattr__(cfg, f.name, float(value))
-        else:
-            ok = isinstance(value, str)
-        if not ok:
-            raise ConfigError(f.name, value, f"a value of type {kind}")
+def meta(name: str, key: str) -> Any:
+    """One piece of a RunConfig field's metadata (setting): meta("accum_steps", "short") is "k"."""
+    return _FIELDS[name].metadata[key]
 
 
-def _check_choices(cfg: RunConfig) -> None:
-    if is_timm(cfg.model) and not _TIMM_NAME_RE.match(cfg.model):
-        raise ConfigError("model", cfg.model, "timm:NAME with a timm model name (letters, digits, _ . -)")
-    if is_hf(cfg.model) and not cfg.model.removeprefix(HF_PREFIX).strip():
-        raise ConfigError("model", cfg.model, "hf:DIR with the directory of a saved Hugging Face causal language model")
-    if cfg.model not in MODELS and not is_timm(cfg.model) and not is_factory(cfg.model) and not is_hf(cfg.model):
-        raise ConfigError("model", cfg.model, "one of " + ", ".join(MODELS) + ", timm:NAME (any timm image model), "
-                          "MODULE:FUNCTION / FILE.py:FUNCTION (your own factory) or hf:DIR (a saved causal LM)")
-    if cfg.dataset not in DATASETS and not is_factory(cfg.dataset):
-        raise ConfigError("dataset", cfg.dataset, "one of " + ", ".join(DATASETS) + ", or MODULE:FUNCTION / "
-                          "FILE.py:FUNCTION (your function returning (train, test) datasets)")
-    if not re.match(r"^\w{1,100}$", cfg.text_field):
-        raise ConfigError("text_field", cfg.text_field, "a JSON field name (letters, digits, _)")
-    for name, allowed in CHOICES.items():
-        if getattr(cfg, name) not in allowed:
-            raise ConfigError(name, getattr(cfg, name), "one of " + ", ".join(allowed))
-    if not _DEVICE_RE.match(cfg.device):
-        raise ConfigError("device", cfg.device, "auto, cpu, cuda or cuda:N")
+def fields_with(key: str, value: Any = True) -> tuple[str, ...]:
+    """The RunConfig fields (in their order) whose metadata `key` is `value`: fields_with("sweep")."""
+    return tuple(name for name, f in _FIELDS.items() if f.metadata[key] == value)
 
 
-def _int_range(cfg: RunConfig, name: str, low: int, high: int, note: str = "") -> None:
-    value = getattr(cfg, name)
-    if not low <= value <= high:
-        raise ConfigError(name, value, f"an integer from {low} to {high}{note}")
+def by_field(key: str) -> dict[str, Any]:
+    """One piece of every field's metadata, by field name, where it is set: by_field("help"), by_field("label")."""
+    return {name: f.metadata[key] for name, f in _FIELDS.items() if f.metadata[key] is not None}
 
 
-def _positive_float(cfg: RunConfig, name: str, allow_zero: bool, high: float = math.inf) -> None:
-    value = getattr(cfg, name)
-    low_ok = value >= 0 if allow_zero else value > 0
-    if not (math.isfinite(value) and low_ok and value <= high):
-        bound = "≥ 0" if allow_zero else "> 0"
-        raise ConfigError(name, value, f"a finite number {bound}" + (f" and ≤ {high:g}" if high < math.inf else ""))
+def applies(config: RunConfig, name: str) -> bool:
+    """Whether the setting `name` changes what this run does (init_scale only with fp16, text settings only
+    for text, sharding only with several processes…): what a run's label may name. Not a field: always."""
+    rule = _FIELDS[name].metadata["applies"] if name in _FIELDS else None
+    return rule is None or rule(config)
 
 
-def _check_ranges(cfg: RunConfig) -> None:
-    _int_range(cfg, "micro_batch_size", 1, MAX_BATCH)
-    _int_range(cfg, "accum_steps", 1, MAX_ACCUM)
-    _int_range(cfg, "growth_interval", 1, 10**9)
-    _int_range(cfg, "warmup_steps", 0, 10**9)
-    _int_range(cfg, "epochs", 1, 10**6)
-    _int_range(cfg, "max_steps", 0, 10**9, " (0 = no limit)")
-    _int_range(cfg, "seed", 0, 2**63 - 1)
-    _int_range(cfg, "image_size", 0, MAX_IMAGE, " (0 = the dataset's own size)")
-    _int_range(cfg, "fake_samples", 2, 10**7)
-    _int_range(cfg, "fake_classes", 2, 100_000)
-    _int_range(cfg, "eval_every", 0, 10**9, " (0 = at the end of each epoch)")
-    _int_range(cfg, "nproc", 1, MAX_PROCESSES)
-    _int_range(cfg, "nnodes", 1, MAX_PROCESSES)
-    _int_range(cfg, "checkpoint_every", 0, 10**9, " (0 = only on Stop and at the end)")
-    _int_range(cfg, "text_file_max_mb", 1, 1024**2)
-    _int_range(cfg, "eval_batches", 0, 10**9, " (0 = the whole test split)")
-    _int_range(cfg, "ac_every", 1, 10**6)
-    _positive_float(cfg, "lr", allow_zero=False, high=1e3)
-    _positive_float(cfg, "init_scale", allow_zero=False, high=2.0**126)
-    _positive_float(cfg, "grad_clip", allow_zero=True)
-    _positive_float(cfg, "momentum", allow_zero=True, high=1.0)
-    _positive_float(cfg, "weight_decay", allow_zero=True)
-    if cfg.momentum >= 1.0:
-        raise ConfigError("momentum", cfg.momentum, "a number from 0 to below 1")
-    if not cfg.data_dir.strip():
-        raise ConfigError("data_dir", cfg.data_dir, "a non-empty directory path")
-    _check_task(cfg)  # last: the settings that only make sense together
-    _check_sharding(cfg)
-    _check_weights_file(cfg)
-
-
-def _check_task(cfg: RunConfig) -> None:
-    """A text model needs a text data set and an image model an image one; the sequence fits the preset."""
-    if is_language_model(cfg.model) and not cfg.is_text:
-        raise ConfigError("dataset", cfg.dataset, f"a text data set for {cfg.model}: " + ", ".join(TEXT_DATASETS))
-    if cfg.is_text and not is_language_model(cfg.model):
-        raise ConfigError("model", cfg.model, f"a language model for the {cfg.dataset} text data set: "
-                          + ", ".join(TEXT_MODELS) + " or hf:DIR")
-    if cfg.dataset == "text" and not cfg.text_file.strip():
-        raise ConfigError("text_file", cfg.text_file, "the path of a UTF-8 text or .jsonl file, or a folder or glob of "
-                          "them (required with dataset text)")
-    if cfg.packing == "on" and not cfg.is_text:
-        raise ConfigError("packing", cfg.packing, "off for an image data set (packing joins text documents)")
-    if cfg.model == "gpt":
-        most = GPT_PRESETS[cfg.gpt_preset].max_len
-        _int_range(cfg, "max_seq_len", 1, most, f" (the positions gpt {cfg.gpt_preset} embeds)")
-    else:  # an hf: model's own positions are read from its config.json when it is loaded
-        _int_range(cfg, "max_seq_len", 1, MAX_SEQ_LEN)
-
-
-def _check_weights_file(cfg: RunConfig) -> None:
-    """A weights file for a model that loads one, by its name: whether it opens and fits is preflight's to say."""
-    path = cfg.weights_file
-    if not path:
-        return
-    if not takes_weights_file(cfg.model):
-        own = (" (an hf: model loads the weights saved in its directory: model.safetensors or pytorch_model.bin "
-               "beside its config.json)") if is_hf(cfg.model) else ""
-        raise ConfigError("weights_file", path, "a weights file applies only to timm:NAME and torchvision models "
-                          f"({', '.join(TORCHVISION_MODELS)}), not to {cfg.model}{own}")
-    if not path.strip() or not path.lower().endswith(WEIGHTS_SUFFIXES):
-        raise ConfigError("weights_file", path, "the path of the model's state dict in a "
-                          + ", ".join(WEIGHTS_SUFFIXES) + " file")
-
-
-def _check_sharding(cfg: RunConfig) -> None:
-    """FSDP shards over processes: it needs more than one."""
-    if cfg.sharding == "fsdp" and cfg.world_size == 1:
-        raise ConfigError("sharding", cfg.sharding, "ddp with one process (fsdp shards over processes: set nproc "
-                          "or nnodes so that nnodes*nproc > 1)")
-    if cfg.sharding == "fsdp" and cfg.sync_every_micro_batch:
-        raise ConfigError("sync_every_micro_batch", True, "False with sharding fsdp (its fsdp_sync says when "
-                          "gradients are reduce-scattered: every or last)")
-    if cfg.sharding == "fsdp" and cfg.compile != "off":
-        raise ConfigError("compile", cfg.compile, "off with sharding fsdp (gaccum does not compile sharded models)")
+_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 
 
 # What a person gets without choosing: the Train page's controls and the command line's flags start here.

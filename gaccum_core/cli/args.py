@@ -9,7 +9,6 @@ import re
 from typing import Any, Callable, Iterable
 
 from gaccum_core.config import CHOICES, DEFAULT_RUN, ConfigError, RunConfig
-from gaccum_core.field_help import FIELD_HELP
 from gaccum_core.runsdir import RUNS_DIR_HELP, runs_dir
 
 # The fields only FSDP reads: set away from their defaults with DDP, they would change nothing.
@@ -56,7 +55,7 @@ def add_config_flags(parser: argparse.ArgumentParser, leave_out: frozenset[str] 
             continue
         flag = "--" + f.name.replace("_", "-")
         default = getattr(DEFAULT_RUN, f.name)  # the Train page's defaults too
-        help_text = f"{FIELD_HELP[f.name]} (default: {default})"
+        help_text = f"{f.metadata['help']} (default: {default})"
         if f.name == "micro_batch_size":
             parser.add_argument(flag, type=_micro_batch_or_auto, default=default, dest=f.name, metavar="INT|auto",
                                 help=help_text[:-1] + "; auto: the planner's choice for --effective-batch)")

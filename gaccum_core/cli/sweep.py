@@ -13,7 +13,6 @@ from typing import Any
 from gaccum_core.cli.args import Commands, add_runs_dir_flag, flag_error, refuse_unused_fsdp_flags, typed
 from gaccum_core.cli.sweep_progress import follow_sweep
 from gaccum_core.config import DEFAULT_RUN, ConfigError, RunConfig
-from gaccum_core.field_help import FIELD_HELP
 from gaccum_core.runs.claim import RunBusyError
 from gaccum_core.runs.executors import EXECUTORS
 from gaccum_core.runs.runner import Runner
@@ -42,7 +41,7 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
                     "differ only in b and k coincide.")
     for f in dataclasses.fields(RunConfig):
         flag = "--" + f.name.replace("_", "-")
-        help_text = f"{FIELD_HELP[f.name]} (default: {getattr(DEFAULT_RUN, f.name)}; comma-separated values to cross)"
+        help_text = f"{f.metadata['help']} (default: {getattr(DEFAULT_RUN, f.name)}; comma-separated values to cross)"
         if f.type == "bool":
             parser.add_argument(flag, nargs="?", const="true", default=None, dest=f.name, metavar="BOOL,…",
                                 help=help_text)

@@ -13,8 +13,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from gaccum_core.applies import applies
-from gaccum_core.config import HF_PREFIX, RunConfig, is_factory, is_hf
+from gaccum_core.config import HF_PREFIX, RunConfig, applies, is_factory, is_hf
 from gaccum_core.runs.claim import owner
 from gaccum_core.runs.index import Progress, Row, RunIndex, code_digest
 from gaccum_core.runs.integrity import DamagedRun, read_run
@@ -39,7 +38,7 @@ def short_model(model: str) -> str:
 # (gpt-tiny), b and k, the precision whenever amp is on (fp16), the processes as N, sharding with its sync
 # (fsdp/last, reshard off; ddp beside an fsdp run), activation checkpointing when on (ckpt/full, ckpt/selective/2),
 # any other setting as field=value (clear_cache=step). A label names a setting only where it applies to its run
-# (gaccum_core.applies): no GradScaler scale without fp16, no sharding for one process, no text settings for images.
+# (gaccum_core.config.applies): no GradScaler scale without fp16, no sharding for one process, no text settings for images.
 _USUAL = ("amp", "reduction", "clear_cache", "compile", "world_size", "sharding",  # named whenever not the default
           "activation_checkpointing")
 _ALWAYS = ("model", "micro_batch_size", "accum_steps")

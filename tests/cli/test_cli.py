@@ -8,14 +8,14 @@ import pytest
 
 from gaccum_core.cli.main import build_parser, command_help, main
 from gaccum_core.config import CHOICES, RunConfig
-from gaccum_core.field_help import FIELD_HELP
+from gaccum_core.config import by_field
 
 
 def test_every_config_field_has_a_flag_and_help():
     help_text = command_help("run")
     for f in dataclasses.fields(RunConfig):
         assert "--" + f.name.replace("_", "-") in help_text
-        assert f.name in FIELD_HELP
+        assert by_field("help")[f.name]
     assert "--runs-dir" in help_text and "--name" in help_text
 
 

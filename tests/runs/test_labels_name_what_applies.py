@@ -1,7 +1,7 @@
 """Issue 33 item 6: a run's label names the settings in which the runs differ only where they apply to that
 run: no sharding for one process, no GradScaler settings without fp16, no text settings for an image run."""
 
-from gaccum_core.applies import applies
+from gaccum_core.config import applies
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.catalog import run_labels
 
