@@ -1,6 +1,6 @@
 """Issue 29 G: a run's name is plain text, shown as typed wherever Streamlit renders Markdown, never a link. Its
 Markdown signs are escaped; a word Streamlit changes whatever its escapes (a bare link, an emoji, an icon, an
-arrow) goes in a code span. tests/browser/test_browser_names.py reads the drawn page in Chromium."""
+arrow) goes in a code span. tests/browser/test_browser_thread_server.py reads the drawn page in Chromium."""
 
 import json
 import shutil

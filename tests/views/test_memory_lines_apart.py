@@ -1,5 +1,5 @@
 """Issue 33 item 10 without a browser: the memory chart's two y axes draw the training memory (left) below the
-process's resident memory (right), linear or log, whatever the two values; tests/browser/test_browser_memory_lines.py
+process's resident memory (right), linear or log, whatever the two values; tests/browser/test_browser_figures.py
 measures the pixels plotly.js draws for a real CPU run."""
 
 import math
