@@ -19,12 +19,9 @@ from gaccum_core.views.plan import (memory_figure, plan_csv, plan_table, progres
                                     speed_figure, table_formats, tradeoff_figure)
 
 LABELS = {**TRAIN_LABELS, "effective_batch": "Effective batch E", "memory_budget_mb": "Memory budget (MB)",
-          "nproc": "Processes N (ranks)", "sharding": "Sharding", "activation_checkpointing": "Activation checkpointing"}
-BASE_FIELDS = ("model", "dataset", "data_dir", "image_size", "fake_samples", "text_file", "text_field",
-               "text_file_max_mb", "max_seq_len", "gpt_preset", "packing", "token_dtype", "cache_dir", "optimizer",
-               "device", "ac_every")
-TRAIN_FIELDS = (*BASE_FIELDS, "micro_batch_size", "accum_steps", "amp", "clear_cache", "compile", "sharding",
-                "fsdp_sync", "nproc", "activation_checkpointing")  # what "Use these settings" sets on Train
+          "nproc": "Processes N (ranks)"}
+BASE_FIELDS = cfg.fields_with("planner", "base")  # the run a plan measures, as this page asks for it
+TRAIN_FIELDS = (*BASE_FIELDS, *cfg.fields_with("planner", "chooses"))  # what "Use these settings" sets on Train
 DEFAULT = default_request()
 
 st.set_page_config(page_title="gaccum · Plan", layout="wide")

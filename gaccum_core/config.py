@@ -19,8 +19,12 @@ from gaccum_core.values import (AC_MODES, AMP_MODES, CLEAR_CACHE_MODES, COMPILE_
                                 TEXT_DATASETS, TOKEN_DTYPES, ConfigError)
 
 _DOWNLOADED = ("mnist", "fashionmnist", "cifar10")
-IN_LABEL = ("always", "usual", "other", "never")  # what a run's label makes of a field (in_label), None: where runs differ
-PLANNER = ("chooses", "ignores")  # the planner picks or crosses it; a run's length or processes, no plan flag
+# What a run's label makes of a field (in_label): always named; named when not the default (usual); said by another
+# field's words (other: gpt_preset in gpt-tiny); never (where a run ran, what it wrote). None: named where runs differ.
+IN_LABEL = ("always", "usual", "other", "never")
+# What the planner makes of a field (planner): it picks or crosses it; it ignores it (a run's length or processes,
+# no plan flag); the run it measures has it (base: the Plan page asks for it). None: a plan flag, not on the page.
+PLANNER = ("chooses", "ignores", "base")
 
 
 def setting(default: Any, label: str | None, help_text: str, *, choices: tuple[str, ...] | None = None,
@@ -48,7 +52,7 @@ class RunConfig:
             "model to train: " + ", ".join(MODELS) + ", timm:NAME (any timm image model, untrained), "
             "MODULE:FUNCTION / FILE.py:FUNCTION (your factory, called with input_shape=(C, H, W), num_classes=N), "
             "or hf:DIR (a Hugging Face causal language model saved in DIR with its tokenizer; never downloaded)",
-            in_label='always', column=True)
+            in_label="always", column=True, planner="base")
     dataset: str = setting("digits", "Dataset",
             "data set: digits (bundled, no download), mnist, fashionmnist, cifar10 (from data_dir), fake, "
             "imagefolder (your images in data_dir, one sub-folder per class), MODULE:FUNCTION / "
@@ -56,21 +60,21 @@ class RunConfig:
             "text for gpt and hf:DIR: pydoc (Python's documentation topics, bundled), text (text_file), tokens "
             "(nanoGPT's data_dir/train.bin and val.bin of token ids) or hf-dataset (a folder datasets' "
             "save_to_disk wrote, or of .parquet files, in data_dir; its text_field)",
-            column=True)
+            column=True, planner="base")
     micro_batch_size: int = setting(32, "Micro-batch size b",
             "samples per forward/backward pass (b)",
-            short='b', in_label='always', column=True, planner='chooses', sweep=True)
+            short="b", in_label="always", column=True, planner="chooses", sweep=True)
     accum_steps: int = setting(4, "Accumulation steps k",
             "micro-batches accumulated per optimizer step (k); effective batch = b*k",
-            short='k', in_label='always', column=True, planner='chooses')
+            short="k", in_label="always", column=True, planner="chooses")
     reduction: str = setting("mean", "Loss reduction",
             "loss reduction: mean (exact: each micro-batch's summed loss over the window's samples, or "
             "target tokens for text), sum, or mean_per_micro_batch (the textbook loop: each micro-batch's "
             "mean loss divided by k; NOT exact when micro-batches hold different sample or token counts)",
-            choices=REDUCTIONS, in_label='usual', column=True, sweep=True)
+            choices=REDUCTIONS, in_label="usual", column=True, sweep=True)
     amp: str = setting("off", "Mixed precision",
             "mixed precision: off, fp16 (autocast + GradScaler) or bf16 (autocast, no scaler)",
-            choices=AMP_MODES, in_label='usual', column=True, planner='chooses', sweep=True)
+            choices=AMP_MODES, in_label="usual", column=True, planner="chooses", sweep=True)
     init_scale: float = setting(65536.0, "Initial loss scale",
             "GradScaler's initial loss scale (fp16 only)",
             applies=lambda c: c.amp == "fp16", column=True)
@@ -82,13 +86,13 @@ class RunConfig:
             column=True)
     clear_cache: str = setting("off", "Cache clearing",
             "gc.collect() + torch.cuda.empty_cache(): off, after each optimizer step, or after each micro-batch",
-            choices=CLEAR_CACHE_MODES, in_label='usual', column=True, planner='chooses', sweep=True)
+            choices=CLEAR_CACHE_MODES, in_label="usual", column=True, planner="chooses", sweep=True)
     compile: str = setting("off", "torch.compile",
             "torch.compile mode: off, default, reduce-overhead, max-autotune",
-            choices=COMPILE_MODES, in_label='usual', column=True, planner='chooses', sweep=True)
+            choices=COMPILE_MODES, in_label="usual", column=True, planner="chooses", sweep=True)
     optimizer: str = setting("sgd", "Optimizer",
             "sgd (with momentum), adam or adamw",
-            choices=OPTIMIZERS, column=True)
+            choices=OPTIMIZERS, column=True, planner="base")
     lr: float = setting(0.05, "Learning rate",
             "base learning rate",
             column=True)
@@ -104,85 +108,85 @@ class RunConfig:
             "optimizer steps of linear warmup")
     epochs: int = setting(1, "Epochs",
             "passes over the training set",
-            planner='ignores')
+            planner="ignores")
     max_steps: int = setting(0, "Max optimizer steps (0 = no limit)",
             "stop after this many optimizer steps (0 = no limit)",
-            planner='ignores')
+            planner="ignores")
     seed: int = setting(0, "Seed",
             "seed for the initial weights, the sample order and what training draws (dropout; each rank its own)",
             column=True)
     device: str = setting("auto", "Device",
             "auto, cpu, cuda or cuda:N",
-            in_label='never')
+            in_label="never", planner="base")
     data_dir: str = setting("data", "Data directory",
             "where mnist, fashionmnist and cifar10 are read from; for imagefolder, the folder of class "
             "folders (or of train/ and val/ each holding them); for tokens, the folder of train.bin (and "
             "val.bin); for hf-dataset, the folder datasets' save_to_disk wrote, or of .parquet files",
-            applies=lambda c: c.dataset in (*_DOWNLOADED, "imagefolder", "tokens", "hf-dataset"))
+            applies=lambda c: c.dataset in (*_DOWNLOADED, "imagefolder", "tokens", "hf-dataset"), planner="base")
     download: bool = setting(False, "Download if missing",
             "download mnist/fashionmnist/cifar10 into data_dir when missing",
-            applies=lambda c: c.dataset in _DOWNLOADED, in_label='never')
+            applies=lambda c: c.dataset in _DOWNLOADED, in_label="never")
     image_size: int = setting(0, "Image size (0 = the data set's own)",
             "resize images to this size for the model (0 = the data set's own size; fake: generated size)",
-            applies=lambda c: not c.is_text)
+            applies=lambda c: not c.is_text, planner="base")
     fake_samples: int = setting(1024, "Fake samples",
             "training samples of the fake data set (its test split is a fifth of that)",
-            applies=lambda c: c.dataset == "fake")
+            applies=lambda c: c.dataset == "fake", planner="base")
     fake_classes: int = setting(10, "Fake classes",
             "classes of the fake data set",
             applies=lambda c: c.dataset == "fake")
     eval_every: int = setting(0, "Evaluate every N steps (0 = each epoch)",
             "evaluate on the test split every N optimizer steps (0 = at the end of each epoch)",
-            planner='ignores')
+            planner="ignores")
     nproc: int = setting(1, "Processes N (data-parallel)",
             "data-parallel processes per machine (DDP through torchrun, one GPU each on CUDA); "
             "effective batch = nnodes*nproc*b*k",
-            short='N', in_label='other', planner='chooses', sweep=True)
+            short='N', in_label="other", planner="chooses", sweep=True)
     nnodes: int = setting(1, None,
             "machines in a data-parallel job (the command line's --node-rank and --rdzv-endpoint join them)",
-            in_label='other', planner='ignores')
+            in_label="other", planner="ignores")
     checkpoint_every: int = setting(100, "Checkpoint every N steps (0 = on Stop and at the end)",
             "write checkpoint.pt every N optimizer steps, besides on Stop and at the end "
             "(0 = only then); a killed run resumes from the last one",
-            planner='ignores')
+            planner="ignores")
     sync_every_micro_batch: bool = setting(False, "All-reduce after every micro-batch (no_sync off)",
             "all-reduce gradients after every micro-batch instead of once per window "
             "(turns DDP's no_sync off, to see what it saves)",
-            applies=lambda c: c.world_size > 1 and c.sharding == "ddp", planner='ignores')
+            applies=lambda c: c.world_size > 1 and c.sharding == "ddp", planner="ignores")
     sharding: str = setting("ddp", "Sharding",
             "ddp: every process holds the whole model, its gradients and optimizer state; fsdp: FSDP2 "
             "shards them over the processes (each block, then the root), gathering weights per block as it "
             "computes (needs nnodes*nproc > 1)",
-            choices=SHARDINGS, applies=lambda c: c.world_size > 1, in_label='usual', planner='chooses', sweep=True)
+            choices=SHARDINGS, applies=lambda c: c.world_size > 1, in_label="usual", planner="chooses", sweep=True)
     fsdp_sync: str = setting("every", "FSDP gradient sync",
             "with fsdp: reduce-scatter gradients after every micro-batch (each rank keeps 1/N of the "
             "gradient) or only after the window's last (k times fewer collectives, but each rank keeps the "
             "whole fp32 gradient between micro-batches)",
-            choices=FSDP_SYNCS, applies=lambda c: c.sharding == "fsdp", in_label='other', planner='chooses')
+            choices=FSDP_SYNCS, applies=lambda c: c.sharding == "fsdp", in_label="other", planner="chooses")
     fsdp_reshard_after_backward: str = setting("on", "Reshard after backward",
             "with fsdp: on frees each block's gathered weights after its backward; off "
             "keeps them between a window's micro-batches (fewer all-gathers, more memory)",
-            choices=ON_OFF, applies=lambda c: c.sharding == "fsdp", in_label='other', planner='ignores')
+            choices=ON_OFF, applies=lambda c: c.sharding == "fsdp", in_label="other", planner="ignores")
     text_file: str = setting("", "Text file",
             "what the text data set reads: a UTF-8 text file split on blank lines into documents, or .jsonl, "
             "one JSON object a line whose text_field is a document; or a folder or glob of such files (shards, "
             "read in sorted order). Tokenised once into the token cache (cache_dir), of any size",
-            applies=lambda c: c.dataset == "text")
+            applies=lambda c: c.dataset == "text", planner="base")
     text_file_max_mb: int = setting(256, "Largest document read at once (MB)",
             "the most text read into memory at once, in MB: a larger document (a paragraph or a "
             ".jsonl line) is refused; the corpus itself may be of any size",
-            applies=lambda c: c.dataset == "text", in_label='never')
+            applies=lambda c: c.dataset == "text", in_label="never", planner="base")
     text_field: str = setting("text", "JSON field holding the text",
             "the field of each .jsonl line that holds its document's text",
-            applies=_has_fields)
+            applies=_has_fields, planner="base")
     max_seq_len: int = setting(128, "Sequence length (tokens)",
             "longest sequence (tokens) of the text data sets: documents are cut into chunks of this length "
             "(at most the positions the model embeds)",
-            applies=lambda c: c.is_text)
+            applies=lambda c: c.is_text, planner="base")
     gpt_preset: str = setting("tiny", "GPT size",
             "size of the gpt model: " + ", ".join(preset_words(name) for name in GPT_PRESETS)
             + "; tiny suits the CPU, gpt2 is GPT-2 small's shape",
-            choices=GPT_PRESET_NAMES, applies=lambda c: c.model == "gpt", in_label='other')
+            choices=GPT_PRESET_NAMES, applies=lambda c: c.model == "gpt", in_label="other", planner="base")
     no_dropout: bool = setting(False, "Dropout off",
             "turn the model's dropout off (every dropout layer's p, and an hf: model's dropout settings, "
             "set to 0): accumulated and big-batch steps then compute the same function")
@@ -191,16 +195,16 @@ class RunConfig:
             "different numbers of target tokens); on: documents joined with an end-of-text token and cut into "
             "full sequences (nanoGPT), so every micro-batch holds the same number. A tokens data set is packed "
             "by nature",
-            choices=ON_OFF, applies=lambda c: c.is_text and c.dataset != "tokens", sweep=True)
+            choices=ON_OFF, applies=lambda c: c.is_text and c.dataset != "tokens", sweep=True, planner="base")
     token_dtype: str = setting("uint16", "Token id width",
             "the width of a tokens data set's ids in train.bin and val.bin: uint16 (as nanoGPT writes them, "
             "for a vocabulary of at most 65,536 ids) or uint32",
-            choices=TOKEN_DTYPES, applies=lambda c: c.dataset == "tokens")
+            choices=TOKEN_DTYPES, applies=lambda c: c.dataset == "tokens", planner="base")
     cache_dir: str = setting("", "Token cache folder (empty = beside the runs)",
             "where text is kept tokenised (one flat file of token ids per corpus and tokenizer, reused by "
             "later runs, other ranks and the planner); empty: GACCUM_CACHE_DIR, else token-cache beside the "
             "runs directory (--runs-dir, else GACCUM_RUNS_DIR, else ./runs)",
-            applies=lambda c: c.dataset in ("text", "hf-dataset"), in_label='never')
+            applies=lambda c: c.dataset in ("text", "hf-dataset"), in_label="never", planner="base")
     eval_batches: int = setting(50, "Batches per evaluation (0 = the whole test split)",
             "batches of the test split each evaluation reads: the same ones every time, so evaluations "
             "compare (0 = the whole split)")
@@ -209,10 +213,10 @@ class RunConfig:
             "(torch.utils.checkpoint, non-reentrant, dropout masks preserved): off, selective "
             "(every ac_every-th block) or full (every block); less activation memory for more "
             "compute, the lever beside accumulation",
-            choices=AC_MODES, short='checkpointing', in_label='usual', planner='chooses', sweep=True)
+            choices=AC_MODES, short="checkpointing", in_label="usual", planner="chooses", sweep=True)
     ac_every: int = setting(2, "Checkpoint every N-th block",
             "with selective activation checkpointing: checkpoint every N-th block (1 = every block, as full)",
-            applies=lambda c: c.activation_checkpointing == "selective", in_label='other')
+            applies=lambda c: c.activation_checkpointing == "selective", in_label="other", planner="base")
     weights_file: str = setting("", "Weights file (empty = untrained)",
             "start a timm:NAME or torchvision model from your weights: a .safetensors, .pth, .pt or .bin "
             "file of its state dict (empty: untrained, drawn from the seed). Every key and shape must fit; "
@@ -221,7 +225,7 @@ class RunConfig:
             "on: the run also writes TensorBoard event files into its folder's tb/ as it trains (every "
             "metrics.csv and eval.csv column as a scalar, its settings and final figures as hparams; "
             "`tensorboard --logdir` on the runs directory shows them); off: none",
-            choices=ON_OFF, in_label='never')
+            choices=ON_OFF, in_label="never")
 
     def __post_init__(self) -> None:
         check(self)

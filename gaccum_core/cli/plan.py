@@ -11,7 +11,7 @@ import time
 
 from gaccum_core.cli.args import Commands, add_config_flags, config_from_args, flag_error, typed
 from gaccum_core.cli.progress import measure_with_progress
-from gaccum_core.config import CHOICES, ConfigError, RunConfig
+from gaccum_core.config import CHOICES, ConfigError, RunConfig, fields_with
 from gaccum_core.data.text import CORPUS_DATASETS, cache_status, tokenise_corpus
 from gaccum_core.data.tokenising import BuildProgress
 from gaccum_core.plan.planner import Plan, PlanRequest, config_from_plan, default_budget_mb
@@ -23,9 +23,7 @@ from gaccum_core.views.plan import format_table
 
 # RunConfig fields `plan` has no config flag for: what it chooses or crosses (--sharding and --nproc are its
 # own), a run's length and its processes.
-PLANNED = frozenset({"micro_batch_size", "accum_steps", "amp", "clear_cache", "compile", "epochs", "max_steps",
-                     "eval_every", "checkpoint_every", "nproc", "nnodes", "sync_every_micro_batch", "sharding",
-                     "fsdp_sync", "fsdp_reshard_after_backward", "activation_checkpointing"})
+PLANNED = frozenset((*fields_with("planner", "chooses"), *fields_with("planner", "ignores")))
 # The options whose plan flags take a list of values to cross.
 CROSSED = ("amp", "clear_cache", "compile", "activation_checkpointing")
 FSDP_MODES = tuple(m for m in SHARDING_MODES if m != DDP)  # what --sharding fsdp stands for
