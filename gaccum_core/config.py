@@ -141,7 +141,7 @@ class RunConfig:
     nproc: int = setting(1, "Processes N (data-parallel)",
             "data-parallel processes per machine (DDP through torchrun, one GPU each on CUDA); "
             "effective batch = nnodes*nproc*b*k",
-            short='N', in_label="other", planner="chooses", sweep=True)
+            short="N", in_label="usual", planner="chooses", sweep=True)
     nnodes: int = setting(1, None,
             "machines in a data-parallel job (the command line's --node-rank and --rdzv-endpoint join them)",
             in_label="other", planner="ignores")
@@ -317,6 +317,12 @@ def fields_with(key: str, value: Any = True) -> tuple[str, ...]:
 def by_field(key: str) -> dict[str, Any]:
     """One piece of every field's metadata, by field name, where it is set: by_field("help"), by_field("label")."""
     return {name: f.metadata[key] for name, f in _FIELDS.items() if f.metadata[key] is not None}
+
+
+def short_word(name: str) -> str:
+    """A setting's word in labels: b for micro_batch_size, N for nproc, else its name."""
+    field = _FIELDS.get(name)
+    return (field.metadata["short"] if field else None) or name
 
 
 def applies(config: RunConfig, name: str) -> bool:

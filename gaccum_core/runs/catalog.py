@@ -13,7 +13,8 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from gaccum_core.config import HF_PREFIX, RunConfig, applies, is_factory, is_hf
+from gaccum_core.config import (HF_PREFIX, RunConfig, applies, by_field, fields_with, is_factory, is_hf,
+                                short_word)
 from gaccum_core.runs.claim import owner
 from gaccum_core.runs.index import Progress, Row, RunIndex, code_digest
 from gaccum_core.runs.integrity import DamagedRun, read_run
@@ -22,8 +23,7 @@ from gaccum_core.runs.tb_import import known_settings
 from gaccum_core.states import FINAL_STATES, RunState
 from gaccum_core.train.metrics import last_epoch_loss
 
-SETTINGS = ("model", "dataset", "micro_batch_size", "accum_steps", "reduction", "amp", "init_scale",
-            "grad_clip", "clear_cache", "compile", "optimizer", "lr", "lr_schedule", "seed")
+SETTINGS = fields_with("column")  # the runs table's settings columns
 
 
 def short_model(model: str) -> str:
@@ -38,16 +38,15 @@ def short_model(model: str) -> str:
 # (gpt-tiny), b and k, the precision whenever amp is on (fp16), the processes as N, sharding with its sync
 # (fsdp/last, reshard off; ddp beside an fsdp run), activation checkpointing when on (ckpt/full, ckpt/selective/2),
 # any other setting as field=value (clear_cache=step). A label names a setting only where it applies to its run
-# (gaccum_core.config.applies): no GradScaler scale without fp16, no sharding for one process, no text settings for images.
-_USUAL = ("amp", "reduction", "clear_cache", "compile", "world_size", "sharding",  # named whenever not the default
-          "activation_checkpointing")
-_ALWAYS = ("model", "micro_batch_size", "accum_steps")
-# Where a run ran and what it wrote besides its rows, not what it trained.
-_NEVER = ("device", "download", "text_file_max_mb", "cache_dir", "tensorboard")
+# (gaccum_core.config.applies): no GradScaler scale without fp16, no sharding for one process, no text settings
+# for images.
+_ALWAYS = fields_with("in_label", "always")
+# Named whenever not the default (in_label usual), in RunConfig's order but the precision first (b=8 k=4 fp16
+# reduction=sum), and the processes by their count in the whole job (N: nproc, and nnodes with it).
+_USUAL = tuple(sorted(("world_size" if name == "nproc" else name for name in fields_with("in_label", "usual")),
+                      key=lambda name: name != "amp"))
 # The data sets whose data_dir is what they train on (not where a named data set is kept): it tells runs apart.
 _DATA_IN_DATA_DIR = ("imagefolder", "tokens", "hf-dataset")
-# Said by the model's name (gpt-tiny), by N, and by the sharding's text (fsdp/last reshard off).
-_IN_OTHERS = ("gpt_preset", "nproc", "nnodes", "fsdp_sync", "fsdp_reshard_after_backward", "ac_every")
 _DEFAULT = RunConfig()
 
 
@@ -70,8 +69,7 @@ def setting_text(name: str, config: RunConfig) -> str:
         return f"ckpt/{config.activation_checkpointing}{every}"
     if name == "weights_file":  # by the file's name: from w.safetensors, or untrained
         return f"from {Path(config.weights_file).name}" if config.weights_file else "untrained"
-    short = {"micro_batch_size": "b", "accum_steps": "k"}.get(name, name)
-    return f"{short}={getattr(config, name)}"
+    return f"{short_word(name)}={getattr(config, name)}"
 
 
 def _sharding_text(config: RunConfig) -> str:
@@ -104,7 +102,7 @@ def _named(config: RunConfig, name: str) -> bool:
 def _differing(configs: Sequence[RunConfig], known: Sequence[Collection[str] | None]) -> list[str]:
     """The settings (RunConfig's order) in which the runs they apply to (and that know them) differ, but those a
     label names anyway (the usual ones are named where not the default: fp16 against nothing says amp=off)."""
-    skip = {*_ALWAYS, *_USUAL, *_NEVER, *_IN_OTHERS}
+    skip = set(by_field("in_label"))  # named anyway, said by another's words, or never
     fields = [f.name for f in dataclasses.fields(RunConfig) if f.name not in skip]
     return [name for name in fields if len({getattr(c, name) for c, sure in zip(configs, known)
                                             if _named(c, name) and (sure is None or name in sure)}) > 1]

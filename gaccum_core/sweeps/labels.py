@@ -5,17 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from gaccum_core.config import short_word
 from gaccum_core.sweeps.spec import Cell, SweepSpec
 from gaccum_core.words import plural
-
-_SHORT = {"micro_batch_size": "b", "accum_steps": "k", "nproc": "N", "activation_checkpointing": "checkpointing"}
 
 
 def setting_words(field: str, value: Any) -> str:
     """One setting as a label says it: b=8, fp32 (amp off), bf16, reduction=mean, compile=default."""
     if field == "amp":
         return "fp32" if value == "off" else str(value)
-    return f"{_SHORT.get(field, field)}={value}"
+    return f"{short_word(field)}={value}"
 
 
 def cell_label(cell: Cell, spec: SweepSpec) -> str:
@@ -33,6 +32,6 @@ def describe_sweep(spec: SweepSpec) -> str:
     common = dict(spec.common)
     what = f"{common.get('model', '?')} on {common.get('dataset', '?')}"
     batch = f", E={spec.effective_batch}" if spec.effective_batch is not None else ""
-    crossed = " × ".join(_SHORT.get(f, f) for f in spec.fields) or "one cell"
+    crossed = " × ".join(short_word(f) for f in spec.fields) or "one cell"
     repeats = plural(spec.repeats, "repeat") + (" (same seed)" if spec.same_seed else "")
     return f"{what}{batch}: {crossed}, {repeats} ({spec.cell_count * spec.repeats} runs)"
