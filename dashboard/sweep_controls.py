@@ -28,11 +28,8 @@ DEFAULTS: dict[str, Any] = {
     "clear_cache": ["off"], "nproc": [1], "activation_checkpointing": ["off"], "sharding": ["ddp"], "packing": ["off"],
     "optimizer": cfg.DEFAULT_RUN.optimizer, "lr": cfg.DEFAULT_RUN.lr, "seed": 0, "repeats": 3, "same_seed": False,
 }
-SWEEP_LABELS = {**LABELS, "micro_batch_size": "Micro-batch sizes b", "reduction": "Loss reductions",
-                "amp": "Precisions", "compile": "torch.compile modes", "clear_cache": "Cache clearing",
-                "nproc": "Processes N", "sharding": "Sharding (N > 1)", "effective_batch": "Effective batch E = N·b·k",
-                "repeats": "Repeats per cell", "packing": "Packing (text)",
-                "activation_checkpointing": "Activation checkpointing", "same_seed": "Same seed each repeat (timing noise alone)"}
+SWEEP_LABELS = {**LABELS, **cfg.by_field("sweep"), "effective_batch": "Effective batch E = N·b·k",
+                "repeats": "Repeats per cell", "same_seed": "Same seed each repeat (timing noise alone)"}
 
 
 def divisors(n: int, most: int = 4096) -> list[int]:

@@ -29,10 +29,11 @@ PLANNER = ("chooses", "ignores", "base")
 
 def setting(default: Any, label: str | None, help_text: str, *, choices: tuple[str, ...] | None = None,
             short: str | None = None, applies: Callable[[Any], bool] | None = None, in_label: str | None = None,
-            column: bool = False, planner: str | None = None, sweep: bool = False) -> Any:
+            column: bool = False, planner: str | None = None, sweep: str | None = None) -> Any:
     """A RunConfig field and everything said about it: label (its control's; None: no control), help (one
     line), choices (a fixed set), short (its word in labels: b), applies (the runs it changes; None: all),
-    in_label (IN_LABEL), column (a column of the runs table), planner (PLANNER) and sweep (a sweep's axis)."""
+    in_label (IN_LABEL), column (a column of the runs table), planner (PLANNER) and sweep (its axis's label on the
+    Sweeps page; None: crossed from the command line only)."""
     assert in_label in (None, *IN_LABEL) and planner in (None, *PLANNER), (in_label, planner)
     return dataclasses.field(default=default, metadata={
         "label": label, "help": help_text, "choices": choices, "short": short, "applies": applies,
@@ -63,7 +64,7 @@ class RunConfig:
             column=True, planner="base")
     micro_batch_size: int = setting(32, "Micro-batch size b",
             "samples per forward/backward pass (b)",
-            short="b", in_label="always", column=True, planner="chooses", sweep=True)
+            short="b", in_label="always", column=True, planner="chooses", sweep="Micro-batch sizes b")
     accum_steps: int = setting(4, "Accumulation steps k",
             "micro-batches accumulated per optimizer step (k); effective batch = b*k",
             short="k", in_label="always", column=True, planner="chooses")
@@ -71,10 +72,10 @@ class RunConfig:
             "loss reduction: mean (exact: each micro-batch's summed loss over the window's samples, or "
             "target tokens for text), sum, or mean_per_micro_batch (the textbook loop: each micro-batch's "
             "mean loss divided by k; NOT exact when micro-batches hold different sample or token counts)",
-            choices=REDUCTIONS, in_label="usual", column=True, sweep=True)
+            choices=REDUCTIONS, in_label="usual", column=True, sweep="Loss reductions")
     amp: str = setting("off", "Mixed precision",
             "mixed precision: off, fp16 (autocast + GradScaler) or bf16 (autocast, no scaler)",
-            choices=AMP_MODES, in_label="usual", column=True, planner="chooses", sweep=True)
+            choices=AMP_MODES, in_label="usual", column=True, planner="chooses", sweep="Precisions")
     init_scale: float = setting(65536.0, "Initial loss scale",
             "GradScaler's initial loss scale (fp16 only)",
             applies=lambda c: c.amp == "fp16", column=True)
@@ -86,10 +87,10 @@ class RunConfig:
             column=True)
     clear_cache: str = setting("off", "Cache clearing",
             "gc.collect() + torch.cuda.empty_cache(): off, after each optimizer step, or after each micro-batch",
-            choices=CLEAR_CACHE_MODES, in_label="usual", column=True, planner="chooses", sweep=True)
+            choices=CLEAR_CACHE_MODES, in_label="usual", column=True, planner="chooses", sweep="Cache clearing")
     compile: str = setting("off", "torch.compile",
             "torch.compile mode: off, default, reduce-overhead, max-autotune",
-            choices=COMPILE_MODES, in_label="usual", column=True, planner="chooses", sweep=True)
+            choices=COMPILE_MODES, in_label="usual", column=True, planner="chooses", sweep="torch.compile modes")
     optimizer: str = setting("sgd", "Optimizer",
             "sgd (with momentum), adam or adamw",
             choices=OPTIMIZERS, column=True, planner="base")
@@ -141,7 +142,7 @@ class RunConfig:
     nproc: int = setting(1, "Processes N (data-parallel)",
             "data-parallel processes per machine (DDP through torchrun, one GPU each on CUDA); "
             "effective batch = nnodes*nproc*b*k",
-            short="N", in_label="usual", planner="chooses", sweep=True)
+            short="N", in_label="usual", planner="chooses", sweep="Processes N")
     nnodes: int = setting(1, None,
             "machines in a data-parallel job (the command line's --node-rank and --rdzv-endpoint join them)",
             in_label="other", planner="ignores")
@@ -157,7 +158,8 @@ class RunConfig:
             "ddp: every process holds the whole model, its gradients and optimizer state; fsdp: FSDP2 "
             "shards them over the processes (each block, then the root), gathering weights per block as it "
             "computes (needs nnodes*nproc > 1)",
-            choices=SHARDINGS, applies=lambda c: c.world_size > 1, in_label="usual", planner="chooses", sweep=True)
+            choices=SHARDINGS, applies=lambda c: c.world_size > 1, in_label="usual", planner="chooses",
+            sweep="Sharding (N > 1)")
     fsdp_sync: str = setting("every", "FSDP gradient sync",
             "with fsdp: reduce-scatter gradients after every micro-batch (each rank keeps 1/N of the "
             "gradient) or only after the window's last (k times fewer collectives, but each rank keeps the "
@@ -195,7 +197,8 @@ class RunConfig:
             "different numbers of target tokens); on: documents joined with an end-of-text token and cut into "
             "full sequences (nanoGPT), so every micro-batch holds the same number. A tokens data set is packed "
             "by nature",
-            choices=ON_OFF, applies=lambda c: c.is_text and c.dataset != "tokens", sweep=True, planner="base")
+            choices=ON_OFF, applies=lambda c: c.is_text and c.dataset != "tokens",
+            sweep="Packing (text)", planner="base")
     token_dtype: str = setting("uint16", "Token id width",
             "the width of a tokens data set's ids in train.bin and val.bin: uint16 (as nanoGPT writes them, "
             "for a vocabulary of at most 65,536 ids) or uint32",
@@ -213,7 +216,8 @@ class RunConfig:
             "(torch.utils.checkpoint, non-reentrant, dropout masks preserved): off, selective "
             "(every ac_every-th block) or full (every block); less activation memory for more "
             "compute, the lever beside accumulation",
-            choices=AC_MODES, short="checkpointing", in_label="usual", planner="chooses", sweep=True)
+            choices=AC_MODES, short="checkpointing", in_label="usual", planner="chooses",
+            sweep="Activation checkpointing")
     ac_every: int = setting(2, "Checkpoint every N-th block",
             "with selective activation checkpointing: checkpoint every N-th block (1 = every block, as full)",
             applies=lambda c: c.activation_checkpointing == "selective", in_label="other", planner="base")
