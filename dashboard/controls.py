@@ -7,7 +7,8 @@ and a refused value disables Start with a message naming the control.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Callable
 
 import streamlit as st
 
@@ -49,23 +50,33 @@ def fsdp_trade_off(n: Any, k: Any, sync: str, reshard: str) -> str:
     return f"{words} {kept}"
 
 
+def control_spec(name: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The widget a field's metadata and type ask for: a select box of its choices, a check box, a number box
+    or a text box (a setting with a section and no code of the page's own)."""
+    field = next(f for f in dataclasses.fields(cfg.RunConfig) if f.name == name)
+    if field.metadata["choices"] is not None:
+        return st.selectbox, {"options": field.metadata["choices"]}
+    kind = field.type if isinstance(field.type, str) else field.type.__name__
+    return {"bool": (st.checkbox, {}), "int": (st.number_input, {"step": 1}),
+            "float": (st.number_input, {})}.get(kind, (st.text_input, {}))
+
+
 class Controls(FieldWidgets):
     """Draws the controls in the sidebar and keeps an error slot under each."""
 
     def __init__(self) -> None:
         super().__init__(TRAIN, LABELS, DEFAULT_RUN)
         self.problem: tuple[str, str] | None = None  # (field, message) of a refusal found while drawing
+        self.section = ""  # the section being drawn
 
     def draw(self) -> dict[str, Any]:
         """Every control, each refused value explained under its own; returns the values by field name."""
         refused_link = link.restore(self.prefix, DEFAULT_RUN, device_choices())
         with st.sidebar:
-            self._model_and_data()
-            self._batch()
-            self._precision()
-            self._optimizer()
-            self._length()
-            self._output()
+            for section in (self._model_and_data, self._batch, self._precision, self._optimizer, self._length,
+                            self._output):
+                section()
+                self._generated()
         for field, exc in refused_link.items():  # first: a refusal of what is shown now takes its place
             self.warn(field, f"The link's setting was not used, the default is shown: {explain(exc, LABELS)}")
         for field, exc in cfg.problems(self.values, DEFAULT_RUN).items():
@@ -73,8 +84,24 @@ class Controls(FieldWidgets):
         link.write(self.values, DEFAULT_RUN)
         return self.values
 
+    def _header(self, section: str) -> None:
+        """A section's header; the fields whose metadata name it follow its own controls (_generated)."""
+        st.header(section)
+        self.section = section
+
+    def _generated(self) -> None:
+        """The controls of the fields that join the section just drawn (setting's section), where they apply."""
+        for name in cfg.fields_with("section", self.section):
+            try:
+                shown = cfg.applies(cfg.RunConfig(**self.values), name)
+            except ValueError:  # a refused value: its message says why, the control stays
+                shown = True
+            if shown:
+                draw, kwargs = control_spec(name)
+                self.add(name, draw, **kwargs)
+
     def _model_and_data(self) -> None:
-        st.header("Model and data")
+        self._header("Model and data")
         model = choose(self, "model")
         refused = model_note(self, model)
         if refused:
@@ -108,7 +135,7 @@ class Controls(FieldWidgets):
             pass
 
     def _batch(self) -> None:
-        st.header("Accumulation")
+        self._header("Accumulation")
         # Typed exactly (a slider jumps values per pixel); the metric is computed from the same values.
         b = self.add("micro_batch_size", st.number_input, step=1)
         self._checkpointing()
@@ -146,7 +173,7 @@ class Controls(FieldWidgets):
             self.add("sync_every_micro_batch", st.checkbox)
 
     def _precision(self) -> None:
-        st.header("Precision and memory")
+        self._header("Precision and memory")
         amp = self.add("amp", st.radio, options=cfg.AMP_MODES, horizontal=True)
         if amp == "fp16":
             # A run's own scale (from the CLI or a reload) may lie between the powers of 4 offered.
@@ -160,7 +187,7 @@ class Controls(FieldWidgets):
         self.add("device", st.selectbox, options=device_choices())
 
     def _optimizer(self) -> None:
-        st.header("Optimizer")
+        self._header("Optimizer")
         optimizer = self.add("optimizer", st.selectbox, options=cfg.OPTIMIZERS)
         self.add("lr", st.number_input)
         if optimizer == "sgd":
@@ -170,7 +197,7 @@ class Controls(FieldWidgets):
         self.add("warmup_steps", st.number_input, step=1)
 
     def _length(self) -> None:
-        st.header("Length")
+        self._header("Length")
         self.add("epochs", st.number_input, step=1)
         self.add("max_steps", st.number_input, step=1)
         self.add("eval_every", st.number_input, step=1)
@@ -180,7 +207,7 @@ class Controls(FieldWidgets):
 
     def _output(self) -> None:
         """What a run writes besides its own files."""
-        st.header("Output")
+        self._header("Output")
         self.add("tensorboard", st.radio, options=cfg.ON_OFF, horizontal=True)
 
 

@@ -29,15 +29,17 @@ PLANNER = ("chooses", "ignores", "base")
 
 def setting(default: Any, label: str | None, help_text: str, *, choices: tuple[str, ...] | None = None,
             short: str | None = None, applies: Callable[[Any], bool] | None = None, in_label: str | None = None,
-            column: bool = False, planner: str | None = None, sweep: str | None = None) -> Any:
+            column: bool = False, planner: str | None = None, sweep: str | None = None, section: str | None = None) -> Any:
     """A RunConfig field and everything said about it: label (its control's; None: no control), help (one
     line), choices (a fixed set), short (its word in labels: b), applies (the runs it changes; None: all),
     in_label (IN_LABEL), column (a column of the runs table), planner (PLANNER) and sweep (its axis's label on the
-    Sweeps page; None: crossed from the command line only)."""
+    Sweeps page; None: crossed from the command line only) and section (the Train page's section its generated
+    control joins; None: the page draws it itself, or none)."""
     assert in_label in (None, *IN_LABEL) and planner in (None, *PLANNER), (in_label, planner)
     return dataclasses.field(default=default, metadata={
         "label": label, "help": help_text, "choices": choices, "short": short, "applies": applies,
-        "in_label": in_label, "column": column, "planner": planner, "sweep": sweep})
+        "in_label": in_label, "column": column, "planner": planner, "sweep": sweep,
+        "section": section})
 
 
 def _has_fields(c: Any) -> bool:
