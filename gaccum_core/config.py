@@ -1,7 +1,7 @@
 """RunConfig: the one frozen description of a training run, validated on construction. Each field declares
 itself once, in its metadata (setting): its help, its control's label, its short word, when it applies, its
-choices, what a run's label makes of it, whether the planner chooses it and whether a sweep crosses it. The
-Train page's controls, the command line's flags, the docs' settings table, the labels and the sweeps read it."""
+choices, what a run's label makes of it, what the planner makes of it, its Sweeps-page axis and its Train-page
+section. The controls, the command line's flags, the docs' settings table, the labels and the sweeps read it."""
 
 from __future__ import annotations
 
@@ -29,17 +29,17 @@ PLANNER = ("chooses", "ignores", "base")
 
 def setting(default: Any, label: str | None, help_text: str, *, choices: tuple[str, ...] | None = None,
             short: str | None = None, applies: Callable[[Any], bool] | None = None, in_label: str | None = None,
-            column: bool = False, planner: str | None = None, sweep: str | None = None, section: str | None = None) -> Any:
+            column: bool = False, planner: str | None = None, sweep: str | None = None,
+            section: str | None = None) -> Any:
     """A RunConfig field and everything said about it: label (its control's; None: no control), help (one
     line), choices (a fixed set), short (its word in labels: b), applies (the runs it changes; None: all),
-    in_label (IN_LABEL), column (a column of the runs table), planner (PLANNER) and sweep (its axis's label on the
+    in_label (IN_LABEL), column (a column of the runs table), planner (PLANNER), sweep (its axis's label on the
     Sweeps page; None: crossed from the command line only) and section (the Train page's section its generated
     control joins; None: the page draws it itself, or none)."""
     assert in_label in (None, *IN_LABEL) and planner in (None, *PLANNER), (in_label, planner)
     return dataclasses.field(default=default, metadata={
         "label": label, "help": help_text, "choices": choices, "short": short, "applies": applies,
-        "in_label": in_label, "column": column, "planner": planner, "sweep": sweep,
-        "section": section})
+        "in_label": in_label, "column": column, "planner": planner, "sweep": sweep, "section": section})
 
 
 def _has_fields(c: Any) -> bool:
@@ -303,20 +303,13 @@ class RunConfig:
         return self.replace(**lengths)
 
 
-
-
 # Each field that takes one of a fixed set of values, and that set: the config's check, the CLI's choices.
 CHOICES: dict[str, tuple[str, ...]] = {f.name: f.metadata["choices"] for f in dataclasses.fields(RunConfig)
                                        if f.metadata["choices"] is not None}
 
 
-def meta(name: str, key: str) -> Any:
-    """One piece of a RunConfig field's metadata (setting): meta("accum_steps", "short") is "k"."""
-    return _FIELDS[name].metadata[key]
-
-
 def fields_with(key: str, value: Any = True) -> tuple[str, ...]:
-    """The RunConfig fields (in their order) whose metadata `key` is `value`: fields_with("sweep")."""
+    """The RunConfig fields (in their order) whose metadata `key` is `value`: fields_with("column")."""
     return tuple(name for name, f in _FIELDS.items() if f.metadata[key] == value)
 
 
