@@ -8,8 +8,14 @@ import sys
 import threading
 from typing import Iterator
 
-import pytest
-import torch
+# The suite writes the bytecode of what it imports, in this process and in every process it starts (they inherit the
+# environment): CI installs with `pip install --no-compile` (35 s less), and where PYTHONDONTWRITEBYTECODE is set (as
+# on this project's machines) each of the suite's hundreds of processes would otherwise compile torch's modules again.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # A GPU image often has torch, pytest, pandas, transformers and timm but not the dashboard (streamlit, plotly)
 # nor pytest-xdist, and nothing can be installed there: `python3 -m pytest -m cuda tests/` must still run the
