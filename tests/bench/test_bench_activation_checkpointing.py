@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+pytestmark = pytest.mark.multiprocess  # each benchmark runs in a fresh Python process (conftest.py)
+
 
 def test_quick_run_prints_every_variant_and_full_checkpointing_saves_activations(run_bench):
     done = run_bench("bench_activation_checkpointing", "--quick", "--preset", "tiny", "--max-seq-len", "64",

@@ -14,10 +14,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 HEAD = {"bench", "device", "device_name"}
 REFUSING = ("bench_engine_vs_textbook", "bench_lm_vs_textbook", "bench_activation_checkpointing")
+pytestmark = pytest.mark.multiprocess  # each benchmark runs in a fresh Python process (conftest.py)
 # Each bench's command line run in one process (torch imported once, not once per bench): its exit status, stdout
 # and stderr, as `python bench/NAME.py --quick --device cuda` would end.
 _REFUSALS = """
 import contextlib, io, json, runpy, sys
+
 folder, names, ended = sys.argv[1], sys.argv[2:], {}
 sys.path.insert(0, folder)  # where `python bench/NAME.py` finds bench/common.py
 for name in names:

@@ -84,7 +84,8 @@ def checked(tmp_path_factory) -> tuple[dict, list[str]]:
     return json.loads(last), report
 
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+pytestmark = [pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA"),
+              pytest.mark.multiprocess]  # gpu_check and the cuda tests run in a fresh Python process
 
 
 def test_without_cuda_it_says_so_in_one_line_and_runs_nothing(checked):

@@ -130,6 +130,7 @@ def test_rerunning_the_sweep_skips_the_finished_runs(swept, capsys):
     assert verdicts == [(False, False), (False, False), (True, True), (True, True)]  # per lr: mean, mean per µb
 
 
+@pytest.mark.multiprocess
 def test_print_commands_prints_a_runnable_run_per_run_not_done(tmp_path, capsys):
     runs = tmp_path / "runs"
     assert sweep(runs, "--print-commands") == 0
