@@ -12,13 +12,13 @@ from gaccum_core.runs import catalog
 from gaccum_core.runs.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS, SELECTED = 40, 30
+RUNS, SELECTED = 12, 10  # picked[7] is one that goes: more cost seconds, check nothing more
 READS = ["read_config", "read_metrics", "read_evals", "metrics_csv", "evals_csv"]
 
 
 @pytest.fixture
 def selected(finished_run, runs_dir, downloads) -> tuple[AppTest, list[str]]:
-    """The Runs page over many runs, 30 of them selected: (the page, the selected ids)."""
+    """The Runs page over RUNS runs, SELECTED of them selected: (the page, the selected ids)."""
     ids = [f"{finished_run.name}-{i:03d}" for i in range(RUNS)]
     for run_id in ids:
         shutil.copytree(finished_run, runs_dir / run_id)
