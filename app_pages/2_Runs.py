@@ -4,7 +4,8 @@ resume or stop them."""
 import streamlit as st
 
 from gaccum_core.words import plural
-from gaccum_core.runs.catalog import run_labels, run_table, settings_table, unstepped
+from gaccum_core.runs.catalog import run_table, settings_table, unstepped
+from gaccum_core.runs.labels import run_labels
 from gaccum_core.runs.run_data import read_runs, tables_csv
 from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.views.axes import X_AXES

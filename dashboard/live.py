@@ -13,7 +13,7 @@ import streamlit as st
 from dashboard import server
 from dashboard.markdown import plain
 from gaccum_core.data.tokenising import TOKENISING
-from gaccum_core.runs.catalog import created_text, run_label, run_labels
+from gaccum_core.runs.labels import created_text, run_label, run_labels
 from gaccum_core.states import FAILURE_STATES, RunState, state_line
 from gaccum_core.train.metrics import time_left_words
 from gaccum_core.views.chart_cache import ChartInput, ChartSet

@@ -27,6 +27,7 @@ from gaccum_core.words import plural
 from gaccum_core.runs.event_files import EventFilesError, EventFolder, Point, read_event_folders, text_settings
 from gaccum_core.runs.files import RunWriter
 from gaccum_core.runs.foreign_names import EVALS, METRICS, Column, named_settings, tag_columns
+from gaccum_core.runs.labels import setting_text
 from gaccum_core.runs.store import RunStore, StoreError, now_iso
 from gaccum_core.runs.tensorboard import RUN_ID, one_process_row
 from gaccum_core.states import RunState
@@ -34,7 +35,6 @@ from gaccum_core.train.metrics import COUNT_COLUMNS
 
 IMPORTED_CSV = "imported.csv"  # the tags that name no column of gaccum's: tag, step, wall_time, value
 IMPORTED_JSON = "imported.json"  # where the run came from, its other hparams and texts, which tag went where
-_SHORT = {"micro_batch_size": "b", "accum_steps": "k"}
 _SAID = 8  # settings a run's message names, at most
 # status.json's list of the settings an imported run's hparams named: its config's other values are gaccum's defaults.
 IMPORTED_SETTINGS = "imported_settings"
@@ -56,7 +56,8 @@ class ImportedRun:
 
     def summary(self) -> str:
         """What was imported, in one line (the run's message)."""
-        named = [f"{_SHORT.get(k, k)}={v}" for k, v in self.settings.items()]
+        config = RunConfig(**self.settings)  # the settings _config took: they fit one another
+        named = [setting_text(name, config) for name in self.settings]  # in the labels' words: b=8, fp16
         if len(named) == len(dataclasses.fields(RunConfig)):  # a gaccum run exported and imported again
             settings = "every setting from its hparams"
         elif named:

@@ -1,29 +1,22 @@
-"""A cell in words: the settings its grid sets, as the run labels say them (b=8 k=8, bf16, compile=default).
-Pure."""
+"""A cell in words: the settings its grid sets, in the run labels' words (gaccum_core.runs.labels: b=8 k=8, bf16,
+fp32, ckpt/full, compile=default). Pure."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from gaccum_core.config import short_word
+from gaccum_core.runs.labels import setting_text
 from gaccum_core.sweeps.spec import Cell, SweepSpec
 from gaccum_core.words import plural
 
 
-def setting_words(field: str, value: Any) -> str:
-    """One setting as a label says it: b=8, fp32 (amp off), bf16, reduction=mean, compile=default."""
-    if field == "amp":
-        return "fp32" if value == "off" else str(value)
-    return f"{short_word(field)}={value}"
-
-
 def cell_label(cell: Cell, spec: SweepSpec) -> str:
-    """The cell's crossed settings in words, b with its derived k: 'b=8 k=8 bf16 reduction=mean'."""
+    """The cell's crossed settings in words, b with its derived k: 'b=8 k=8 bf16 reduction=mean'; amp off is fp32
+    here, where the cells differ in precision."""
     words = []
-    for field, value in cell.settings:
-        words.append(setting_words(field, value))
+    for field, _ in cell.settings:
+        words.append(setting_text(field, cell.config))
         if field == "micro_batch_size" and spec.effective_batch is not None:
-            words.append(setting_words("accum_steps", cell.config.accum_steps))
+            words.append(setting_text("accum_steps", cell.config))
     return " ".join(words) or "the one cell"
 
 

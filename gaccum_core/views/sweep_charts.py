@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from gaccum_core.config import short_word
 from gaccum_core.intervals import plus_minus
+from gaccum_core.runs.labels import value_text
 from gaccum_core.sweeps.stats import t_975
 from gaccum_core.train.metrics import smooth_ema
-from gaccum_core.sweeps.labels import setting_words
 from gaccum_core.views.colours import colour_at
 
 _LAYOUT = dict(template="plotly_white", height=380, margin=dict(l=60, r=20, t=50, b=50))
@@ -22,12 +23,12 @@ OUTCOMES = (("samples_per_s_mean", "samples/s"), ("peak_mem_mb", "peak memory (M
 def _setting_axis(table: pd.DataFrame, field: str) -> dict:
     """One axis per crossed setting: numbers on their own scale, anything else as evenly spaced names."""
     values = table[field]
-    title = setting_words(field, "").rstrip("=") if field != "amp" else "precision"
+    title = "precision" if field == "amp" else short_word(field)
     if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
         ticks = sorted(values.unique())
         return dict(label=title, values=values.tolist(), tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
     names = list(dict.fromkeys(values.astype(str)))
-    words = [setting_words(field, n).split("=", 1)[-1] for n in names]
+    words = [value_text(field, n).split("=", 1)[-1] for n in names]  # as the cells' labels say them: fp32, ckpt/full
     return dict(label=title, values=[names.index(v) for v in values.astype(str)], tickvals=list(range(len(names))),
                 ticktext=words, range=[-0.3, len(names) - 0.7] if len(names) > 1 else [-1, 1])
 

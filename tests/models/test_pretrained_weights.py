@@ -219,7 +219,7 @@ def test_two_processes_start_from_the_file_and_resume_from_the_checkpoint_withou
 
 
 def test_legends_of_runs_apart_by_their_weights_name_the_file_not_its_path():
-    from gaccum_core.runs.catalog import run_labels
+    from gaccum_core.runs.labels import run_labels
 
     configs = [RunConfig(model="resnet18"), RunConfig(model="resnet18", weights_file="/far/away/w.pth")]
     assert run_labels(configs) == ["resnet18 b=32 k=4 untrained", "resnet18 b=32 k=4 from w.pth"]

@@ -221,7 +221,7 @@ def test_progress_names_its_run_and_says_compiling_before_the_first_step(runs_di
         at = train_page()
         texts = [p.proto.text for p in at.get("progress")]
         # An unnamed run is named by when it was created, never by the end of its id.
-        from gaccum_core.runs.catalog import created_text
+        from gaccum_core.runs.labels import created_text
         named = f"mlp b=32 k=4 compile=default · {created_text(run_id)} — compiling the model"
         assert any(t.startswith(named) for t in texts), texts
     finally:

@@ -4,7 +4,8 @@ import io
 
 import pandas as pd
 
-from gaccum_core.runs.catalog import created_text, run_label, run_labels, run_table, settings_table
+from gaccum_core.runs.catalog import run_table, settings_table
+from gaccum_core.runs.labels import created_text, run_label, run_labels
 from gaccum_core.runs.run_data import combined_csv
 from gaccum_core.config import RunConfig
 from gaccum_core.train.metrics import STEP_COLUMNS

@@ -3,7 +3,7 @@ run: no sharding for one process, no GradScaler settings without fp16, no text s
 
 from gaccum_core.config import applies
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.catalog import run_labels
+from gaccum_core.runs.labels import run_labels
 
 IMAGE = RunConfig(model="cnn")  # one process, fp32, digits
 FP16 = IMAGE.replace(amp="fp16", init_scale=1024.0, growth_interval=100)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.catalog import choice_labels, run_choices, run_labels
+from gaccum_core.runs.catalog import choice_labels, run_choices
+from gaccum_core.runs.labels import run_labels
 from gaccum_core.runs.integrity import checked_status
 from gaccum_core.runs.store import RunStore, StoreError
 from gaccum_core.runs.tb_import import IMPORTED_SETTINGS, known_settings

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.catalog import run_labels
+from gaccum_core.runs.labels import run_labels
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import EVAL_COLUMNS, RowKeeper
 from gaccum_core.views.charts import throughput_figure
