@@ -119,7 +119,9 @@ with x_col:
                     format_func=X_AXES.get, horizontal=True)
 with smooth_col:
     smoothing = widget(st.slider, "Smoothing (loss, throughput)", "chart_smoothing", 0.6, min_value=0.0, max_value=0.99)
-labels_of = run_choice_labels(runner.store)  # every run on disk, newest first, in the legends' words
+# Every run on disk, newest first, in the legends' words; the runs drawn (those picked, the latest, those going)
+# by what tells them apart from one another: a picked run's chip says what its legend says.
+labels_of = run_choice_labels(runner.store, [*kept("chart_overlay", []), latest_id, *(s.run_id for s in active)])
 earlier = [r for r in labels_of if r != latest_id]
 overlay_col, log_col = st.columns([3, 2])
 with overlay_col:

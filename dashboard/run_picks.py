@@ -3,7 +3,7 @@ tracks it or not (None once it was deleted, in another tab, session or process).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import streamlit as st
 
@@ -35,12 +35,16 @@ def last_stopped(runner: Runner) -> str | None:
     return st.session_state["_last_stopped"]
 
 
-def run_choice_labels(store: RunStore) -> dict[str, str]:
-    """Every readable run on disk, newest first, labelled as in the charts' legends (what tells it apart
-    from the others, its name, when it was created); from the runs index, with a bar while many runs are read
-    into it."""
+def run_choice_labels(store: RunStore, drawn: Collection[str] = ()) -> dict[str, str]:
+    """Every readable run on disk, newest first, labelled as in the charts' legends (what differs and applies, its
+    name, when it was created): the runs drawn together (a picked run's chip) by what tells them apart from one
+    another, as their legends say it; the others by what tells each apart from every run on disk. From the runs
+    index, with a bar while many runs are read into it."""
     choices = run_choices(store, indexing_progress(store))
-    return dict(zip((choice.run_id for choice in choices), choice_labels(choices)))
+    labels = dict(zip((choice.run_id for choice in choices), choice_labels(choices)))
+    drawn = set(drawn)
+    together = tuple(choice for choice in choices if choice.run_id in drawn)
+    return labels | dict(zip((choice.run_id for choice in together), choice_labels(together)))
 
 
 def offered_runs(run_ids: Sequence[str], picked: Iterable[str]) -> list[str]:

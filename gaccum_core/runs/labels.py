@@ -55,15 +55,16 @@ def value_text(name: str, value: Any) -> str:
 
 def setting_text(name: str, config: RunConfig) -> str:
     """One setting of a run in the labels' words, with the settings that complete it: gpt-tiny, N=4 (nnodes·nproc),
-    fsdp/last reshard off, ckpt/selective/2; any other as value_text says it."""
-    if name == "model" and config.model == "gpt":
+    fsdp/last reshard off, ckpt/selective/2; a field a label says by another's words (in_label other) in those
+    (gpt_preset: gpt-mini); any other as value_text says it."""
+    if name in ("model", "gpt_preset") and config.model == "gpt":
         return f"gpt-{config.gpt_preset}"
-    if name in ("nproc", "world_size"):
+    if name in ("nproc", "nnodes", "world_size"):
         return value_text("world_size", config.world_size)
-    if name == "sharding" and config.sharding == "fsdp":  # when it reduce-scatters, 'reshard off' when it keeps weights
-        reshard = " reshard off" if config.fsdp_reshard_after_backward == "off" else ""
-        return f"fsdp/{config.fsdp_sync}{reshard}"
-    if name == "activation_checkpointing" and config.activation_checkpointing == "selective":
+    if name in ("sharding", "fsdp_sync", "fsdp_reshard_after_backward") and config.sharding == "fsdp":
+        reshard = " reshard off" if config.fsdp_reshard_after_backward == "off" else ""  # it keeps the weights
+        return f"fsdp/{config.fsdp_sync}{reshard}"  # and when it reduce-scatters
+    if name in ("activation_checkpointing", "ac_every") and config.activation_checkpointing == "selective":
         return f"ckpt/selective/{config.ac_every}"
     return value_text(name, getattr(config, name))
 

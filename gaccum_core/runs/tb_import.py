@@ -57,8 +57,8 @@ class ImportedRun:
     def summary(self) -> str:
         """What was imported, in one line (the run's message)."""
         config = RunConfig(**self.settings)  # the settings _config took: they fit one another
-        named = [setting_text(name, config) for name in self.settings]  # in the labels' words: b=8, fp16
-        if len(named) == len(dataclasses.fields(RunConfig)):  # a gaccum run exported and imported again
+        named = list(dict.fromkeys(setting_text(name, config) for name in self.settings))  # labels' words: b=8, fp16
+        if len(self.settings) == len(dataclasses.fields(RunConfig)):  # a gaccum run exported and imported again
             settings = "every setting from its hparams"
         elif named:
             more = f" and {len(named) - _SAID} more" if len(named) > _SAID else ""
