@@ -17,7 +17,7 @@ def cell_label(cell: Cell, spec: SweepSpec) -> str:
         words.append(setting_text(field, cell.config))
         if field == "micro_batch_size" and spec.effective_batch is not None:
             words.append(setting_text("accum_steps", cell.config))
-    return " ".join(words) or "the one cell"
+    return " ".join(dict.fromkeys(words)) or "the one cell"  # sharding and fsdp_sync crossed: fsdp/last, once
 
 
 def describe_sweep(spec: SweepSpec) -> str:

@@ -114,6 +114,12 @@ def test_a_field_said_by_another_s_words_is_said_in_them(chips):
         assert [cell[side] for side in (0, 1) if legend[side]] == [words for words in legend if words], name
 
 
+def test_a_cell_crossing_a_setting_and_the_one_that_completes_its_word_says_it_once():
+    fsdp = IMAGE.replace(nproc=2, sharding="fsdp", fsdp_sync="last")
+    cell = Cell(0, (("sharding", "fsdp"), ("fsdp_sync", "last")), fsdp)
+    assert cell_label(cell, SweepSpec(grid=(("seed", (0,)),))) == "fsdp/last"
+
+
 def test_the_words_that_had_drifted_are_the_legends():
     full = IMAGE.replace(activation_checkpointing="full")
     spec = SweepSpec(grid=(("amp", ("off", "bf16")),))
