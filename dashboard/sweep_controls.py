@@ -1,9 +1,10 @@
-"""The Sweeps page's controls: the Train page's settings, with a multiselect for each option to cross, and
-the spec they make (or the refusal of the first cell that cannot run, named by its control)."""
+"""The Sweeps page's controls: the settings every run shares, an axis for each field a sweep may cross (generated
+from its metadata: a multiselect of its choices, a box of comma-separated numbers parsed as the command line's
+flag is), and the spec they make (or the refusal of the first cell that cannot run, named by its control)."""
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
 import json
 from typing import Any, Callable
 
@@ -15,18 +16,46 @@ from dashboard.messages import explain
 from dashboard.state import kept, set_kept, widget
 from gaccum_core import config as cfg
 from gaccum_core.sweeps.checks import check_sweep
-from gaccum_core.sweeps.spec import SweepSpec
+from gaccum_core.sweeps.spec import AXES, KINDS, SweepSpec, parse_values
 from gaccum_core.train.device import max_processes, resolve_device
 
 PREFIX = "sweep_"
+# One value each on the page (the command line crosses them), and k, which the page derives from E.
+_ONE_VALUE = ("model", "dataset", "epochs", "max_steps", "accum_steps")
+# The axes the page offered before any other, in their order then: a grid of them keeps its sweep id.
+_FIRST = ("micro_batch_size", "reduction", "amp", "compile", "clear_cache", "nproc", "activation_checkpointing",
+          "sharding", "packing")
+PAGE_AXES = tuple(dict.fromkeys(_FIRST + tuple(n for n in AXES if n in LABELS and n not in _ONE_VALUE)))
+USUAL = tuple(cfg.by_field("sweep"))  # shown; the others under More axes
+_PICKED = ("micro_batch_size", "nproc")  # numbers picked among the page's options: b divides E, N fits here
+_FORMATS = {"reduction": REDUCTION_LABELS.get, "clear_cache": CLEAR_LABELS.get}
+_MOST_PROBES = 1024  # combinations of the axes above an axis read to tell whether it applies to any
+
+
+def axis_control(name: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The widget a crossed field's metadata and type ask for: a multiselect of its choices (or of false and
+    true), the default first (a grid follows the options' order), or a text box of comma-separated numbers."""
+    choices = cfg.by_field("choices").get(name, (False, True) if KINDS[name] == "bool" else None)
+    if choices is None:
+        return st.text_input, {}
+    default = getattr(cfg.DEFAULT_RUN, name)
+    return st.multiselect, {"options": [default, *(c for c in choices if c != default)],
+                            "format_func": _FORMATS.get(name, lambda value: str(value).lower())}
+
+
+def _default(name: str) -> Any:
+    """An axis's default: the Train page's value, as the one item picked or the box's text."""
+    value = getattr(cfg.DEFAULT_RUN, name)
+    return str(value) if axis_control(name)[0] is st.text_input and name not in _PICKED else [value]
+
+
 # The default grid: b=8 against b=32 at E=64, the exact mean against the textbook mean per micro-batch,
-# twice each: 8 short runs of cnn on digits, the b/k pairs coinciding under mean and not under the other.
+# three times each: 12 short runs of cnn on digits, the b/k pairs coinciding under mean and not under the other.
 # Each control's default, by its name (its key is PREFIX + name, and so is its query parameter in the URL).
 DEFAULTS: dict[str, Any] = {
     "model": "cnn", "dataset": "digits", "epochs": 3, "max_steps": 0, "effective_batch": 64,
-    "micro_batch_size": [8, 32], "reduction": ["mean", "mean_per_micro_batch"], "amp": ["off"], "compile": ["off"],
-    "clear_cache": ["off"], "nproc": [1], "activation_checkpointing": ["off"], "sharding": ["ddp"], "packing": ["off"],
-    "optimizer": cfg.DEFAULT_RUN.optimizer, "lr": cfg.DEFAULT_RUN.lr, "seed": 0, "repeats": 3, "same_seed": False,
+    **{name: _default(name) for name in PAGE_AXES},
+    "micro_batch_size": [8, 32], "reduction": ["mean", "mean_per_micro_batch"], "repeats": 3, "same_seed": False,
 }
 SWEEP_LABELS = {**LABELS, **cfg.by_field("sweep"), "effective_batch": "Effective batch E = N·b·k",
                 "repeats": "Repeats per cell", "same_seed": "Same seed each repeat (timing noise alone)"}
@@ -54,9 +83,9 @@ def _cpu_or_gpus() -> int:
     return max_processes(resolve_device("auto"))
 
 
-def draw() -> tuple[dict[str, Any], dict[str, list], dict[str, Any]]:
+def draw() -> tuple[dict[str, Any], dict[str, list | str], dict[str, Any]]:
     """Every control in the sidebar, a fresh session's from the URL, then the URL from them; (common settings,
-    lists to cross, sweep options)."""
+    each axis's values or text, sweep options)."""
     found, refused = link.restore_controls(PREFIX, DEFAULTS)
     with st.sidebar:
         notes = st.container()  # the link's values not used, above the controls
@@ -70,8 +99,8 @@ def draw() -> tuple[dict[str, Any], dict[str, list], dict[str, Any]]:
     return common, lists, options
 
 
-def _controls() -> tuple[dict[str, Any], dict[str, list], dict[str, Any]]:
-    """Every control in the sidebar; (common settings, lists to cross, sweep options)."""
+def _controls() -> tuple[dict[str, Any], dict[str, list | str], dict[str, Any]]:
+    """Every control in the sidebar; (common settings, each axis's values or text, sweep options)."""
     common: dict[str, Any] = {}
     with st.sidebar:
         st.header("Model and data")
@@ -81,36 +110,77 @@ def _controls() -> tuple[dict[str, Any], dict[str, list], dict[str, Any]]:
         common["max_steps"] = _control(st.number_input, "max_steps")
         st.header("Grid")
         effective = _control(st.number_input, "effective_batch")
-        lists = {"micro_batch_size": _pick("micro_batch_size", divisors(effective) if effective >= 1 else []),
-                 "reduction": _pick("reduction", list(cfg.REDUCTIONS), format_func=REDUCTION_LABELS.get),
-                 "amp": _pick("amp", list(cfg.AMP_MODES)),
-                 "compile": _pick("compile", list(cfg.COMPILE_MODES)),
-                 "clear_cache": _pick("clear_cache", list(cfg.CLEAR_CACHE_MODES), format_func=CLEAR_LABELS.get),
-                 "nproc": _pick("nproc", list(range(1, _cpu_or_gpus() + 1))),
-                 "activation_checkpointing": _pick("activation_checkpointing", list(cfg.AC_MODES))}
-        if any(n > 1 for n in lists["nproc"]):
-            lists["sharding"] = _pick("sharding", list(cfg.SHARDINGS))
-        if common["dataset"] in cfg.TEXT_DATASETS and common["dataset"] != "tokens":  # tokens: packed by nature
-            lists["packing"] = _pick("packing", ["off", "on"])
-        st.header("Optimizer and repeats")
-        common["optimizer"] = _control(st.selectbox, "optimizer", options=list(cfg.OPTIMIZERS))
-        common["lr"] = _control(st.number_input, "lr")
-        common["seed"] = _control(st.number_input, "seed")
+        lists: dict[str, list | str] = {}
+        for name in USUAL:
+            lists[name] = _axis(name, effective)
+        with st.expander("More axes"):
+            for name in PAGE_AXES:
+                if name not in USUAL and _applies_to_some(name, common, lists):
+                    lists[name] = _axis(name, effective)
+        st.header("Repeats")
         options = {"effective_batch": effective, "repeats": _control(st.number_input, "repeats"),
                    "same_seed": _control(st.checkbox, "same_seed")}
     return common, lists, options
 
 
-def spec_from(common: dict[str, Any], lists: dict[str, list], options: dict[str, Any]) -> SweepSpec:
-    """The sweep the controls describe: a list of several values is crossed, one value is common, every
-    other setting the Train page's default (device auto). ConfigError naming the first refused field."""
+def _axis(name: str, effective: int) -> list | str:
+    """One axis's control: the values picked, or the box's text (parsed by spec_from)."""
+    if name == "micro_batch_size":
+        return _pick(name, divisors(effective) if effective >= 1 else [])
+    if name == "nproc":
+        return _pick(name, list(range(1, _cpu_or_gpus() + 1)))
+    draw, kwargs = axis_control(name)
+    help_text = cfg.by_field("help")[name]
+    if draw is st.text_input:
+        return widget(st.text_input, SWEEP_LABELS[name], PREFIX + name, DEFAULTS[name],
+                      help=f"{help_text} (comma-separated values to cross)")
+    return _pick(name, kwargs.pop("options"), help=help_text, **kwargs)
+
+
+def _applies_to_some(name: str, common: dict[str, Any], lists: dict[str, list | str]) -> bool:
+    """Whether the field changes a run of some combination of the axes drawn above it (sharding only with
+    N > 1, packing only for text): an axis that changes no run is not offered."""
+    base = {**cfg.DEFAULT_RUN.to_dict(), **common}
+    picked = {field: _soft_values(field, value) for field, value in lists.items()}
+    picked = {field: values for field, values in picked.items() if values}
+    combinations = itertools.islice(itertools.product(*picked.values()), _MOST_PROBES)
+    return any(cfg.applies(_unchecked({**base, **dict(zip(picked, combination))}), name)
+               for combination in combinations)
+
+
+def _soft_values(field: str, value: list | str) -> list:
+    """An axis's values, a box's text parsed; none when it cannot be (spec_from refuses it by name)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return list(parse_values(field, KINDS[field], value))
+    except cfg.ConfigError:
+        return []
+
+
+def _unchecked(values: dict[str, Any]) -> cfg.RunConfig:
+    """A RunConfig of these values not validated (a combination may be refused: fsdp with N = 1), only for its
+    fields' applies rules to read."""
+    config = object.__new__(cfg.RunConfig)
+    for field, value in values.items():
+        object.__setattr__(config, field, value)
+    return config
+
+
+def spec_from(common: dict[str, Any], lists: dict[str, list | str], options: dict[str, Any]) -> SweepSpec:
+    """The sweep the controls describe: an axis of several values is crossed, of one value common, every other
+    setting the Train page's default (device auto). ConfigError naming the first refused field: an empty axis,
+    or a box's text the command line's flag would refuse."""
+    picked = {}
     for field, values in lists.items():
+        if isinstance(values, str):
+            values = parse_values(field, KINDS[field], values)
         if not values:
             raise cfg.ConfigError(field, "", "one or more values")
-    grid = tuple((field, tuple(values)) for field, values in lists.items() if len(values) > 1)
-    singles = {field: values[0] for field, values in lists.items() if len(values) == 1}
-    defaults = {f.name: getattr(cfg.DEFAULT_RUN, f.name) for f in dataclasses.fields(cfg.RunConfig)}
-    values = {**defaults, **common, **singles}
+        picked[field] = tuple(values)
+    grid = tuple((field, values) for field, values in picked.items() if len(values) > 1)
+    singles = {field: values[0] for field, values in picked.items() if len(values) == 1}
+    values = {**cfg.DEFAULT_RUN.to_dict(), **common, **singles}
     return SweepSpec(grid, tuple(values.items()), options["repeats"], options["same_seed"], options["effective_batch"])
 
 

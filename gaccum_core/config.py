@@ -1,7 +1,8 @@
 """RunConfig: the one frozen description of a training run, validated on construction. Each field declares
 itself once, in its metadata (setting): its help, its control's label, its short word, when it applies, its
-choices, what a run's label makes of it, what the planner makes of it, its Sweeps-page axis and its Train-page
-section. The controls, the command line's flags, the docs' settings table, the labels and the sweeps read it."""
+choices, what a run's label makes of it, what the planner makes of it, whether a sweep may cross it, its
+usual Sweeps-page axis and its Train-page section. The controls, the command line's flags, the docs' settings
+table, the labels and the sweeps read it."""
 
 from __future__ import annotations
 
@@ -29,17 +30,19 @@ PLANNER = ("chooses", "ignores", "base")
 
 def setting(default: Any, label: str | None, help_text: str, *, choices: tuple[str, ...] | None = None,
             short: str | None = None, applies: Callable[[Any], bool] | None = None, in_label: str | None = None,
-            column: bool = False, planner: str | None = None, sweep: str | None = None,
+            column: bool = False, planner: str | None = None, cross: bool = True, sweep: str | None = None,
             section: str | None = None) -> Any:
     """A RunConfig field and everything said about it: label (its control's; None: no control), help (one
     line), choices (a fixed set), short (its word in labels: b), applies (the runs it changes; None: all),
-    in_label (IN_LABEL), column (a column of the runs table), planner (PLANNER), sweep (its axis's label on the
-    Sweeps page; None: crossed from the command line only) and section (the Train page's section its generated
-    control joins; None: the page draws it itself, or none)."""
+    in_label (IN_LABEL), column (a column of the runs table), planner (PLANNER), cross (whether a sweep may
+    cross it; False: where a run runs or reads, what it writes or records), sweep (its axis's label among the
+    Sweeps page's usual axes; None: a crossed field's axis is under More axes, by its label) and section (the
+    Train page's section its generated control joins; None: the page draws it itself, or none)."""
     assert in_label in (None, *IN_LABEL) and planner in (None, *PLANNER), (in_label, planner)
     return dataclasses.field(default=default, metadata={
         "label": label, "help": help_text, "choices": choices, "short": short, "applies": applies,
-        "in_label": in_label, "column": column, "planner": planner, "sweep": sweep, "section": section})
+        "in_label": in_label, "column": column, "planner": planner, "cross": cross, "sweep": sweep,
+        "section": section})
 
 
 def _has_fields(c: Any) -> bool:
@@ -89,10 +92,10 @@ class RunConfig:
             column=True)
     clear_cache: str = setting("off", "Cache clearing",
             "gc.collect() + torch.cuda.empty_cache(): off, after each optimizer step, or after each micro-batch",
-            choices=CLEAR_CACHE_MODES, in_label="usual", column=True, planner="chooses", sweep="Cache clearing")
+            choices=CLEAR_CACHE_MODES, in_label="usual", column=True, planner="chooses")
     compile: str = setting("off", "torch.compile",
             "torch.compile mode: off, default, reduce-overhead, max-autotune",
-            choices=COMPILE_MODES, in_label="usual", column=True, planner="chooses", sweep="torch.compile modes")
+            choices=COMPILE_MODES, in_label="usual", column=True, planner="chooses")
     optimizer: str = setting("sgd", "Optimizer",
             "sgd (with momentum), adam or adamw",
             choices=OPTIMIZERS, column=True, planner="base")
@@ -120,15 +123,16 @@ class RunConfig:
             column=True)
     device: str = setting("auto", "Device",
             "auto, cpu, cuda or cuda:N",
-            in_label="never", planner="base")
+            in_label="never", planner="base", cross=False)
     data_dir: str = setting("data", "Data directory",
             "where mnist, fashionmnist and cifar10 are read from; for imagefolder, the folder of class "
             "folders (or of train/ and val/ each holding them); for tokens, the folder of train.bin (and "
             "val.bin); for hf-dataset, the folder datasets' save_to_disk wrote, or of .parquet files",
-            applies=lambda c: c.dataset in (*_DOWNLOADED, "imagefolder", "tokens", "hf-dataset"), planner="base")
+            applies=lambda c: c.dataset in (*_DOWNLOADED, "imagefolder", "tokens", "hf-dataset"), planner="base",
+            cross=False)
     download: bool = setting(False, "Download if missing",
             "download mnist/fashionmnist/cifar10 into data_dir when missing",
-            applies=lambda c: c.dataset in _DOWNLOADED, in_label="never")
+            applies=lambda c: c.dataset in _DOWNLOADED, in_label="never", cross=False)
     image_size: int = setting(0, "Image size (0 = the data set's own)",
             "resize images to this size for the model (0 = the data set's own size; fake: generated size)",
             applies=lambda c: not c.is_text, planner="base")
@@ -140,18 +144,18 @@ class RunConfig:
             applies=lambda c: c.dataset == "fake")
     eval_every: int = setting(0, "Evaluate every N steps (0 = each epoch)",
             "evaluate on the test split every N optimizer steps (0 = at the end of each epoch)",
-            planner="ignores")
+            planner="ignores", cross=False)
     nproc: int = setting(1, "Processes N (data-parallel)",
             "data-parallel processes per machine (DDP through torchrun, one GPU each on CUDA); "
             "effective batch = nnodes*nproc*b*k",
-            short="N", in_label="usual", planner="chooses", sweep="Processes N")
+            short="N", in_label="usual", planner="chooses")
     nnodes: int = setting(1, None,
             "machines in a data-parallel job (the command line's --node-rank and --rdzv-endpoint join them)",
             in_label="other", planner="ignores")
     checkpoint_every: int = setting(100, "Checkpoint every N steps (0 = on Stop and at the end)",
             "write checkpoint.pt every N optimizer steps, besides on Stop and at the end "
             "(0 = only then); a killed run resumes from the last one",
-            planner="ignores")
+            planner="ignores", cross=False)
     sync_every_micro_batch: bool = setting(False, "All-reduce after every micro-batch (no_sync off)",
             "all-reduce gradients after every micro-batch instead of once per window "
             "(turns DDP's no_sync off, to see what it saves)",
@@ -160,8 +164,7 @@ class RunConfig:
             "ddp: every process holds the whole model, its gradients and optimizer state; fsdp: FSDP2 "
             "shards them over the processes (each block, then the root), gathering weights per block as it "
             "computes (needs nnodes*nproc > 1)",
-            choices=SHARDINGS, applies=lambda c: c.world_size > 1, in_label="usual", planner="chooses",
-            sweep="Sharding (N > 1)")
+            choices=SHARDINGS, applies=lambda c: c.world_size > 1, in_label="usual", planner="chooses")
     fsdp_sync: str = setting("every", "FSDP gradient sync",
             "with fsdp: reduce-scatter gradients after every micro-batch (each rank keeps 1/N of the "
             "gradient) or only after the window's last (k times fewer collectives, but each rank keeps the "
@@ -175,14 +178,14 @@ class RunConfig:
             "what the text data set reads: a UTF-8 text file split on blank lines into documents, or .jsonl, "
             "one JSON object a line whose text_field is a document; or a folder or glob of such files (shards, "
             "read in sorted order). Tokenised once into the token cache (cache_dir), of any size",
-            applies=lambda c: c.dataset == "text", planner="base")
+            applies=lambda c: c.dataset == "text", planner="base", cross=False)
     text_file_max_mb: int = setting(256, "Largest document read at once (MB)",
             "the most text read into memory at once, in MB: a larger document (a paragraph or a "
             ".jsonl line) is refused; the corpus itself may be of any size",
-            applies=lambda c: c.dataset == "text", in_label="never", planner="base")
+            applies=lambda c: c.dataset == "text", in_label="never", planner="base", cross=False)
     text_field: str = setting("text", "JSON field holding the text",
             "the field of each .jsonl line that holds its document's text",
-            applies=_has_fields, planner="base")
+            applies=_has_fields, planner="base", cross=False)
     max_seq_len: int = setting(128, "Sequence length (tokens)",
             "longest sequence (tokens) of the text data sets: documents are cut into chunks of this length "
             "(at most the positions the model embeds)",
@@ -199,39 +202,40 @@ class RunConfig:
             "different numbers of target tokens); on: documents joined with an end-of-text token and cut into "
             "full sequences (nanoGPT), so every micro-batch holds the same number. A tokens data set is packed "
             "by nature",
-            choices=ON_OFF, applies=lambda c: c.is_text and c.dataset != "tokens",
-            sweep="Packing (text)", planner="base")
+            choices=ON_OFF, applies=lambda c: c.is_text and c.dataset != "tokens", planner="base")
     token_dtype: str = setting("uint16", "Token id width",
             "the width of a tokens data set's ids in train.bin and val.bin: uint16 (as nanoGPT writes them, "
             "for a vocabulary of at most 65,536 ids) or uint32",
-            choices=TOKEN_DTYPES, applies=lambda c: c.dataset == "tokens", planner="base")
+            choices=TOKEN_DTYPES, applies=lambda c: c.dataset == "tokens", planner="base", cross=False)
     cache_dir: str = setting("", "Token cache folder (empty = beside the runs)",
             "where text is kept tokenised (one flat file of token ids per corpus and tokenizer, reused by "
             "later runs, other ranks and the planner); empty: GACCUM_CACHE_DIR, else token-cache beside the "
             "runs directory (--runs-dir, else GACCUM_RUNS_DIR, else ./runs)",
-            applies=lambda c: c.dataset in ("text", "hf-dataset"), in_label="never", planner="base")
+            applies=lambda c: c.dataset in ("text", "hf-dataset"), in_label="never", planner="base",
+            cross=False)
     eval_batches: int = setting(50, "Batches per evaluation (0 = the whole test split)",
             "batches of the test split each evaluation reads: the same ones every time, so evaluations "
-            "compare (0 = the whole split)")
+            "compare (0 = the whole split)",
+            cross=False)
     activation_checkpointing: str = setting("off", "Activation checkpointing",
             "keep only each block's input and recompute its activations during backward "
             "(torch.utils.checkpoint, non-reentrant, dropout masks preserved): off, selective "
             "(every ac_every-th block) or full (every block); less activation memory for more "
             "compute, the lever beside accumulation",
-            choices=AC_MODES, short="checkpointing", in_label="usual", planner="chooses",
-            sweep="Activation checkpointing")
+            choices=AC_MODES, short="checkpointing", in_label="usual", planner="chooses")
     ac_every: int = setting(2, "Checkpoint every N-th block",
             "with selective activation checkpointing: checkpoint every N-th block (1 = every block, as full)",
             applies=lambda c: c.activation_checkpointing == "selective", in_label="other", planner="base")
     weights_file: str = setting("", "Weights file (empty = untrained)",
             "start a timm:NAME or torchvision model from your weights: a .safetensors, .pth, .pt or .bin "
             "file of its state dict (empty: untrained, drawn from the seed). Every key and shape must fit; "
-            "a classifier of other classes is left freshly initialised for the data set's")
+            "a classifier of other classes is left freshly initialised for the data set's",
+            cross=False)
     tensorboard: str = setting("on", "TensorBoard event files (tb/ in the run's folder)",
             "on: the run also writes TensorBoard event files into its folder's tb/ as it trains (every "
             "metrics.csv and eval.csv column as a scalar, its settings and final figures as hparams; "
             "`tensorboard --logdir` on the runs directory shows them); off: none",
-            choices=ON_OFF, in_label="never")
+            choices=ON_OFF, in_label="never", cross=False)
 
     def __post_init__(self) -> None:
         check(self)

@@ -33,6 +33,7 @@ exec(compile(source.replace(ANCHOR, "\\n" + FIELD + ANCHOR), str(path), "exec"),
 from streamlit.testing.v1 import AppTest
 import streamlit as st
 from dashboard.controls import control_spec
+from dashboard.sweep_controls import PAGE_AXES, axis_control
 from gaccum_core.cli.main import build_parser, command_help
 from gaccum_core.cli.sweep import spec_from_args
 from gaccum_core.cli.args import config_from_args
@@ -55,6 +56,7 @@ found["flag_help"] = "--label-smoothing" in command_help("run")
 found["flag"] = config_from_args(build_parser().parse_args(["run", "--label-smoothing", "0.5"])).label_smoothing
 sweep = spec_from_args(build_parser().parse_args(["sweep", "--label-smoothing", "0,0.1"]))
 found["axis"] = [list(sweep.fields), describe_sweep(sweep)]
+found["page_axis"] = ["label_smoothing" in PAGE_AXES, axis_control("label_smoothing")[0] is st.text_input]
 found["labels"] = catalog.run_labels([RunConfig(), RunConfig(label_smoothing=0.1)])
 found["column"] = "label_smoothing" in catalog.SETTINGS
 events = settings_events(RunConfig(label_smoothing=0.1), "run-1", "", 0)
@@ -76,6 +78,7 @@ def test_a_new_plain_setting_is_declared_once_and_every_generator_offers_it(tmp_
     assert found["url"] == "0.25"  # its URL key is its name
     assert found["flag_help"] and found["flag"] == 0.5
     assert found["axis"][0] == ["label_smoothing"] and ": ls," in found["axis"][1]  # crossed, said by its short word
+    assert found["page_axis"] == [True, True]  # the Sweeps page's axis: a box of comma-separated numbers
     assert found["labels"][1].endswith("ls=0.1") and "ls=" in found["labels"][0]  # where the runs differ
     assert found["column"]
     assert found["hparams"] >= 1

@@ -1,5 +1,5 @@
-"""`sweep`: a grid of runs (comma lists for any run flag) × repeats, run as ordinary runs with a progress
-bar over runs, resumable, then summarised per cell; or printed as `run` commands for a cluster."""
+"""`sweep`: a grid of runs (comma lists for the run flags a sweep may cross) × repeats, run as ordinary runs with
+a progress bar over runs, resumable, then summarised per cell; or printed as `run` commands for a cluster."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import dataclasses
 import json
 import math
 import sys
-from typing import Any
 
 from gaccum_core.cli.args import Commands, add_runs_dir_flag, flag_error, refuse_unused_fsdp_flags, typed
 from gaccum_core.cli.sweep_progress import follow_sweep
@@ -23,30 +22,35 @@ from gaccum_core.sweeps.files import sweep_dir, write_spec, write_summary
 from gaccum_core.sweeps.job import SweepJob
 from gaccum_core.train.device import gpu_count
 from gaccum_core.sweeps.members import find_members
-from gaccum_core.sweeps.spec import Cell, SweepSpec, sweep_runs
+from gaccum_core.sweeps.spec import AXES, KINDS, Cell, SweepSpec, parse_item, parse_values, sweep_runs
 from gaccum_core.sweeps.summary import Summary, summarize
 from gaccum_core.views.sweep_table import display_table
 
-_TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
-
 
 def add_parser(commands: Commands) -> argparse.ArgumentParser:
-    """The `sweep` command: a comma list per config field, the effective batch, repeats, what to do."""
+    """The `sweep` command: a comma list per field a sweep may cross, one value for the others, the effective
+    batch, repeats, what to do."""
     parser = commands.add_parser(
         "sweep", help="run a grid of settings × repeats and summarise each cell with 95%% intervals",
-        description="Cross comma-separated values of any run flag (--micro-batch-size 8,16,32 --amp off,bf16), "
+        description="Cross comma-separated values of any run flag of training (--micro-batch-size 8,16,32 --amp "
+                    "off,bf16 --lr 0.01,0.05 --optimizer sgd,adamw; where a run runs or reads, what it writes or "
+                    "records take one value), "
                     "run each combination --repeats times as ordinary runs (skipping those a previous run of the "
                     "same command finished), and summarise each cell: final loss, test accuracy, samples/s, "
                     "peak memory, skipped steps and time as mean ± 95% interval, and whether the cells that "
                     "differ only in b and k coincide.")
     for f in dataclasses.fields(RunConfig):
         flag = "--" + f.name.replace("_", "-")
-        help_text = f"{f.metadata['help']} (default: {getattr(DEFAULT_RUN, f.name)}; comma-separated values to cross)"
-        if f.type == "bool":
-            parser.add_argument(flag, nargs="?", const="true", default=None, dest=f.name, metavar="BOOL,…",
+        crossed = f.name in AXES
+        how = "comma-separated values to cross" if crossed else "one value: a sweep does not cross it"
+        help_text = f"{f.metadata['help']} (default: {getattr(DEFAULT_RUN, f.name)}; {how})"
+        kind = "BOOL" if KINDS[f.name] == "bool" else "A"
+        metavar = f"{kind},…" if crossed else kind
+        if KINDS[f.name] == "bool":
+            parser.add_argument(flag, nargs="?", const="true", default=None, dest=f.name, metavar=metavar,
                                 help=help_text)
         else:
-            parser.add_argument(flag, default=None, dest=f.name, metavar="A,B,…", help=help_text)
+            parser.add_argument(flag, default=None, dest=f.name, metavar=metavar, help=help_text)
     parser.add_argument("--effective-batch", type=typed("int", "--effective-batch"), default=None, metavar="INT",
                         help="the effective batch E = N·b·k of every cell: k is derived for each b (leave out "
                              "--accum-steps)")
@@ -67,38 +71,17 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
     return parser
 
 
-def _item(field: str, kind: str, text: str) -> Any:
-    """One listed value as its field's type; ConfigError naming the field."""
-    if kind == "bool":
-        if text.lower() not in _TRUE + _FALSE:
-            raise ConfigError(field, text, "true or false (or on/off, yes/no, 1/0)")
-        return text.lower() in _TRUE
-    if kind in ("int", "float"):
-        try:
-            return int(text) if kind == "int" else float(text)
-        except ValueError:
-            raise ConfigError(field, text, "an integer" if kind == "int" else "a number") from None
-    return text
-
-
-def parse_values(field: str, kind: str, text: str) -> tuple[Any, ...]:
-    """A flag's comma list as typed values, each once, in the order given; ConfigError for an empty list
-    or an empty item."""
-    items = [part.strip() for part in text.split(",")]
-    if not text.strip() or any(not item for item in items):
-        raise ConfigError(field, text, "one or more comma-separated values, none empty")
-    return tuple(dict.fromkeys(_item(field, kind, item) for item in items))
-
-
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
-    """The sweep the flags ask for: a flag with several values is crossed, one with one value is common."""
+    """The sweep the flags ask for: a flag with several values is crossed, one with one value is common (a flag
+    a sweep does not cross takes its text as one value: a path may hold a comma)."""
     grid, common = [], {}
     for f in dataclasses.fields(RunConfig):
         text = getattr(args, f.name)
         if text is None:
             common[f.name] = getattr(DEFAULT_RUN, f.name)
             continue
-        values = parse_values(f.name, f.type, text)
+        kind = KINDS[f.name]
+        values = parse_values(f.name, kind, text) if f.name in AXES else (parse_item(f.name, kind, text),)
         if len(values) > 1:
             grid.append((f.name, values))
         else:

@@ -1,15 +1,35 @@
-"""A sweep's grid checked whole before anything is written: every cell's settings (RunConfig's rules, a b
-that does not divide E), then what only the device, data and model can tell (preflight) once per cell."""
+"""A sweep's grid checked whole before anything is written: its axes (fields a sweep may cross, a seed that
+repeats cannot collide with), every cell's settings (RunConfig's rules, a b that does not divide E), then what
+only the device, data and model can tell (preflight) once per cell."""
 
 from __future__ import annotations
 
-from gaccum_core.sweeps.spec import Cell, SweepSpec, cells, sweep_runs
+from gaccum_core.config import ConfigError
+from gaccum_core.sweeps.spec import AXES, Cell, SweepSpec, cells, sweep_runs
 from gaccum_core.train.checks import preflight
+
+
+def check_axes(spec: SweepSpec) -> None:
+    """ConfigError naming a crossed field a sweep may not cross, or a seed crossed while the repeats take the
+    seeds seed, seed+1, … (cell seed=0's second repeat would be cell seed=1's first)."""
+    for name, values in spec.grid:
+        if name not in AXES:
+            raise ConfigError(name, _listed(values), "one value: a sweep crosses settings of training, not where a "
+                                                     "run runs or reads, nor what it writes or records")
+    if "seed" in spec.fields and spec.repeats > 1 and not spec.same_seed:
+        raise ConfigError("seed", _listed(spec.values("seed")), f"one seed when each cell repeats {spec.repeats} "
+                          "times with the seeds seed, seed+1, …: cross the seed with 1 repeat, or repeat with "
+                          "the same seed")
+
+
+def _listed(values: tuple) -> str:
+    return ",".join(map(str, values))
 
 
 def check_sweep(spec: SweepSpec) -> list[Cell]:
     """The sweep's cells when every run can start here; ConfigError naming the field of the first that
     cannot (data and model errors explain themselves as ValueError)."""
+    check_axes(spec)
     found = cells(spec)
     sweep_runs(spec)  # every repeat's seed too
     checked: set[str] = set()

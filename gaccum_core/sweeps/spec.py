@@ -11,9 +11,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.config import ConfigError, RunConfig, fields_with
 
 FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
+KINDS = {f.name: f.type if isinstance(f.type, str) else f.type.__name__ for f in dataclasses.fields(RunConfig)}
+AXES = fields_with("cross")  # the fields a sweep may cross: not where a run runs or reads, nor what it writes
+_TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 MAX_REPEATS = 1000
 MAX_RUNS = 10_000  # far beyond any sweep one machine runs; catches a grid typed wrong before it is expanded
 _PLAIN = RunConfig()  # the dataclass's own defaults: settings equal to them do not enter the id
@@ -97,6 +100,29 @@ class SweepSpec:
                        bool(data.get("same_seed", False)), data.get("effective_batch"))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError("spec", str(exc)[:80], "a sweep spec (grid, common, repeats)") from None
+
+
+def parse_item(field: str, kind: str, text: str) -> Any:
+    """One value typed as a field's kind (bool, int, float, str); ConfigError naming the field."""
+    if kind == "bool":
+        if text.lower() not in _TRUE + _FALSE:
+            raise ConfigError(field, text, "true or false (or on/off, yes/no, 1/0)")
+        return text.lower() in _TRUE
+    if kind in ("int", "float"):
+        try:
+            return int(text) if kind == "int" else float(text)
+        except ValueError:
+            raise ConfigError(field, text, "an integer" if kind == "int" else "a number") from None
+    return text
+
+
+def parse_values(field: str, kind: str, text: str) -> tuple[Any, ...]:
+    """A comma list (a sweep flag's, a Sweeps-page box's) as typed values, each once, in the order given;
+    ConfigError naming the field for an empty list or item, or an item not of its kind."""
+    items = [part.strip() for part in text.split(",")]
+    if not text.strip() or any(not item for item in items):
+        raise ConfigError(field, text, "one or more comma-separated values, none empty")
+    return tuple(dict.fromkeys(parse_item(field, kind, item) for item in items))
 
 
 def _check_fields(spec: SweepSpec) -> None:

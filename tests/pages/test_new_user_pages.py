@@ -93,7 +93,7 @@ def test_the_sweeps_pages_settings_survive_a_reload_and_a_bad_link_value_is_name
     at.multiselect(key="sweep_micro_batch_size").set_value([4, 16])
     at.multiselect(key="sweep_amp").set_value(["off", "bf16"])
     at.number_input(key="sweep_epochs").set_value(2)
-    at.number_input(key="sweep_lr").set_value(0.01)
+    at.text_input(key="sweep_lr").input("0.01")
     at.checkbox(key="sweep_same_seed").check()
     at.run()
     link = dict(at.query_params)
@@ -102,7 +102,7 @@ def test_the_sweeps_pages_settings_survive_a_reload_and_a_bad_link_value_is_name
     assert not again.exception and not again.sidebar.warning
     assert again.multiselect(key="sweep_micro_batch_size").value == [4, 16]
     assert again.multiselect(key="sweep_amp").value == ["off", "bf16"]
-    assert again.number_input(key="sweep_epochs").value == 2 and again.number_input(key="sweep_lr").value == 0.01
+    assert again.number_input(key="sweep_epochs").value == 2 and again.text_input(key="sweep_lr").value == "0.01"
     assert again.checkbox(key="sweep_same_seed").value is True
     bad = _page(SWEEPS, {"micro_batch_size": ["8", "7"], "repeats": "two", "model": "gpt9"})
     warnings = [w.value for w in bad.sidebar.warning]

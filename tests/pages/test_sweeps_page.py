@@ -184,3 +184,24 @@ def test_a_failed_run_is_named_its_cell_marked_and_a_second_start_trains_only_it
     assert (finished / "metrics.csv").read_bytes() == kept  # the finished run was not trained again
     attempts = [d for d in runs_dir.iterdir() if d.name.endswith(f"sweep-{sweep_id}-c0-r0")]
     assert len(attempts) == 3  # two failed attempts kept for their owner to read, and the one that finished
+
+
+def test_more_axes_cross_the_learning_rate_and_the_optimizer_and_a_bad_value_names_its_box(runs_dir):
+    """Issue 42: each field a sweep may cross has an axis, generated from its metadata: under More axes, a box of
+    comma-separated numbers (parsed as the sweep command's flag is) or a multiselect of its choices."""
+    at = sweeps_page()
+    (more,) = [e for e in at.sidebar.expander if e.label == "More axes"]
+    assert more.text_input(key="sweep_lr").value == "0.05" and more.multiselect(key="sweep_optimizer").value == ["sgd"]
+    assert "sweep_device" not in [w.key for w in at.sidebar.text_input]  # where a run runs: not an axis
+    more.text_input(key="sweep_lr").input("0.01, 0.05")
+    more.multiselect(key="sweep_optimizer").set_value(["sgd", "adamw"]).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    caption = " ".join(c.value for c in at.caption)
+    assert "cnn on digits, E=64: b × reduction × optimizer × lr, 3 repeats (48 runs)" in caption, caption
+    assert (at.query_params["lr"], at.query_params["optimizer"]) == ("0.01, 0.05", "sgd,adamw")
+    at.text_input(key="sweep_lr").input("0.01,,x").run()
+    assert at.button(key="sweep_start").disabled
+    (error,) = [e.value for e in at.error]
+    assert error == ("Cannot start: Learning rate = '0.01,,x' is not allowed: one or more comma-separated values, "
+                     "none empty")
+    assert not (runs_dir / "sweeps").exists()

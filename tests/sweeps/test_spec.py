@@ -5,6 +5,7 @@ import math
 import pytest
 
 from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.sweeps.checks import check_axes
 from gaccum_core.sweeps.commands import config_flags
 from gaccum_core.sweeps.devices import lanes
 from gaccum_core.sweeps.labels import cell_label, describe_sweep
@@ -65,6 +66,25 @@ def test_a_bad_grid_is_refused_naming_its_field(changes, field):
     with pytest.raises(ConfigError) as refused:
         cells(spec(**changes))
     assert refused.value.field == field
+
+
+def test_the_seed_is_crossed_only_where_a_repeat_cannot_take_another_cells_seed():
+    seeds = (("seed", (0, 1)),)
+    with pytest.raises(ConfigError) as refused:
+        check_axes(spec(grid=seeds, repeats=2))  # cell seed=0's second repeat would be cell seed=1's first
+    assert refused.value.field == "seed" and refused.value.value == "0,1"
+    for allowed in (spec(grid=seeds, repeats=1), spec(grid=seeds, repeats=2, same_seed=True)):
+        check_axes(allowed)
+        runs = [(r.cell, r.config.seed) for r in sweep_runs(allowed)]
+        assert len({seed for _, seed in runs}) == 2 and {cell for cell, _ in runs} == {0, 1}
+        assert all(seed == cell for cell, seed in runs)  # each cell trains its own seed, and only it
+
+
+def test_where_a_run_runs_or_reads_and_what_it_writes_are_not_axes():
+    with pytest.raises(ConfigError) as refused:
+        check_axes(spec(grid=(("data_dir", ("a", "b")),)))
+    assert refused.value.field == "data_dir" and "one value" in refused.value.allowed
+    check_axes(spec(grid=(("lr", (0.01, 0.05)), ("optimizer", ("sgd", "adamw")))))
 
 
 def test_a_run_on_another_device_is_the_same_run():

@@ -186,7 +186,9 @@ def test_a_killed_sweep_resumes_where_it_was(tmp_path):
     (["--accum-steps", "2,4", "--effective-batch", "64"], "--accum-steps=(2, 4) is not allowed: left out with"),
     (["--repeats", "0"], "--repeats=0 is not allowed"),
     (["--nproc", "1,64"], "--nproc=64 is not allowed: 1 to "),  # more processes than this machine has cores
-    (["--device", "cpu,cuda:3"], "--device='cuda:3' is not allowed"),  # a device this machine lacks
+    (["--device", "cuda:3"], "--device='cuda:3' is not allowed"),  # a device this machine lacks
+    (["--device", "cpu,cuda"], "--device='cpu,cuda' is not allowed: auto, cpu"),  # where a run runs: one value
+    (["--seed", "0,1", "--repeats", "2"], "--seed='0,1' is not allowed: one seed when each cell repeats 2 times"),
     (["--no-dropout", "maybe"], "--no-dropout='maybe' is not allowed: true or false"),
     (["--nnodes", "1,2"], "--nnodes=2 is not allowed: 1 when the sweep trains its runs here; for several machines, "
                           "--print-commands"),
@@ -213,6 +215,24 @@ def test_every_config_field_is_a_sweep_flag():
 
     help_text = command_help("sweep")
     assert all("--" + f.name.replace("_", "-") in help_text for f in dataclasses.fields(RunConfig))
+
+
+def test_a_sweep_crosses_the_learning_rate_and_the_optimizer(tmp_path):
+    runs = tmp_path / "runs"
+    assert main(["sweep", "--model", "mlp", "--device", "cpu", "--max-steps", "1", "--micro-batch-size", "8",
+                 "--eval-batches", "1", "--tensorboard", "off", "--lr", "0.01,0.05", "--optimizer", "sgd,adamw",
+                 "--runs-dir", str(runs)]) == 0
+    configs = [json.loads((d / "config.json").read_text()) for d in runs_on_disk(runs)]
+    assert sorted((c["lr"], c["optimizer"]) for c in configs) == [
+        (0.01, "adamw"), (0.01, "sgd"), (0.05, "adamw"), (0.05, "sgd")]
+    assert all(json.loads((d / "status.json").read_text())["state"] == RunState.FINISHED for d in runs_on_disk(runs))
+    (spec,) = (runs / "sweeps").glob("*/spec.json")
+    assert json.loads(spec.read_text())["grid"] == [["optimizer", ["sgd", "adamw"]], ["lr", [0.01, 0.05]]]
+
+
+def test_a_flag_a_sweep_does_not_cross_takes_its_text_as_one_value():
+    spec = spec_from_args(build_parser().parse_args(["sweep", "--data-dir", "data/a,b", "--lr", "0.01,0.05"]))
+    assert spec.fields == ("lr",) and dict(spec.common)["data_dir"] == "data/a,b"  # a folder's name with a comma
 
 
 def test_the_runs_catalog_does_not_take_the_sweeps_folder_for_a_run(swept):
