@@ -26,6 +26,9 @@ _USUAL = tuple(sorted(("world_size" if name == "nproc" else name for name in fie
                       key=lambda name: name != "amp"))
 # The data sets whose data_dir is what they train on (not where a named data set is kept): it tells runs apart.
 _DATA_IN_DATA_DIR = ("imagefolder", "tokens", "hf-dataset")
+# The usual settings whose default is named too beside a run that differs in it: fp32 beside fp16 or bf16, ddp
+# beside fsdp (a reduction=sum run says its reduction; a mean one, the default, does not).
+_SAID_BESIDE = ("amp", "sharding")
 _DEFAULT = RunConfig()
 
 
@@ -69,16 +72,19 @@ def setting_text(name: str, config: RunConfig) -> str:
     return value_text(name, getattr(config, name))
 
 
-def _usual(config: RunConfig) -> list[str]:
-    """The settings a label names whenever they are not the default (fp16 whenever amp is on)."""
-    return [name for name in _USUAL if getattr(config, name) != getattr(_DEFAULT, name) and applies(config, name)]
+def _usual(config: RunConfig, beside: Collection[str] = ()) -> list[str]:
+    """The settings a label names whenever they are not the default (fp16 whenever amp is on), and those in
+    beside even at the default (fp32)."""
+    return [name for name in _USUAL
+            if (getattr(config, name) != getattr(_DEFAULT, name) or name in beside) and applies(config, name)]
 
 
-def run_label(config: RunConfig, known: Collection[str] | None = None) -> str:
+def run_label(config: RunConfig, known: Collection[str] | None = None, beside: Collection[str] = ()) -> str:
     """A short legend text naming what usually differs between compared runs: model, b, k, and the
     precision, reduction, cache clearing, compilation and processes when not the default. known: the settings
-    an imported run's hparams named (known_settings), the only ones said; None for a run of gaccum's."""
-    return " ".join(setting_text(name, config) for name in (*_ALWAYS, *_usual(config))
+    an imported run's hparams named (known_settings), the only ones said; None for a run of gaccum's. beside: the
+    usual settings named even at their default, where compared runs differ in them (fp32 beside fp16)."""
+    return " ".join(setting_text(name, config) for name in (*_ALWAYS, *_usual(config, beside))
                     if known is None or name in known)
 
 
@@ -108,14 +114,13 @@ def run_labels(configs: Sequence[RunConfig], names: Sequence[str] | None = None,
     said "imported" with those alone, its other settings (gaccum's defaults in its config) never."""
     known = list(known) if known is not None else [None] * len(configs)
     differing = _differing(configs, known)
-    sharded = [c for c, sure in zip(configs, known) if _named(c, "sharding", sure)]
-    say_ddp = len({c.sharding for c in sharded}) > 1  # ddp, the default, is named beside an fsdp run
+    beside = [name for name in _SAID_BESIDE  # fp32 beside fp16, ddp beside fsdp
+              if len({getattr(c, name) for c, sure in zip(configs, known) if _named(c, name, sure)}) > 1]
     labels = []
     for i, (config, sure) in enumerate(zip(configs, known)):
-        ddp = ["ddp"] if say_ddp and config.sharding == "ddp" and _named(config, "sharding", sure) else []
         said = [setting_text(n, config) for n in differing if _named(config, n, sure)]
-        text = " ".join(part for part in ["imported" if sure is not None else "", run_label(config, sure), *ddp, *said]
-                        if part)
+        text = " ".join(part for part in ["imported" if sure is not None else "", run_label(config, sure, beside),
+                                          *said] if part)
         name = names[i] if names is not None else ""
         labels.append(f"{text} · {name}" if name else text)
     return _told_apart(labels, run_ids)

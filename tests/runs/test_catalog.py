@@ -50,8 +50,8 @@ def test_labels_name_every_setting_in_which_the_runs_differ():
     base = RunConfig(model="cnn", micro_batch_size=8, accum_steps=4)
     labels = run_labels([base, base.replace(lr=0.01, dataset="fake", device="cpu"), base.replace(amp="bf16")])
     # In RunConfig's field order; device is where a run ran, not what it trained; the precision is named
-    # whenever amp is on, in the words every label uses (bf16, not amp=bf16).
-    assert labels == ["cnn b=8 k=4 dataset=digits lr=0.05", "cnn b=8 k=4 dataset=fake lr=0.01",
+    # whenever amp is on, in the words every label uses (bf16, not amp=bf16), and fp32 beside it.
+    assert labels == ["cnn b=8 k=4 fp32 dataset=digits lr=0.05", "cnn b=8 k=4 fp32 dataset=fake lr=0.01",
                       "cnn b=8 k=4 bf16 dataset=digits lr=0.05"]
     assert run_labels([base, base]) == ["cnn b=8 k=4"] * 2
 
@@ -109,7 +109,7 @@ def test_one_vocabulary_in_every_label():
     assert run_label(gpt) == "gpt-tiny b=2 k=4 fp16 clear_cache=step"
     # Compared with a run that differs only in amp and clear_cache, the words are the same ones.
     plain = gpt.replace(amp="off", clear_cache="off")
-    assert run_labels([gpt, plain]) == ["gpt-tiny b=2 k=4 fp16 clear_cache=step", "gpt-tiny b=2 k=4"]
+    assert run_labels([gpt, plain]) == ["gpt-tiny b=2 k=4 fp16 clear_cache=step", "gpt-tiny b=2 k=4 fp32"]
     assert run_labels([gpt, gpt.replace(gpt_preset="mini")])[1].startswith("gpt-mini b=2 k=4 fp16")
 
 

@@ -13,18 +13,19 @@ FSDP = IMAGE.replace(nproc=2, sharding="fsdp")
 
 def test_an_fp32_image_run_of_one_process_is_named_without_settings_that_do_not_apply_to_it():
     image, fp16, text, fsdp = run_labels([IMAGE, FP16, TEXT, FSDP])
-    assert image == "cnn b=32 k=4 dataset=digits"  # not ddp, init_scale, growth_interval, text_file, max_seq_len
+    # fp32 beside the fp16 run; not ddp, init_scale, growth_interval, text_file, max_seq_len
+    assert image == "cnn b=32 k=4 fp32 dataset=digits"
     assert fp16 == "cnn b=32 k=4 fp16 dataset=digits"  # its scale is the only one: nothing to tell apart
-    assert text == "gpt-tiny b=32 k=4 dataset=text"
-    assert fsdp == "cnn b=32 k=4 N=2 fsdp/every dataset=digits"
+    assert text == "gpt-tiny b=32 k=4 fp32 dataset=text"
+    assert fsdp == "cnn b=32 k=4 fp32 N=2 fsdp/every dataset=digits"
 
 
 def test_a_setting_is_named_on_the_runs_it_applies_to_when_they_differ_in_it():
     labels = run_labels([FP16, FP16.replace(init_scale=256.0), IMAGE, TEXT, TEXT.replace(max_seq_len=32)])
     assert labels[:3] == ["cnn b=32 k=4 fp16 dataset=digits init_scale=1024.0",
-                          "cnn b=32 k=4 fp16 dataset=digits init_scale=256.0", "cnn b=32 k=4 dataset=digits"]
-    assert labels[3:] == ["gpt-tiny b=32 k=4 dataset=text max_seq_len=64",
-                          "gpt-tiny b=32 k=4 dataset=text max_seq_len=32"]
+                          "cnn b=32 k=4 fp16 dataset=digits init_scale=256.0", "cnn b=32 k=4 fp32 dataset=digits"]
+    assert labels[3:] == ["gpt-tiny b=32 k=4 fp32 dataset=text max_seq_len=64",
+                          "gpt-tiny b=32 k=4 fp32 dataset=text max_seq_len=32"]
     two = IMAGE.replace(nproc=2)
     assert run_labels([two, FSDP, IMAGE]) == ["cnn b=32 k=4 N=2 ddp", "cnn b=32 k=4 N=2 fsdp/every", "cnn b=32 k=4"]
 

@@ -125,7 +125,9 @@ def test_the_words_that_had_drifted_are_the_legends():
     spec = SweepSpec(grid=(("amp", ("off", "bf16")),))
     assert cell_label(Cell(0, (("activation_checkpointing", "full"),), full), spec) == "ckpt/full"
     assert cell_label(Cell(0, (("amp", "off"),), IMAGE), spec) == "fp32"  # not "off": the cells differ in precision
-    assert run_labels([IMAGE, IMAGE.replace(amp="bf16")]) == ["cnn b=32 k=4", "cnn b=32 k=4 bf16"]  # fp16 or bf16
+    # fp16 or bf16, and fp32 only where runs differ in precision (never beside runs all fp32)
+    assert run_labels([IMAGE, IMAGE.replace(amp="bf16")]) == ["cnn b=32 k=4 fp32", "cnn b=32 k=4 bf16"]
+    assert run_labels([IMAGE, IMAGE.replace(lr=0.5)]) == ["cnn b=32 k=4 lr=0.05", "cnn b=32 k=4 lr=0.5"]
     assert _message(full, "activation_checkpointing") == "cnn ckpt/full"
     assert _message(IMAGE.replace(model="gpt", dataset="pydoc", gpt_preset="mini"), "gpt_preset") == "gpt-mini " \
         "dataset=pydoc"  # once, not 'gpt_preset=mini'
