@@ -188,13 +188,29 @@ def test_a_failed_run_is_named_its_cell_marked_and_a_second_start_trains_only_it
 
 def test_more_axes_cross_the_learning_rate_and_the_optimizer_and_a_bad_value_names_its_box(runs_dir):
     """Issue 42: each field a sweep may cross has an axis, generated from its metadata: under More axes, a box of
-    comma-separated numbers (parsed as the sweep command's flag is) or a multiselect of its choices."""
+    comma-separated numbers (parsed as the sweep command's flag is) or a multiselect of its choices. A grid of the
+    axes the page had before keeps its order, so its sweep id (a rerun finds the runs done)."""
+    from gaccum_core.config import DEFAULT_RUN
+    from gaccum_core.sweeps.spec import SweepSpec
+
     at = sweeps_page()
     (more,) = [e for e in at.sidebar.expander if e.label == "More axes"]
     assert more.text_input(key="sweep_lr").value == "0.05" and more.multiselect(key="sweep_optimizer").value == ["sgd"]
     assert "sweep_device" not in [w.key for w in at.sidebar.text_input]  # where a run runs: not an axis
-    more.text_input(key="sweep_lr").input("0.01, 0.05")
-    more.multiselect(key="sweep_optimizer").set_value(["sgd", "adamw"]).run()
+    at.selectbox(key="sweep_model").select("gpt")
+    at.selectbox(key="sweep_dataset").select("pydoc").run()
+    at.multiselect(key="sweep_activation_checkpointing").set_value(["off", "full"])
+    at.multiselect(key="sweep_packing").set_value(["off", "on"]).run()  # declared before AC, drawn after it
+    before = SweepSpec((("micro_batch_size", (8, 32)), ("reduction", ("mean", "mean_per_micro_batch")),
+                        ("activation_checkpointing", ("off", "full")), ("packing", ("off", "on"))),
+                       tuple({**DEFAULT_RUN.to_dict(), "model": "gpt", "dataset": "pydoc", "epochs": 3}.items()),
+                       3, False, 64)
+    assert f"sweep {before.sweep_id} " in " ".join(c.value for c in at.caption)  # the page's grid order of old
+    at.selectbox(key="sweep_model").select("cnn")
+    at.selectbox(key="sweep_dataset").select("digits")
+    at.multiselect(key="sweep_activation_checkpointing").set_value(["off"])
+    at.text_input(key="sweep_lr").input("0.01, 0.05")
+    at.multiselect(key="sweep_optimizer").set_value(["sgd", "adamw"]).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     caption = " ".join(c.value for c in at.caption)
     assert "cnn on digits, E=64: b × reduction × optimizer × lr, 3 repeats (48 runs)" in caption, caption

@@ -87,6 +87,15 @@ def test_where_a_run_runs_or_reads_and_what_it_writes_are_not_axes():
     check_axes(spec(grid=(("lr", (0.01, 0.05)), ("optimizer", ("sgd", "adamw")))))
 
 
+def test_an_axis_that_changes_no_run_is_refused_naming_it():
+    with pytest.raises(ConfigError) as refused:  # init_scale is fp16's alone: with amp off it changes no run
+        check_axes(spec(grid=(("init_scale", (1024.0, 65536.0)),)))
+    assert refused.value.field == "init_scale" and "changes no run" in refused.value.allowed
+    found = check_axes(spec(grid=(("amp", ("off", "fp16")), ("init_scale", (1024.0, 65536.0)))))
+    assert [(c.config.amp, c.config.init_scale) for c in found] == [
+        ("off", 1024.0), ("off", 65536.0), ("fp16", 1024.0), ("fp16", 65536.0)]  # it changes the fp16 cells
+
+
 def test_a_run_on_another_device_is_the_same_run():
     config = RunConfig(model="mlp")
     assert same_run(config, config.replace(device="cuda:1"))
