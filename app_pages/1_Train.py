@@ -21,9 +21,9 @@ from gaccum_core.lab.loopcode import render_loop
 from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.runs.files import run_error_words
 from gaccum_core.runs.integrity import DamagedRun
-from gaccum_core.runs.resume import RESUMABLE, resume_refusal
+from gaccum_core.execution.resume import RESUMABLE, resume_refusal
 from gaccum_core.runs.run_data import started_from
-from gaccum_core.runs.runner import RunBusyError
+from gaccum_core.execution.runner import RunBusyError
 from gaccum_core.runs.store import StoreError
 from dashboard.run_picks import (OFFERED, last_stopped, offered_runs, run_choice_labels, runs_on_disk,
                                  tracked_or_disk, wrap_run_chips)

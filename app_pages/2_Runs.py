@@ -16,11 +16,11 @@ from gaccum_core.views.colours import run_colours
 from gaccum_core.views.series import RunSeries
 from gaccum_core.runs.files import run_error_words
 from gaccum_core.runs.integrity import DamagedRun
-from gaccum_core.runs.resume import RESUMABLE, resume_refusal
-from gaccum_core.runs.runner import RunBusyError
+from gaccum_core.execution.resume import RESUMABLE, resume_refusal
+from gaccum_core.execution.runner import RunBusyError
 from gaccum_core.states import RunState
 from gaccum_core.runs.store import StoreError, validate_run_id
-from gaccum_core.runs.tb_import import NOT_RESUMABLE
+from gaccum_core.tensorboard.importing import NOT_RESUMABLE
 from gaccum_core.views.run_table import damaged, going, pick_words, running_elsewhere, states as run_states
 from dashboard.runs_table import (SELECTED, RunFilter, draw_filter, draw_table, progress_with_stop, sync_selection,
                                   tags_editor)

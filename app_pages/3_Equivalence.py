@@ -7,7 +7,7 @@ import streamlit as st
 from gaccum_core import config as cfg
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.lab.equivalence import ReferenceTooLarge, compare_gradients, train_side_by_side
-from gaccum_core.runs.aside import call_for
+from gaccum_core.execution.aside import call_for
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.metrics import time_left_words
 from gaccum_core.views.lab import gradient_figure, side_by_side_figures

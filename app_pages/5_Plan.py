@@ -12,7 +12,7 @@ from dashboard.state import FieldWidgets, adopt_settings
 from gaccum_core import config as cfg
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.train.device import device_choices, resolve_device
-from gaccum_core.runs.aside import call_for
+from gaccum_core.execution.aside import call_for
 from gaccum_core.plan.planner import PlanRequest, config_from_plan, default_budget_mb, default_request, make_plan
 from gaccum_core.plan.sharding import SHARDING_MODES
 from gaccum_core.views.plan import (memory_figure, plan_csv, plan_table, progress_text, recommendation_words,

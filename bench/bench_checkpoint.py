@@ -75,8 +75,8 @@ from gaccum_core.config import RunConfig  # noqa: E402
 from gaccum_core.data.load import load_data  # noqa: E402
 from gaccum_core.train.engine import Engine  # noqa: E402
 from gaccum_core.train.metrics import NullSink  # noqa: E402
-from gaccum_core.runs.resume import run_checkpoints  # noqa: E402
-from gaccum_core.runs.runner import Runner  # noqa: E402
+from gaccum_core.execution.resume import run_checkpoints  # noqa: E402
+from gaccum_core.execution.runner import Runner  # noqa: E402
 from gaccum_core.states import RunState  # noqa: E402
 from gaccum_core.runs.store import RunStore  # noqa: E402
 

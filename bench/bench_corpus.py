@@ -42,7 +42,7 @@ BARE_MB = 32  # documents held in memory for the bare encode
 FIRST_STEP = r"""
 import json, sys, time
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 import torch  # imported before the clock starts, as in a server that is up
 config = RunConfig.from_json(sys.argv[1])
 runner = Runner(sys.argv[2], executor="thread")

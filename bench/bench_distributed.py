@@ -52,7 +52,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gaccum_core.config import RunConfig  # noqa: E402
-from gaccum_core.runs.runner import Runner  # noqa: E402
+from gaccum_core.execution.runner import Runner  # noqa: E402
 from gaccum_core.states import RunState  # noqa: E402
 
 MANY_EPOCHS = 100_000  # runs end by --seconds (or --max-steps), never by running out of epochs

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_distributed import speed_of, set_threads, summary, wait_spare_idle  # noqa: E402
 from gaccum_core.config import DEFAULT_RUN as DEFAULTS  # noqa: E402
-from gaccum_core.runs.runner import Runner  # noqa: E402
+from gaccum_core.execution.runner import Runner  # noqa: E402
 from gaccum_core.states import RunState  # noqa: E402
 
 

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gaccum_core.config import RunConfig  # noqa: E402
 from gaccum_core.presets import GPT_PRESETS, preset_words  # noqa: E402
-from gaccum_core.runs.runner import Runner  # noqa: E402
+from gaccum_core.execution.runner import Runner  # noqa: E402
 from gaccum_core.states import RunState  # noqa: E402
 from common import load_average  # noqa: E402
 

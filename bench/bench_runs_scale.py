@@ -49,7 +49,7 @@ def make_templates(folder: Path) -> dict[str, Path]:
     """One real run of each kind, trained here (mlp on digits, 20 steps): their folders by kind."""
     from gaccum_core.config import RunConfig
     from gaccum_core.faults import Fault, arm
-    from gaccum_core.runs.runner import Runner
+    from gaccum_core.execution.runner import Runner
 
     runner = Runner(folder, executor="thread")
     tiny = RunConfig(device="cpu", model="mlp", micro_batch_size=16, accum_steps=2, max_steps=20)

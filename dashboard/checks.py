@@ -19,12 +19,12 @@ from gaccum_core.data.sources import DataError
 from gaccum_core.data.text import CORPUS_DATASETS, cache_root, cache_status, tokenise_corpus
 from gaccum_core.data.tokenising import BuildProgress
 from gaccum_core.hfdir import directory_version, hf_directory
-from gaccum_core.runs.aside import Turn, call_aside
+from gaccum_core.execution.aside import Turn, call_aside
 from gaccum_core.train.checks import preflight
 from gaccum_core.usercode import file_version
 
 if TYPE_CHECKING:
-    from gaccum_core.runs.runner import Runner
+    from gaccum_core.execution.runner import Runner
 
 
 def file_stamp(path: str) -> tuple[int, int] | None:

@@ -7,9 +7,9 @@ import streamlit as st
 
 from dashboard.markdown import plain
 from gaccum_core.words import plural
-from gaccum_core.runs.event_files import EventFilesError
+from gaccum_core.tensorboard.event_files import EventFilesError
 from gaccum_core.runs.store import RunStore, StoreError
-from gaccum_core.runs.tb_import import import_runs
+from gaccum_core.tensorboard.importing import import_runs
 
 FOLDER = "import_folder"
 _SAID = "_import_said"  # what the last Import did: [(st function name, text)], said once under the box

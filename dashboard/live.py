@@ -20,8 +20,8 @@ from gaccum_core.views.chart_cache import ChartInput, ChartSet
 from gaccum_core.views.colours import run_colours
 
 if TYPE_CHECKING:
-    from gaccum_core.runs.runner import Runner
-    from gaccum_core.runs.snapshot import RunSnapshot
+    from gaccum_core.execution.runner import Runner
+    from gaccum_core.execution.snapshot import RunSnapshot
 
 REFRESH_S = float(os.environ.get("GACCUM_REFRESH_S", "1.0"))  # how often a page follows runs going
 

@@ -9,8 +9,8 @@ import streamlit as st
 
 from dashboard.indexing import indexing_progress
 from gaccum_core.runs.catalog import choice_labels, run_choices, run_table
-from gaccum_core.runs.runner import Runner
-from gaccum_core.runs.snapshot import RunSnapshot, disk_snapshot
+from gaccum_core.execution.runner import Runner
+from gaccum_core.execution.snapshot import RunSnapshot, disk_snapshot
 from gaccum_core.runs.store import RunStore, StoreError
 from gaccum_core.states import RunState
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import streamlit as st
 
 from gaccum_core.runs.catalog import all_tags
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 from gaccum_core.runs.store import RunStore, StoreError, parse_tags
 from gaccum_core.views.run_table import COLUMN_HELP, COLUMN_TITLES, shown_columns, shown_rows, unstepped_note
 from dashboard.markdown import plain

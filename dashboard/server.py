@@ -24,8 +24,8 @@ import streamlit as st
 from gaccum_core import runsdir
 
 if TYPE_CHECKING:
-    from gaccum_core.runs.runner import Runner
-    from gaccum_core.runs.supervisor import Spare
+    from gaccum_core.execution.runner import Runner
+    from gaccum_core.execution.supervisor import Spare
     from gaccum_core.train.gpus import DeviceFacts
     from gaccum_core.views.chart_cache import ChartCache
 
@@ -52,15 +52,15 @@ def runs_dir() -> str:
 def executor() -> str:
     """Where runs train: a worker process unless GACCUM_EXECUTOR=thread (unset or empty: the first of EXECUTORS, as
     the server's check reads it)."""
-    from gaccum_core.runs.server_env import EXECUTOR_ENV, EXECUTORS
+    from gaccum_core.execution.server_env import EXECUTOR_ENV, EXECUTORS
 
     return os.environ.get(EXECUTOR_ENV) or EXECUTORS[0]
 
 
 @st.cache_resource
 def _runner(runs_dir: str, executor: str, spare_idle: str | None) -> Runner:
-    from gaccum_core.runs.runner import Runner  # torch: not before a page needs the runner
-    from gaccum_core.runs.spares import idle_limit
+    from gaccum_core.execution.runner import Runner  # torch: not before a page needs the runner
+    from gaccum_core.execution.spares import idle_limit
 
     sys.setswitchinterval(TRAINING_SWITCH_INTERVAL_S)
     first = _take_first_spare() if executor == "process" else None
@@ -88,7 +88,7 @@ def check_settings() -> None:
     GACCUM_* variable set to a value the server cannot use ends it, one line on stderr per bad value, exit 2.
     Never drawn as a page's traceback: nothing has started that could use it."""
     global _checked
-    from gaccum_core.runs.server_env import env_problems
+    from gaccum_core.execution.server_env import env_problems
 
     with _lock:
         if _checked:
@@ -181,7 +181,7 @@ def _start_spare() -> None:
     """Start the runner's first spare worker now, without torch (supervisor imports none): it imports torch
     beside this thread instead of after it, and Start, enabled once it is warm, is enabled seconds sooner."""
     if executor() == "process":
-        from gaccum_core.runs.supervisor import spawn_spare
+        from gaccum_core.execution.supervisor import spawn_spare
 
         _first_spare.append(spawn_spare())
 
@@ -194,7 +194,7 @@ def _take_first_spare() -> Spare | None:
 
 def _drop_unused_spare() -> None:
     """Kill the spare the warm-up started when no runner took it."""
-    from gaccum_core.runs.supervisor import kill_tree
+    from gaccum_core.execution.supervisor import kill_tree
 
     if (spare := _take_first_spare()) is not None:
         kill_tree(spare.proc)

@@ -3,7 +3,7 @@
 queued -> running -> finished | stopped | failed | diverged. Two more are read off disk only:
 interrupted (queued or running on disk, but no runner owns it: its server stopped) and damaged
 (its files cannot be read). An imported run (another tool's TensorBoard event files, read in by
-gaccum_core.runs.tb_import) is imported from its first moment to its last: read-only, never started,
+gaccum_core.tensorboard.importing) is imported from its first moment to its last: read-only, never started,
 resumed or interrupted.
 """
 

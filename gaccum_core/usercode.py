@@ -8,7 +8,7 @@ Where it may run:
   and a name is then only read: `check_named` finds the file in the folder that GACCUM_USER_CODE names
   and reads its syntax tree for the function. With GACCUM_USER_CODE unset, the dashboard takes no code
   of yours at all. A run started from the dashboard imports it in its worker process, on Start; the Plan
-  and Equivalence pages compute on it in a worker process of their own (runs/aside.py).
+  and Equivalence pages compute on it in a worker process of their own (execution/aside.py).
 - With GACCUM_USER_CODE set, every process (the server's workers, and a command line started with it)
   looks names up in that folder only: FILE.py inside it (a relative path is taken from there), MODULE a
   module found there, resolved level by level before anything runs (every file, a package's __init__.py

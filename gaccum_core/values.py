@@ -34,7 +34,7 @@ TIMM_PREFIX = "timm:"  # timm:NAME, any timm image model, untrained
 _TIMM_NAME_RE = re.compile(r"^timm:[A-Za-z0-9_.\-]{1,100}$")
 HF_PREFIX = "hf:"  # hf:DIR, a Hugging Face causal language model saved in a local directory
 MAX_SEQ_LEN = 1 << 20  # far beyond any model's positions; hf: models are checked against their own when loaded
-# The key of an imported run's config.json that says where it came from (gaccum_core.runs.tb_import): its
+# The key of an imported run's config.json that says where it came from (gaccum_core.tensorboard.importing): its
 # settings are those its hparams named, the rest defaults, and nothing trains it.
 IMPORTED_KEY = "imported"
 

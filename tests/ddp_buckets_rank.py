@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from gaccum_core.config import RunConfig
 from gaccum_core.plan.sharding import DDP, MB, layout, per_rank
-from gaccum_core.runs import resume
+from gaccum_core.execution import resume
 from gaccum_core.runs.store import RunStore
 from gaccum_core.train import distributed
 from gaccum_core.train.distributed import Ranks, init_process_group, share_from_rank0, worker_device

@@ -11,9 +11,9 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-import gaccum_core.runs.runner as runner_module
-from gaccum_core.runs.runner import Runner
-from gaccum_core.runs.snapshot import RunSnapshot
+import gaccum_core.execution.runner as runner_module
+from gaccum_core.execution.runner import Runner
+from gaccum_core.execution.snapshot import RunSnapshot
 from gaccum_core.states import RunState
 
 

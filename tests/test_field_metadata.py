@@ -39,7 +39,7 @@ from gaccum_core.cli.sweep import spec_from_args
 from gaccum_core.cli.args import config_from_args
 from gaccum_core.config import RunConfig
 from gaccum_core.runs import catalog
-from gaccum_core.runs.tensorboard import settings_events
+from gaccum_core.tensorboard.out import settings_events
 from gaccum_core.sweeps.labels import describe_sweep
 sys.path.insert(0, str(ROOT / "docs/hooks"))
 from settings import settings_page

@@ -1,7 +1,7 @@
 """The package's architecture, checked: imports point one way, no circle, no import hidden in a function.
 
 Layers, lowest first: the shared vocabulary (gaccum_core's own modules: config, states, ...) ← models,
-data ← train ← runs, plan, lab ← sweeps ← views ← cli. A module may import its own package and the layers
+data ← train ← runs, plan, lab ← tensorboard ← execution ← sweeps ← views ← cli. A module may import its own package and the layers
 below; siblings of one layer (runs, plan, lab) do not import each other. A package's __init__ is its
 docstring alone: a name is imported from the module that defines it, and a private name stays in its package.
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "gaccum_core"
-LAYERS = {"": 0, "models": 1, "data": 1, "train": 2, "runs": 3, "plan": 3, "lab": 3, "sweeps": 4, "views": 5,
-          "cli": 6}
+LAYERS = {"": 0, "models": 1, "data": 1, "train": 2, "runs": 3, "plan": 3, "lab": 3, "tensorboard": 4,
+          "execution": 5, "sweeps": 6, "views": 7, "cli": 8}
 ENTRY_POINTS = {"gaccum_core.__main__"}  # `python -m gaccum_core` runs the CLI: it sits above every layer
 
 
@@ -121,11 +121,11 @@ def _circle(graph: dict[str, set[str]]) -> list[str]:
 def test_the_check_sees_a_wrong_import(tmp_path):
     """The walk is not vacuous: it finds this file's own imports of ours, and would flag one pointing up."""
     graph = _graph()
-    assert any(t.startswith("gaccum_core.train.") for t, _, _ in graph["gaccum_core.runs.execute"])
+    assert any(t.startswith("gaccum_core.train.") for t, _, _ in graph["gaccum_core.execution.execute"])
     probe = tmp_path / "probe.py"
-    probe.write_text("from gaccum_core.cli import build_parser\ndef f():\n    from gaccum_core.runs import runner\n")
+    probe.write_text("from gaccum_core.cli import build_parser\ndef f():\n    from gaccum_core.execution import runner\n")
     assert [(t, in_function) for t, _, in_function in _imports(probe)] == [
-        ("gaccum_core.cli", False), ("gaccum_core.runs.runner", True)]
+        ("gaccum_core.cli", False), ("gaccum_core.execution.runner", True)]
     assert LAYERS[_package("gaccum_core.cli")] > LAYERS[_package("gaccum_core.train.engine")]
 
 
@@ -246,6 +246,8 @@ PICTURE_ROWS = (  # top to bottom: (layers, what they are)
     (("cli",), "the command line, one module per command"),
     (("views",), "figures and tables, pure"),
     (("sweeps",), "grids of runs, their summaries"),
+    (("execution",), "running runs: runner, workers, resume"),
+    (("tensorboard",), "event files written and imported"),
     (("runs", "plan", "lab"), "siblings: none imports another"),
     (("train",), "accumulation → step → engine, checkpoint"),
     (("models", "data"), "what is trained, on what"),

@@ -92,7 +92,7 @@ def test_the_token_cache_goes_beside_the_runs_dir_the_flag_names(elsewhere, monk
     flag's, not ./runs in the working folder; in the command's process and in the processes it starts."""
     import gaccum_core.cli.run as cli_run
     from gaccum_core.data.token_cache import default_cache_dir
-    from gaccum_core.runs.supervisor import child_env
+    from gaccum_core.execution.supervisor import child_env
 
     monkeypatch.delenv("GACCUM_CACHE_DIR")
     seen = []

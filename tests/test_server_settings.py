@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gaccum_core.runs import executors, server_env
+from gaccum_core.execution import executors
+from gaccum_core.execution import server_env
 from tests.chromium import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

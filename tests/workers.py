@@ -9,8 +9,8 @@ import psutil
 import pytest
 
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.runner import Runner
-from gaccum_core.runs.snapshot import RunSnapshot
+from gaccum_core.execution.runner import Runner
+from gaccum_core.execution.snapshot import RunSnapshot
 
 
 def wait_warm(runner: Runner, timeout_s: float = 180) -> None:

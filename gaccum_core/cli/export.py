@@ -12,7 +12,7 @@ from gaccum_core.words import first_line
 from gaccum_core.runs.files import run_error_words
 from gaccum_core.runs.integrity import read_run
 from gaccum_core.runs.store import RunStore, StoreError, validate_run_id
-from gaccum_core.runs.tensorboard import write_run_events
+from gaccum_core.tensorboard.out import write_run_events
 
 
 def add_parser(commands: Commands) -> argparse.ArgumentParser:

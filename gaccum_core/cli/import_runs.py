@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 from gaccum_core.cli.args import Commands, add_runs_dir_flag
-from gaccum_core.runs.event_files import EventFilesError
+from gaccum_core.tensorboard.event_files import EventFilesError
 from gaccum_core.runs.store import RunStore, StoreError
-from gaccum_core.runs.tb_import import import_runs
+from gaccum_core.tensorboard.importing import import_runs
 
 
 def add_parser(commands: Commands) -> argparse.ArgumentParser:

@@ -11,8 +11,8 @@ from tqdm import tqdm
 from gaccum_core.data.tokenising import TOKENISING
 from gaccum_core.plan.planner import Plan, PlanRequest, make_plan
 from gaccum_core.plan.search import Candidate
-from gaccum_core.runs.runner import Runner
-from gaccum_core.runs.snapshot import RunSnapshot
+from gaccum_core.execution.runner import Runner
+from gaccum_core.execution.snapshot import RunSnapshot
 from gaccum_core.states import RunState, state_line
 from gaccum_core.views.plan import candidate_words, progress_text
 

@@ -10,10 +10,10 @@ from gaccum_core import runsdir
 from gaccum_core.cli.args import Commands, add_runs_dir_flag, flag_error, typed
 from gaccum_core.cli.progress import follow_to_the_end
 from gaccum_core.config import ConfigError
-from gaccum_core.runs.executors import EXECUTORS
+from gaccum_core.execution.executors import EXECUTORS
 from gaccum_core.runs.files import run_error_words
 from gaccum_core.runs.integrity import DamagedRun
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 from gaccum_core.runs.store import StoreError
 from gaccum_core.train.checkpoint import CheckpointError
 

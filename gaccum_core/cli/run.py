@@ -11,9 +11,9 @@ from gaccum_core.cli.args import (Commands, add_config_flags, add_runs_dir_flag,
 from gaccum_core.cli.plan import add_target_flags, planned_config
 from gaccum_core.cli.progress import follow_to_the_end
 from gaccum_core.config import ConfigError, RunConfig
-from gaccum_core.runs.executors import EXECUTORS
-from gaccum_core.runs.runner import Runner
-from gaccum_core.runs.supervisor import Launch, join_job
+from gaccum_core.execution.executors import EXECUTORS
+from gaccum_core.execution.runner import Runner
+from gaccum_core.execution.supervisor import Launch, join_job
 from gaccum_core.train.checks import preflight
 
 

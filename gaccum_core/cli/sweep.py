@@ -13,8 +13,8 @@ from gaccum_core.cli.args import Commands, add_runs_dir_flag, flag_error, refuse
 from gaccum_core.cli.sweep_progress import follow_sweep
 from gaccum_core.config import DEFAULT_RUN, ConfigError, RunConfig
 from gaccum_core.runs.claim import RunBusyError
-from gaccum_core.runs.executors import EXECUTORS
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.executors import EXECUTORS
+from gaccum_core.execution.runner import Runner
 from gaccum_core.runs.store import RunStore
 from gaccum_core.sweeps.checks import check_sweep
 from gaccum_core.sweeps.commands import run_command

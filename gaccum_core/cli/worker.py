@@ -6,7 +6,7 @@ import argparse
 from typing import NoReturn
 
 from gaccum_core.cli.args import Commands
-from gaccum_core.runs.worker import main as worker_main
+from gaccum_core.execution.worker import main as worker_main
 
 
 def add_parser(commands: Commands) -> argparse.ArgumentParser:

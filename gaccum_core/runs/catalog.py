@@ -16,7 +16,7 @@ from gaccum_core.runs.index import Progress, Row, RunIndex, code_digest
 from gaccum_core.runs.integrity import DamagedRun, read_run
 from gaccum_core.runs.labels import run_label, run_labels
 from gaccum_core.runs.store import RunStore, StoreError
-from gaccum_core.runs.tb_import import known_settings
+from gaccum_core.runs.store import known_settings
 from gaccum_core.states import FINAL_STATES, RunState
 from gaccum_core.train.metrics import last_epoch_loss
 

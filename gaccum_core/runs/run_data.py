@@ -11,7 +11,7 @@ import pandas as pd
 
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.store import RunStore, StoreError
-from gaccum_core.runs.tb_import import known_settings
+from gaccum_core.runs.store import known_settings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,7 +3,7 @@
 runs/<run_id>/ holds config.json, status.json, metrics.csv, eval.csv, at the end model.pt, and
 traceback.txt when a run failed; a run with checkpoints checkpoint.pt, a language run samples.jsonl,
 a planned run plan.json, a tagged run tags.json (its tags, kept apart from its frozen config), a run
-with --tensorboard on tb/ (TensorBoard's event files: gaccum_core.runs.tensorboard); a run in a worker
+with --tensorboard on tb/ (TensorBoard's event files: gaccum_core.tensorboard.out); a run in a worker
 process also gets `stop` when asked to stop, and a data-parallel run torchrun/ (torchrun's
 per-rank error files). runs/sweeps/ is no run: it holds each sweep's spec and summary
 (gaccum_core.sweeps). How each file is written so that a reader in another process never sees half
@@ -19,14 +19,18 @@ import secrets
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.files import (EVALS_FILE, METRICS_FILE, SAMPLES_FILE, CsvFollower, RunWriter, remove_temporaries,
                                     replace_atomically, truncate_csv, write_small_file, write_text_atomically)
-from gaccum_core.runs.tensorboard import TB_DIR, truncate_events
 from gaccum_core.states import RunState
 from gaccum_core.train.metrics import ADDED_COLUMNS, ADDED_EVAL_COLUMNS, Row
+
+TB_DIR = "tb"  # a run's TensorBoard event files, in its folder (gaccum_core.tensorboard.out writes them)
+# status.json's list of the settings an imported run's hparams named (gaccum_core.tensorboard.importing): its
+# config's other values are gaccum's defaults.
+IMPORTED_SETTINGS = "imported_settings"
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,6 +84,14 @@ def parse_tags(text: str) -> list[str]:
 def now_iso() -> str:
     """The current UTC time as ISO 8601."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def known_settings(status: Mapping[str, Any]) -> frozenset[str] | None:
+    """The settings an imported run's hparams named, from its status; None for a run of gaccum's (all known)."""
+    if status.get("state") != RunState.IMPORTED:
+        return None
+    named = status.get(IMPORTED_SETTINGS)
+    return frozenset(name for name in named if isinstance(name, str)) if isinstance(named, list) else frozenset()
 
 
 class RunStore:
@@ -281,7 +293,8 @@ class RunStore:
     def truncate_rows(self, run_id: str, last_step: int, last_eval_step: int | None = None) -> None:
         """Drop the metrics.csv rows after last_step and the eval.csv and samples.jsonl rows after
         last_eval_step (default last_step), rewritten atomically: a run resumed from a checkpoint taken
-        at last_step, having evaluated up to last_eval_step, then reads as one run with each row once.
+        at last_step, having evaluated up to last_eval_step, then reads as one run with each row once (its
+        TensorBoard events are cut back beside it: gaccum_core.execution.resume).
         (A checkpoint at an epoch's last step precedes that epoch's evaluation, which the resumed run redoes.)"""
         last_eval_step = last_step if last_eval_step is None else last_eval_step
         truncate_csv(self.path(run_id) / METRICS_FILE, last_step)
@@ -290,10 +303,6 @@ class RunStore:
         if samples.exists():  # a language run's generated text, also one line per evaluation step
             kept_samples = [s for s in self.samples(run_id) if s["step"] <= last_eval_step]
             write_text_atomically(samples, "".join(json.dumps(s) + "\n" for s in kept_samples))
-        try:
-            truncate_events(self.tensorboard_dir(run_id), last_step, last_eval_step)
-        except Exception:  # noqa: BLE001 - a copy of the rows: the resumed run's event sink says why it cannot write
-            pass
 
     def model_shapes(self, run_id: str) -> dict[str, torch.Size] | None:
         """The shapes of model.pt's tensors (mapped, not read); None when the run has no model.pt that loads."""

@@ -23,7 +23,7 @@ def lanes(configs: list[RunConfig], gpu_count: int) -> list[list[Lane]]:
     """Phases of lanes: the lanes of a phase train side by side, a phase starts when the one before ended.
 
     With two GPUs or more, the one-process runs set to auto or cuda are dealt round-robin to cuda:0,
-    cuda:1, … (a lane each); the data-parallel runs, which hold cuda:0 to cuda:N-1 (runs.device_queue.devices_of),
+    cuda:1, … (a lane each); the data-parallel runs, which hold cuda:0 to cuda:N-1 (execution.device_queue.devices_of),
     follow in a phase of their own. Otherwise every run goes in one lane, in order. The device queue keeps each GPU
     to one run whatever the lanes say: the lanes only let a sweep's runs train side by side."""
     if gpu_count < 2:

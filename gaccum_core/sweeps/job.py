@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 
 from gaccum_core.runs.claim import Claim, RunBusyError
-from gaccum_core.runs.runner import Runner
-from gaccum_core.runs.snapshot import RunSnapshot
+from gaccum_core.execution.runner import Runner
+from gaccum_core.execution.snapshot import RunSnapshot
 from gaccum_core.states import FINAL_STATES, RunState
 from gaccum_core.sweeps.devices import Lane, lanes
 from gaccum_core.sweeps.files import sweep_dir, write_spec, write_summary

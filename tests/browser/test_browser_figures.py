@@ -25,7 +25,7 @@ from playwright.sync_api import Page, sync_playwright
 
 from chromium import CHROMIUM, CHROMIUM_ARGS, require_chromium
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 from gaccum_core.sweeps.members import Member
 from gaccum_core.sweeps.spec import SweepSpec
 from gaccum_core.sweeps.summary import RunResult, summary_of

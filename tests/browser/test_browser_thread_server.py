@@ -27,7 +27,7 @@ from playwright.sync_api import Browser, Locator, Page, expect
 
 from chromium import browser_window, dashboard_browser, new_run_dir, take
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 from hfmodels import saved_model
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.browser]

@@ -10,7 +10,7 @@ import pytest
 
 from gaccum_core.cli.main import main
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 from tb_events import event_files, hparams, scalars
 
 # A language run: eval.csv's perplexity and a generated sample per evaluation too.

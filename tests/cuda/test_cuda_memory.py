@@ -57,7 +57,7 @@ def test_a_probe_that_runs_out_of_memory_is_recorded_and_the_recommended_size_tr
 
 def test_a_run_out_of_memory_fails_with_the_advice_and_the_next_run_trains(capped, tmp_path):
     pytest.importorskip("psutil", reason="the runner watches its workers with psutil, not installed here")
-    from gaccum_core.runs.runner import Runner  # noqa: PLC0415 - only with psutil
+    from gaccum_core.execution.runner import Runner  # noqa: PLC0415 - only with psutil
     from gaccum_core.states import RunState  # noqa: PLC0415
 
     runner = Runner(tmp_path)

@@ -26,7 +26,7 @@ PACED = ",".join(f"slow@{step}:0*0.1" for step in range(1, 200))  # each step 0.
 @pytest.fixture
 def runner(tmp_path):
     pytest.importorskip("psutil", reason="the runner watches its workers with psutil, not installed here")
-    from gaccum_core.runs.runner import Runner  # noqa: PLC0415 - only with psutil
+    from gaccum_core.execution.runner import Runner  # noqa: PLC0415 - only with psutil
 
     made = Runner(tmp_path / "runs", executor="process", warm_spare=False)
     yield made
@@ -34,7 +34,7 @@ def runner(tmp_path):
 
 
 def test_a_plan_measures_aside_after_the_run_on_its_gpu_and_a_later_run_waits_for_it(runner, monkeypatch):
-    from gaccum_core.runs.aside import call_for  # noqa: PLC0415 - imports the device queue, as the page does
+    from gaccum_core.execution.aside import call_for  # noqa: PLC0415 - imports the device queue, as the page does
 
     monkeypatch.setenv("GACCUM_FAULTS", PACED)
     first = runner.submit(BASE, name="baseline")

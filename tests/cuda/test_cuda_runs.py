@@ -34,7 +34,7 @@ PACED = ",".join(f"slow@{step}:0*0.1" for step in range(1, 200))
 def runner(tmp_path, monkeypatch):
     """A runner training in worker processes (the dashboard's executor), closed after the test."""
     pytest.importorskip("psutil", reason="the runner watches its workers with psutil, not installed here")
-    from gaccum_core.runs.runner import Runner  # noqa: PLC0415 - only with psutil
+    from gaccum_core.execution.runner import Runner  # noqa: PLC0415 - only with psutil
 
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS's reductions the same in every worker
     made = Runner(tmp_path / "runs", executor="process", warm_spare=False)

@@ -198,7 +198,7 @@ def test_a_resumed_run_goes_on_from_its_checkpoint_not_the_file(tmp_path, capsys
 @pytest.mark.multiprocess
 def test_two_processes_start_from_the_file_and_resume_from_the_checkpoint_without_it(tmp_path):
     """Each rank of a torchrun job loads the file; resumed, every rank takes rank 0's checkpoint and none reads it."""
-    from gaccum_core.runs.runner import Runner
+    from gaccum_core.execution.runner import Runner
     from gaccum_core.states import RunState
 
     path = _saved(_timm_resnet(10, 1), tmp_path / "w.safetensors")

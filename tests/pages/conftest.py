@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 
 
 @pytest.fixture(scope="module")

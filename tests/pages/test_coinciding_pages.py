@@ -8,7 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = RunConfig(device="cpu", model="mlp", micro_batch_size=16, accum_steps=2, max_steps=6)

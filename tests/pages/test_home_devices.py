@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard import server
 from gaccum_core.config import DEFAULT_RUN
-from gaccum_core.runs.snapshot import RunSnapshot
+from gaccum_core.execution.snapshot import RunSnapshot
 from gaccum_core.runs.store import RunStore
 from gaccum_core.states import RunState
 

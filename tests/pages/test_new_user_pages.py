@@ -74,7 +74,7 @@ def test_a_run_whose_config_does_not_read_offers_no_resume_and_says_why(runs_dir
     store = _runner().store
     store.update_status(finished_run.name, state=RunState.STOPPED)
     (runs_dir / finished_run.name / "config.json").write_text('{"model": "mlp", "lr": 0}')
-    from gaccum_core.runs.resume import resume_refusal
+    from gaccum_core.execution.resume import resume_refusal
 
     refused = resume_refusal(store, finished_run.name)
     assert refused is not None and "config.json cannot be read" in refused and "lr" in refused, refused

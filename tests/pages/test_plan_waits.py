@@ -51,9 +51,9 @@ def test_the_plan_page_on_a_gpu_takes_its_turn_on_that_gpu_and_plans_aside(runs_
     import torch
 
     import gaccum_core.plan.planner as planner
-    import gaccum_core.runs.aside as aside
+    import gaccum_core.execution.aside as aside
     import gaccum_core.train.device as device
-    from gaccum_core.runs.runner import Runner
+    from gaccum_core.execution.runner import Runner
     from tests.pages.test_plan_page import plan_page
 
     monkeypatch.setattr(device, "resolve_device", lambda name: torch.device("cuda", 0))

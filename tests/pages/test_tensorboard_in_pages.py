@@ -12,7 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard.markdown import plain
-from gaccum_core.runs.tb_import import NOT_RESUMABLE
+from gaccum_core.tensorboard.importing import NOT_RESUMABLE
 from gaccum_core.views.axes import X_AXES
 from page_charts import live_figures
 from tb_writers import lightning_run

@@ -11,7 +11,7 @@ from dashboard import run_picks
 from gaccum_core.config import RunConfig
 from gaccum_core.states import RunState
 from gaccum_core.views.charts import CHARTS
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 from gaccum_core.runs.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def test_a_running_run_cannot_be_deleted(runs_dir, gate):
     gate.hold(step=1)
     run_id = runner().submit(RunConfig(device="cpu", model="mlp", max_steps=2))
     gate.wait_until_held()
-    from gaccum_core.runs.runner import RunBusyError
+    from gaccum_core.execution.runner import RunBusyError
 
     with pytest.raises(RunBusyError, match="stop it"):
         runner().delete(run_id)
@@ -212,7 +212,7 @@ def test_progress_names_its_run_and_says_compiling_before_the_first_step(runs_di
 
     monkeypatch.setattr(torch, "compile", lambda model, **kwargs: model)  # the page's words, not a real compile
     # The toolchain probe's cached answer, not a child process compiling (about 6 CPU-seconds): the real
-    # probe runs in tests/runs/test_runner.py's compile test, its refusals in tests/pages/test_bad_input.py.
+    # probe runs in tests/execution/test_runner.py's compile test, its refusals in tests/pages/test_bad_input.py.
     monkeypatch.setattr(device, "compile_works_here", lambda device: (True, "works"))
     gate.hold(step=1)  # before the first forward pass, where torch.compile does its work
     run_id = runner().submit(RunConfig(device="cpu", model="mlp", max_steps=1, compile="default"))

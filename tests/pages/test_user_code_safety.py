@@ -246,7 +246,7 @@ def test_the_plan_page_measures_your_code_in_a_worker_process_and_says_what_it_r
 def test_a_resume_from_the_dashboard_of_a_cli_run_outside_the_folder_is_refused(runs_dir, code, monkeypatch):
     """A run the command line trained on a file outside GACCUM_USER_CODE is not resumed by the server."""
     monkeypatch.delenv(usercode.USER_CODE_ENV, raising=False)
-    from gaccum_core.runs.runner import Runner
+    from gaccum_core.execution.runner import Runner
     from gaccum_core.train.checkpoint import CheckpointError
 
     cli = Runner(str(runs_dir))

@@ -13,8 +13,9 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard import server
 from gaccum_core.config import RunConfig
-from gaccum_core.runs import spares, supervisor
-from gaccum_core.runs.supervisor import Spare
+from gaccum_core.execution import spares
+from gaccum_core.execution import supervisor
+from gaccum_core.execution.supervisor import Spare
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 120  # only so a broken test fails instead of hanging

@@ -9,7 +9,7 @@ from gaccum_core.runs.labels import created_text, run_label, run_labels
 from gaccum_core.runs.run_data import combined_csv
 from gaccum_core.config import RunConfig
 from gaccum_core.train.metrics import STEP_COLUMNS
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 
 TINY = dict(device="cpu", model="mlp", micro_batch_size=16, accum_steps=2, max_steps=3)
 

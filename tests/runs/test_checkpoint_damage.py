@@ -17,8 +17,8 @@ import torch
 
 from gaccum_core.cli.main import main
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.resume import checkpoints_in, run_checkpoints
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.resume import checkpoints_in, run_checkpoints
+from gaccum_core.execution.runner import Runner
 from gaccum_core.runs.store import RunStore
 from gaccum_core.states import RunState
 from gaccum_core.train.checkpoint import SHARDS_DIR, CheckpointError, shard_dir_name

@@ -16,9 +16,9 @@ import pytest
 
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.catalog import run_table
-from gaccum_core.runs.runner import Runner, RunBusyError
+from gaccum_core.execution.runner import Runner, RunBusyError
 from gaccum_core.runs.store import RunStore
-from gaccum_core.runs.worker import ORPHANED
+from gaccum_core.execution.worker import ORPHANED
 from gaccum_core.states import RunState
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import RowKeeper

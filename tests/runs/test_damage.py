@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from gaccum_core.cli.main import main
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.catalog import run_table
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 from gaccum_core.runs.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.files import CsvAppender, disk_full
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 from gaccum_core.states import RunState
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.catalog import describe_run
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 from gaccum_core.sweeps.figures import run_figures
 
 

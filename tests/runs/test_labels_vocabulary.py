@@ -11,7 +11,7 @@ from dashboard.run_picks import run_choice_labels
 from gaccum_core.config import ConfigError, RunConfig, applies, by_field
 from gaccum_core.runs.labels import run_label, run_labels
 from gaccum_core.runs.store import RunStore
-from gaccum_core.runs.tb_import import ImportedRun
+from gaccum_core.tensorboard.importing import ImportedRun
 from gaccum_core.sweeps.labels import cell_label
 from gaccum_core.sweeps.spec import Cell, SweepSpec
 

@@ -11,7 +11,7 @@ from gaccum_core.runs.catalog import choice_labels, run_choices
 from gaccum_core.runs.labels import run_labels
 from gaccum_core.runs.integrity import checked_status
 from gaccum_core.runs.store import RunStore, StoreError
-from gaccum_core.runs.tb_import import IMPORTED_SETTINGS, known_settings
+from gaccum_core.runs.store import IMPORTED_SETTINGS, known_settings
 from gaccum_core.states import RunState
 
 TINY = RunConfig(device="cpu", model="mlp", micro_batch_size=16, accum_steps=2, max_steps=3)

@@ -21,7 +21,7 @@ from gaccum_core.faults import Fault, arm
 from gaccum_core.runs.catalog import describe_run, run_table
 from gaccum_core.runs.claim import Claim
 from gaccum_core.runs.index_place import INDEX_FILE
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 from gaccum_core.runs.store import RunStore
 from index_writers import write_rounds
 

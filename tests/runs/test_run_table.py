@@ -4,7 +4,7 @@ import pytest
 
 from gaccum_core.config import RunConfig
 from gaccum_core.runs.catalog import all_tags, filter_runs, run_table, unstepped
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 
 TINY = dict(device="cpu", model="mlp", micro_batch_size=16, accum_steps=2, max_steps=2)
 

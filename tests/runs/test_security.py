@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from gaccum_core.views.charts import CHARTS
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 from gaccum_core.runs.store import RunStore, StoreError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def test_nothing_the_user_types_is_executed_or_imported():
     assert len(sources) > 40  # every package's modules, not only the top level
     for path in sources:
         text = path.read_text()
-        if path == ROOT / "gaccum_core" / "runs" / "aside.py":
+        if path == ROOT / "gaccum_core" / "execution" / "aside.py":
             # The one unpickling, counted: what a worker process of this server's sends back (it runs only code
             # from the folder GACCUM_USER_CODE allows, as the server's own user), and the call it is sent.
             for call in ("pickle.loads(source.read(", "pickle.load(sys.stdin.buffer)", "pickle.loads(pickle.dumps(exc))"):

@@ -9,7 +9,7 @@ import pytest
 
 from gaccum_core import faults
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 
 pytestmark = pytest.mark.soak
 

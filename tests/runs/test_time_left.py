@@ -7,8 +7,8 @@ import pytest
 
 from gaccum_core import faults
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.runner import Runner
-from gaccum_core.runs.snapshot import TrackedRun
+from gaccum_core.execution.runner import Runner
+from gaccum_core.execution.snapshot import TrackedRun
 from gaccum_core.states import RunState
 from gaccum_core.train.metrics import RowKeeper
 

@@ -7,9 +7,9 @@ import torch
 
 from gaccum_core.config import RunConfig
 from gaccum_core.data import tokenising
-from gaccum_core.runs import execute as execute_module
-from gaccum_core.runs.execute import STOPPED_TOKENISING, execute
-from gaccum_core.runs.snapshot import RunSnapshot
+from gaccum_core.execution import execute as execute_module
+from gaccum_core.execution.execute import STOPPED_TOKENISING, execute
+from gaccum_core.execution.snapshot import RunSnapshot
 from gaccum_core.runs.store import RunStore
 from gaccum_core.states import RunState
 

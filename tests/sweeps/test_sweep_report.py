@@ -13,7 +13,7 @@ import pytest
 from gaccum_core.cli.main import build_parser, main
 from gaccum_core.cli.sweep import spec_from_args
 from gaccum_core.intervals import count_for
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 from gaccum_core.runs.store import RunStore
 from gaccum_core.states import RunState
 from gaccum_core.sweeps.job import SweepJob

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 
 
 @pytest.fixture

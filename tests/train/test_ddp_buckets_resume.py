@@ -18,7 +18,7 @@ import torch
 from ddp_buckets_rank import WORLD, seen_by_ranks
 from gaccum_core.config import RunConfig
 from gaccum_core.plan.sharding import MB
-from gaccum_core.runs.resume import checkpoints_in
+from gaccum_core.execution.resume import checkpoints_in
 from gaccum_core.train.distributed import EVAL_S_PER_SAMPLE, WAIT_FLOOR, WHOLE_SPLIT_SAMPLES, collective_timeout
 from jobs import WAIT_S
 

@@ -17,7 +17,7 @@ import torch
 from gaccum_core.config import RunConfig
 from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
-from gaccum_core.runs.resume import run_checkpoints
+from gaccum_core.execution.resume import run_checkpoints
 from gaccum_core.states import RunState
 from gaccum_core.train.distributed import Ranks, share
 from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,

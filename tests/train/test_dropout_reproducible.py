@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.resume import run_checkpoints
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.resume import run_checkpoints
+from gaccum_core.execution.runner import Runner
 from gaccum_core.states import RunState
 from jobs import WAIT_S, WORLD, wait_for_rows
 from spawned import run_ranks

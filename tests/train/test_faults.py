@@ -17,7 +17,7 @@ from gaccum_core.runs.catalog import run_table
 from gaccum_core.config import RunConfig
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import STEP_COLUMNS
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 from gaccum_core.runs.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,7 +141,7 @@ def test_two_sessions_pressing_start_at_once_one_runs_one_queues_nothing_mixed(r
 KILL_SCRIPT = """
 import sys, time
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.runner import Runner
 runner = Runner(sys.argv[1])
 run_id = runner.submit(RunConfig(device="cpu", model="mlp", micro_batch_size=4, accum_steps=1, epochs=1000))
 print(run_id, flush=True)

@@ -20,8 +20,8 @@ import torch
 from gaccum_core.config import RunConfig
 from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
-from gaccum_core.runs.resume import run_checkpoints
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.resume import run_checkpoints
+from gaccum_core.execution.runner import Runner
 from gaccum_core.states import RunState
 from gaccum_core.train.checkpoint import SHARDS_DIR
 from gaccum_core.train.fsdp import blocks

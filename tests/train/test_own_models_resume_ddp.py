@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from gaccum_core.config import RunConfig
-from gaccum_core.runs.resume import run_checkpoints
-from gaccum_core.runs.runner import Runner
+from gaccum_core.execution.resume import run_checkpoints
+from gaccum_core.execution.runner import Runner
 from gaccum_core.states import RunState
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import NullSink
