@@ -38,23 +38,6 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         # _addoption, as pytest-xdist registers -n itself: a lowercase short option is reserved to plugins.
         group._addoption("-n", dest="numprocesses", default=None, help="ignored without pytest-xdist")
         group.addoption("--dist", dest="dist", default=None, help="ignored without pytest-xdist")
-        group.addoption("--no-loadscope-reorder", action="store_true", help="ignored without pytest-xdist")
-
-
-# pytest-xdist hands the files out in the order they are collected (--no-loadscope-reorder): the heaviest first,
-# weighed by their tests' markers, so that the last files handed out are light and no worker is left alone with a
-# browser or multi-process file at the end while the others are done (longest first; a file's tests keep their order).
-_WEIGHTS = {"browser": 20.0, "multiprocess": 8.0}  # a test's rough seconds here; any other test 0.3
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The files heaviest first, each file's tests together and in their order."""
-    weights: dict[str, float] = {}
-    for item in items:
-        weight = max((w for name, w in _WEIGHTS.items() if item.get_closest_marker(name)), default=0.3)
-        weights[item.nodeid.split("::")[0]] = weights.get(item.nodeid.split("::")[0], 0.0) + weight
-    order = {path: i for i, path in enumerate(weights)}
-    items.sort(key=lambda item: (-weights[item.nodeid.split("::")[0]], order[item.nodeid.split("::")[0]]))
 
 
 # Every process the suite starts (dashboard servers, workers, command lines; torchrun sets its ranks' own)
