@@ -9,6 +9,11 @@ from typing import Any
 from gaccum_core.presets import GPT_PRESETS
 
 REDUCTIONS = ("mean", "sum", "mean_per_micro_batch")
+# How a language task's per-token losses are averaged over a batch (issue 43; the names verl's where verl has the
+# mode): over loss tokens; over sequences of each one's token mean, token sum, or token sum / C (Dr. GRPO); over
+# prompt groups of each one's token mean (pg only).
+LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm",
+             "group-mean-token-mean")
 AMP_MODES = ("off", "fp16", "bf16")
 CLEAR_CACHE_MODES = ("off", "step", "micro")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
