@@ -3,7 +3,8 @@
 A cache is derived data that a disk, a copy or a hand can damage, and a damaged one must never be trained on.
 Each format of the folder (LAYOUTS) names its files and its checks, run in order, the files streamed a chunk at
 a time: meta.json's dtype is exactly the one the tokenizer's vocabulary needs; each split's ids fill its file;
-its spans are int64 of shape (documents, 2), in order and inside its ids; every id is below the vocabulary.
+its spans are int64 of shape (documents, 2), in order and inside its ids; every id is below the vocabulary;
+(format 2) its prompt lengths are int64 of shape (documents,), each within its document.
 A cache that passes is recorded in verified.json beside its files, with each file's (size, mtime_ns, ctime_ns,
 inode), written atomically by the process that holds the build lock, or in this process's memory where the
 folder is read-only. It is checked again as soon as any of these differs: ctime catches an edit whose mtime
@@ -181,7 +182,32 @@ def _check_ids(folder: Path, meta: dict, vocab_size: int) -> str | None:
     return None
 
 
-# A later format extends the last one: Layout(2, (*FORMAT_1.files, new files), (*FORMAT_1.checks, its checks)).
+def _check_prompts(folder: Path, meta: dict, vocab_size: int) -> str | None:
+    """Each split's prompt lengths are int64 (documents,), each from 0 to its document's length."""
+    for split in SPLITS:
+        name, documents = f"{split}_prompts.npy", meta["documents"][split]
+        try:
+            prompts = np.load(folder / name, mmap_mode="r")
+        except ValueError as exc:
+            return f"{name} is not an .npy array ({first_line(exc)})"
+        if prompts.dtype != np.dtype(np.int64) or prompts.shape != (documents,):
+            return f"{name} holds {prompts.dtype} {prompts.shape}, where {META} says int64 ({documents:,},)"
+        spans = np.load(folder / f"{split}_docs.npy", mmap_mode="r")
+        for first in range(0, documents, CHUNK_BYTES // 8):
+            lengths = np.diff(spans[first:first + CHUNK_BYTES // 8], axis=1)[:, 0]
+            chunk = np.asarray(prompts[first:first + CHUNK_BYTES // 8])
+            bad = (chunk < 0) | (chunk > lengths)
+            if bad.any():
+                i = int(np.argmax(bad))
+                return (f"{name}: document {first + i:,} has a prompt of {int(chunk[i]):,} ids, where it holds "
+                        f"{int(lengths[i]):,}")
+    return None
+
+
+# A later format extends the last one: Layout(n + 1, (*FORMAT_n.files, new files), (*FORMAT_n.checks, its checks)).
 FORMAT_1 = Layout(1, (META, *(f"{split}{suffix}" for split in SPLITS for suffix in (".bin", "_docs.npy"))),
                   (_check_meta, _check_sizes, _check_spans, _check_ids))
-LAYOUTS = {layout.format: layout for layout in (FORMAT_1,)}
+# Format 2 (issue 43): each document's prompt length, for sft records.
+FORMAT_2 = Layout(2, (*FORMAT_1.files, *(f"{split}_prompts.npy" for split in SPLITS)),
+                  (*FORMAT_1.checks, _check_prompts))
+LAYOUTS = {layout.format: layout for layout in (FORMAT_1, FORMAT_2)}

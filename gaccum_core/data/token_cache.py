@@ -7,11 +7,13 @@ Per corpus and tokenizer, a folder <cache_dir>/<name>-<key>/ in nanoGPT's layout
                               with an end-of-text token.
   train_docs.npy, val_docs.npy  int64 (documents, 2): where each document starts and ends in its split's ids,
                               an added byte 0 left out (so padded sequences are each document's own chunks).
+  train_prompts.npy, val_prompts.npy  int64 (documents,): each record's prompt length in ids (sft), else 0
+                              (format 2; a format-1 folder has another key: the corpus is tokenised again).
   meta.json                   sources, tokenizer, dtype, counts, the build's seconds and MB/s.
   verified.json               each file's (size, mtime_ns, ctime_ns, inode) when the cache was last found whole
                               (cache_check.py: checked on opening, again whenever one of them differs; a damaged
                               cache is tokenised again, saying why).
-key: sha256 of the corpus's identity (its files' resolved paths, sizes and modification times, the field read)
+key: sha256 of the corpus's identity (its files' resolved paths, sizes and modification times, the fields read)
 and the tokenizer's. A build streams (split, text) documents in batches through the tokenizer's batched encode
 into a temporary folder renamed at the end, under a lock (fcntl.flock) that concurrent runs and the ranks of a
 job wait on, so nothing is tokenised twice; stopped, interrupted or killed, it leaves no folder a later run
@@ -47,7 +49,7 @@ from gaccum_core.data.tokenising import (SPLITS, BuildProgress, Progress, SplitW
                                          TokenisingStopped, ids_dtype, ignore, never, tokenise)
 from gaccum_core.runsdir import runs_dir
 
-FORMAT = 1  # of the folder's files: a change makes new keys, and needs its Layout in cache_check.LAYOUTS
+FORMAT = 2  # of the folder's files: a change makes new keys, and needs its Layout in cache_check.LAYOUTS
 LAYOUT = cache_check.LAYOUTS[FORMAT]  # the files and checks of the format written
 LOCK_POLL_S = 0.1
 SPEED = "speed.json"
@@ -72,11 +74,13 @@ class DocumentSource(Protocol):
 
 @dataclass(frozen=True)
 class TokenCache:
-    """A tokenised corpus: per split, its ids (memory-mapped from folder, or in memory) and document spans (n, 2)."""
+    """A tokenised corpus: per split, its ids (memory-mapped from folder, or in memory), document spans (n, 2) and
+    prompt lengths (n,)."""
 
     meta: dict
     splits: dict[str, tuple[np.ndarray, np.ndarray]]
     folder: Path | None = None
+    prompts: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 
@@ -158,28 +162,30 @@ def read_cache(folder: Path) -> TokenCache | None:
     try:
         meta = json.loads((folder / META).read_text(encoding="utf-8"))
         dtype = np.dtype(meta["dtype"])
-        splits = {}
+        splits, prompts = {}, {}
         for split in SPLITS:
             count = meta["tokens"][split]
             ids = np.memmap(folder / f"{split}.bin", dtype=dtype, mode="r") if count else np.zeros(0, dtype)
             splits[split] = (ids, np.load(folder / f"{split}_docs.npy", mmap_mode="r"))
+            prompts[split] = np.load(folder / f"{split}_prompts.npy", mmap_mode="r")
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return TokenCache(meta, splits, folder)
+    return TokenCache(meta, splits, folder, prompts)
 
 
 def tokenise_in_memory(documents: Iterable[tuple[str, str]], tokens: Tokens) -> TokenCache:
     """The same cache, in memory (no disk): for a small bundled corpus."""
-    files = {split: (io.BytesIO(), io.BytesIO()) for split in SPLITS}
+    files = {split: (io.BytesIO(), io.BytesIO(), io.BytesIO()) for split in SPLITS}
     dtype = ids_dtype(tokens.vocab_size)
     writers = {split: SplitWriter(*files[split], dtype) for split in SPLITS}
     tokenise(documents, tokens, writers, lambda: 0)
     splits = {split: (np.frombuffer(ids.getvalue(), dtype=dtype),
                       np.frombuffer(spans.getvalue(), dtype=np.int64).reshape(-1, 2))
-              for split, (ids, spans) in files.items()}
+              for split, (ids, spans, _) in files.items()}
+    prompts = {split: np.frombuffer(files[split][2].getvalue(), dtype=np.int64) for split in SPLITS}
     meta = {"dtype": dtype.name, "tokens": {s: w.tokens for s, w in writers.items()},
             "documents": {s: w.documents for s, w in writers.items()}}
-    return TokenCache(meta, splits)
+    return TokenCache(meta, splits, None, prompts)
 
 
 def _build(folder: Path, source: DocumentSource, identity: dict, tokens: Tokens, progress: Progress,
@@ -219,21 +225,23 @@ def _write(temporary: Path, source: DocumentSource, tokens: Tokens, progress: Pr
         progress(BuildProgress(source.name, done, total, written / max(seconds, 1e-9), seconds))
 
     with contextlib.ExitStack() as files:
-        opened = {s: tuple(files.enter_context(open(temporary / f"{s}{suffix}", "wb")) for suffix in (".bin", ".raw"))
-                  for s in SPLITS}
+        opened = {s: tuple(files.enter_context(open(temporary / f"{s}{suffix}", "wb"))
+                           for suffix in (".bin", ".raw", ".prompts.raw")) for s in SPLITS}
         writers = {s: SplitWriter(*opened[s], dtype) for s in SPLITS}
         tokenise(source.documents(), tokens, writers, lambda: source.bytes_read, report, should_stop)
-        for ids, spans in opened.values():
-            ids.flush()
-            os.fsync(ids.fileno())  # on disk before the rename makes it the cache
+        for written in opened.values():
+            for file in written:
+                file.flush()
+            os.fsync(written[0].fileno())  # on disk before the rename makes it the cache
     for split, writer in writers.items():
-        _to_npy(temporary / f"{split}.raw", temporary / f"{split}_docs.npy", writer.documents)
+        _to_npy(temporary / f"{split}.raw", temporary / f"{split}_docs.npy", (writer.documents, 2))
+        _to_npy(temporary / f"{split}.prompts.raw", temporary / f"{split}_prompts.npy", (writer.documents,))
     return time.perf_counter() - start, writers
 
 
-def _to_npy(raw: Path, npy: Path, count: int) -> None:
-    """The raw int64 spans as an .npy file of shape (count, 2), copied a block at a time."""
-    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.int64)), "fortran_order": False, "shape": (count, 2)}
+def _to_npy(raw: Path, npy: Path, shape: tuple[int, ...]) -> None:
+    """The raw int64 values as an .npy file of this shape, copied a block at a time."""
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.int64)), "fortran_order": False, "shape": shape}
     with open(npy, "wb") as out, open(raw, "rb") as data:
         np.lib.format.write_array_header_1_0(out, header)
         shutil.copyfileobj(data, out, 1 << 22)

@@ -1,5 +1,7 @@
 """Documents into token ids: batches of text through the tokenizer's batched encode, appended to each split's
-ids and document spans (to files for the token cache, to memory for a bundled corpus), with progress and a stop.
+ids, document spans and prompt lengths (to files for the token cache, to memory for a bundled corpus), with
+progress and a stop. A record, (prompt, completion), is one document whose first ids are its prompt's and whose
+last is an end-of-text id (in its span: the completion ends there); a plain document's prompt length is 0.
 
 A split's ids are its documents one after another: bytes put byte 0 (their end-of-text id) after each document,
 a model's tokenizer ends each with its EOS already; a document's span leaves an added byte 0 out, so padded
@@ -82,14 +84,16 @@ def ids_dtype(vocab_size: int) -> np.dtype:
 
 
 class SplitWriter:
-    """One split's ids and document spans, appended a batch at a time to two binary files."""
+    """One split's ids, document spans and prompt lengths, appended a batch at a time to three binary files."""
 
-    def __init__(self, ids: BinaryIO, spans: BinaryIO, dtype: np.dtype) -> None:
-        self.ids, self.spans, self.dtype = ids, spans, dtype
+    def __init__(self, ids: BinaryIO, spans: BinaryIO, prompts: BinaryIO, dtype: np.dtype) -> None:
+        self.ids, self.spans, self.prompts, self.dtype = ids, spans, prompts, dtype
         self.tokens = self.documents = 0
 
-    def add(self, arrays: list[np.ndarray], separator: int | None) -> None:
-        """Each document's ids, then the separator (when not None), which its span leaves out."""
+    def add(self, arrays: list[np.ndarray], separator: int | None, prompts: list[int] | None = None) -> None:
+        """Each document's ids, then the separator (when not None), which its span leaves out; prompts: each
+        one's prompt length (a record's), else 0."""
+        self.prompts.write(np.asarray(prompts if prompts is not None else [0] * len(arrays), dtype=np.int64).tobytes())
         lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
         steps = lengths + (separator is not None)
         starts = self.tokens + np.cumsum(steps) - steps
@@ -111,6 +115,14 @@ def tokenise(documents: Iterable[tuple[str, str]], tokens: Tokens, writers: dict
     start, batch, chars = time.perf_counter(), [], 0
 
     def flush() -> None:
+        if isinstance(batch[0][1], tuple):  # records: (prompt, completion), EOS already in each one's ids
+            pairs = tokens.encode_records([record for _, record in batch])
+            for split in SPLITS:
+                mine = [pair for (where, _), pair in zip(batch, pairs) if where == split]
+                if mine:
+                    writers[split].add([ids for ids, _ in mine], None, [length for _, length in mine])
+            batch.clear()
+            return
         arrays = tokens.encode_arrays([text for _, text in batch])
         for split in SPLITS:
             mine = [ids for (where, _), ids in zip(batch, arrays) if where == split]
@@ -122,7 +134,7 @@ def tokenise(documents: Iterable[tuple[str, str]], tokens: Tokens, writers: dict
         if split not in writers:
             raise ValueError(f"a document's split must be one of {', '.join(SPLITS)}, not {split!r}")
         batch.append((split, text))
-        chars += len(text)
+        chars += sum(map(len, text)) if isinstance(text, tuple) else len(text)
         if chars >= BATCH_CHARS or len(batch) >= BATCH_DOCUMENTS:
             flush()
             chars = 0

@@ -55,6 +55,11 @@ class ByteTokens:
         """encode_many() as arrays (uint8), without a Python int per byte."""
         return [np.frombuffer(text.encode("utf-8"), dtype=np.uint8) for text in texts]
 
+    def encode_records(self, records: list[tuple[str, str]]) -> list[tuple[np.ndarray, int]]:
+        """(prompt's bytes, completion's bytes, byte 0 ending it; the prompt's length) of each record."""
+        return [(np.frombuffer(f"{prompt}{completion}\0".encode("utf-8"), dtype=np.uint8), len(prompt.encode("utf-8")))
+                for prompt, completion in records]
+
     def prompt(self, text: str) -> tuple[str, list[int]]:
         """(the text, its ids) to continue."""
         return text, self.encode(text)
@@ -89,6 +94,15 @@ class ModelTokens:
     def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
         """encode_many() as arrays (int64), from the same batched call."""
         return [np.array(ids, dtype=np.int64) for ids in self.encode_many(texts)]
+
+    def encode_records(self, records: list[tuple[str, str]]) -> list[tuple[np.ndarray, int]]:
+        """(the prompt's ids (its BOS, if the tokenizer adds one), the completion's without special tokens, then
+        EOS; the prompt's length) of each record, in two batched calls."""
+        if not records:
+            return []
+        prompts = self.tokenizer([p for p, _ in records])["input_ids"]
+        completions = self.tokenizer([c for _, c in records], add_special_tokens=False)["input_ids"]
+        return [(np.array([*p, *c, self.eos], dtype=np.int64), len(p)) for p, c in zip(prompts, completions)]
 
     def prompt(self, text: str) -> tuple[str, list[int]]:
         """(the text without trailing space, its ids without EOS) to continue: a word-piece vocabulary

@@ -73,12 +73,19 @@ def _short_ids(folder):
 
 def _other_format(folder):
     meta = json.loads((folder / "meta.json").read_text())
-    (folder / "meta.json").write_text(json.dumps({**meta, "format": 2}))
+    (folder / "meta.json").write_text(json.dumps({**meta, "format": 3}))
+
+
+def _long_prompt(folder):
+    prompts = np.load(folder / "train_prompts.npy")
+    prompts[3] = 10**6
+    np.save(folder / "train_prompts.npy", prompts)
 
 
 DAMAGES = {  # damage → what the line says
     "meta.json gone": (lambda folder: os.remove(folder / "meta.json"), "(meta.json is missing)"),
-    "another format": (_other_format, "meta.json says format 2, where this cache is of format 1"),
+    "another format": (_other_format, "meta.json says format 3, where this cache is of format 2"),
+    "prompt past its document": (_long_prompt, "train_prompts.npy: document 3 has a prompt of 1,000,000 ids"),
     "spans -5/-1": (_negative_spans, "train_docs.npy: document 7 spans (-5, -1)"),
     "uint8 meta": (_uint8_meta, "meta.json says dtype 'uint8', where a vocabulary of 256 ids is written as uint16"),
     "ids 65535": (_big_ids, "train.bin: id 65,535 at 100 is not below the vocabulary's 256"),
