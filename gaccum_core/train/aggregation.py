@@ -16,8 +16,9 @@ token 1 (token-mean only). As in micro_batch_divisors, every weight is multiplie
 ranks' gradients, so each rank's Σ w · l over its share, averaged over ranks, is the window's loss. Token-mean's
 weights are 1 / micro_batch_divisors(...) exactly: today's weighting is a special case.
 
-Counts come from the window's data alone (no forward pass): every rank describes the whole window, takes the
-weights of every global micro-batch, and keeps its own rows (see token_weights).
+Counts come from the window's data alone (no forward pass, no collective): every rank describes the whole window
+(each sequence's loss-token count is enough: LossTokens.counted) and reads its own rows' weights from it, by
+sequence id, since a sequence's tokens weigh the same within a micro-batch in every mode.
 """
 
 from __future__ import annotations
@@ -51,20 +52,33 @@ class LossTokens:
         column = torch.as_tensor(ids, dtype=torch.long, device=targets.device).view(-1, 1)
         return cls(torch.where(targets != IGNORE, column, NO_LOSS), groups)
 
+    @classmethod
+    def counted(cls, ids: torch.Tensor | list[int], counts: torch.Tensor | list[int],
+                groups: Mapping[int, int] | None = None) -> "LossTokens":
+        """A micro-batch described by its sequences' loss-token counts alone (one row, no targets built): enough to
+        weigh a window, whose weights each rank then reads for its own rows (token_weights' shares)."""
+        return cls(torch.repeat_interleave(torch.as_tensor(ids, dtype=torch.long),
+                                           torch.as_tensor(counts, dtype=torch.long)).view(1, -1), groups)
+
 
 def token_weights(mode: str, reduction: str, window: list[LossTokens], accum_steps: int | None = None,
-                  world_size: int = 1, norm_c: float = 0.0, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
-    """Per micro-batch of the window, an (N, T) weight per target (0 where no loss) for its Σ w · l.
+                  world_size: int = 1, norm_c: float = 0.0, dtype: torch.dtype = torch.float32,
+                  shares: list[LossTokens] | None = None) -> list[torch.Tensor]:
+    """Per micro-batch, a weight per target (0 where no loss) for its Σ w · l, counted over the whole window.
 
-    The weights cover each global micro-batch's rows: a data-parallel rank whose share is rows [a, b) of it keeps
-    w[a:b, :T_rank] (columns past its own batch's width are padding, weight 0)."""
+    `window` describes every global micro-batch (full rows, or LossTokens.counted); the weights take the shape of
+    `shares` (this rank's own rows of each micro-batch) when given, else of `window`."""
     _check(mode, reduction, norm_c)
     if reduction == "sum":
-        return [(tokens.seq != NO_LOSS).to(dtype) * world_size for tokens in window]
-    if reduction == "mean":
-        return _aggregated(mode, window, norm_c, 1, world_size, dtype)
-    k = accum_steps or len(window)
-    return [_aggregated(mode, [tokens], norm_c, k, world_size, dtype)[0] for tokens in window]
+        weights = [(tokens.seq != NO_LOSS).to(torch.float64) * world_size for tokens in window]
+    elif reduction == "mean":
+        weights = _aggregated(mode, window, norm_c, 1, world_size)
+    else:
+        k = accum_steps or len(window)
+        weights = [_aggregated(mode, [tokens], norm_c, k, world_size)[0] for tokens in window]
+    if shares is not None:
+        weights = [_looked_up(tokens, w, share) for tokens, w, share in zip(window, weights, shares, strict=True)]
+    return [w.to(dtype) for w in weights]
 
 
 def _check(mode: str, reduction: str, norm_c: float) -> None:
@@ -79,8 +93,8 @@ def _check(mode: str, reduction: str, norm_c: float) -> None:
         raise ValueError(f"loss_agg_norm: {norm_c!r} for seq-mean-token-sum-norm; C must be a number > 0")
 
 
-def _aggregated(mode: str, micro_batches: list[LossTokens], norm_c: float, k: int, world_size: int,
-                dtype: torch.dtype) -> list[torch.Tensor]:
+def _aggregated(mode: str, micro_batches: list[LossTokens], norm_c: float, k: int,
+                world_size: int) -> list[torch.Tensor]:
     """Weights aggregating the micro-batches' loss tokens as one batch by the mode, divided by k / world_size."""
     masks = [tokens.seq != NO_LOSS for tokens in micro_batches]
     seqs = torch.cat([tokens.seq[mask] for tokens, mask in zip(micro_batches, masks)])
@@ -98,8 +112,23 @@ def _aggregated(mode: str, micro_batches: list[LossTokens], norm_c: float, k: in
         w = torch.zeros(tokens.seq.shape, dtype=torch.float64, device=tokens.seq.device)
         count = int(mask.sum())
         w[mask] = weight[offset:offset + count]
-        out.append(w.to(dtype))
+        out.append(w)
         offset += count
+    return out
+
+
+def _looked_up(described: LossTokens, weights: torch.Tensor, share: LossTokens) -> torch.Tensor:
+    """The weights of a rank's share, read by sequence id from its micro-batch's (one weight per sequence)."""
+    ids, where = torch.unique(described.seq, return_inverse=True)  # sorted; a sequence's tokens weigh the same
+    per_id = torch.zeros(len(ids), dtype=weights.dtype, device=weights.device).scatter_(0, where.flatten(),
+                                                                                       weights.flatten())
+    wanted = share.seq[share.seq != NO_LOSS]
+    missing = wanted[~torch.isin(wanted, ids)]
+    if len(missing):
+        raise ValueError(f"loss tokens: sequence {int(missing[0])} of a rank's share is not in its micro-batch's "
+                         "description")
+    out = torch.zeros(share.seq.shape, dtype=weights.dtype, device=weights.device)
+    out[share.seq != NO_LOSS] = per_id[torch.searchsorted(ids, wanted)]
     return out
 
 

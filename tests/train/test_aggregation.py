@@ -97,23 +97,36 @@ def _reference_grad(model: torch.nn.Module, micro_records: list[list[dict]], mod
     return _grad(model)
 
 
+def _counted(rows: list[list[dict]]) -> LossTokens:
+    """A micro-batch described by its records' loss-token counts alone."""
+    records = [r for row in rows for r in row]
+    return LossTokens.counted([r["id"] for r in records], [int((r["y"] != IGNORE).sum()) for r in records],
+                              {r["id"]: r["group"] for r in records})
+
+
+def _backward(model: torch.nn.Module, batches: list, weights: list[torch.Tensor]) -> torch.Tensor:
+    """The gradient of Σ w · l over the micro-batches (l: per-token cross-entropy, 0 where IGNORE)."""
+    model.zero_grad(set_to_none=True)
+    for (x, y, _), w in zip(batches, weights):
+        if len(x):  # an empty share adds nothing
+            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE, reduction="none")
+            (w * loss.view_as(y)).sum().backward()
+    return _grad(model)
+
+
 def _accumulated(model: torch.nn.Module, micro_rows: list[list[list[dict]]], mode: str, reduction: str,
-                 shares: list[slice] = (slice(None),)) -> torch.Tensor:
-    """The window's gradient from Σ w · l per micro-batch; with several shares, ranks averaged as DDP does."""
-    batches = [_batch(rows) for rows in micro_rows]
-    weights = token_weights(mode, reduction, [tokens for _, _, tokens in batches], K, len(shares), C)
-    grads = []
+                 shares: list[slice] | None = None) -> torch.Tensor:
+    """The window's gradient from Σ w · l per micro-batch; with shares, ranks averaged as DDP averages them,
+    each weighing its own rows (padded to their own longest) from the window's counts alone."""
+    if shares is None:
+        batches = [_batch(rows) for rows in micro_rows]
+        return _backward(model, batches, token_weights(mode, reduction, [t for *_, t in batches], K, 1, C))
+    window, grads = [_counted(rows) for rows in micro_rows], []
     for share in shares:
-        rank = copy.deepcopy(model)
-        rank.zero_grad(set_to_none=True)
-        for rows, w in zip(micro_rows, weights):
-            if not rows[share]:
-                continue  # an empty share: this rank adds nothing
-            x, y, _ = _batch(rows[share])  # the rank's own rows, padded to their own longest
-            loss = F.cross_entropy(rank(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE, reduction="none")
-            (w[share, :y.shape[1]] * loss.view_as(y)).sum().backward()
-        grads.append(_grad(rank))
-    return torch.stack(grads).sum(0) / len(shares)
+        batches = [_batch(rows[share]) for rows in micro_rows]
+        weights = token_weights(mode, reduction, window, K, len(shares), C, shares=[t for *_, t in batches])
+        grads.append(_backward(copy.deepcopy(model), batches, weights))
+    return torch.stack(grads).mean(0)
 
 
 def _windows(packed: bool) -> list[list[list[list[dict]]]]:
@@ -143,12 +156,15 @@ def test_exact_weights_give_the_big_batch_gradient_and_the_textbook_does_not(mod
 
 
 @pytest.mark.parametrize("mode", LOSS_AGGS)
-def test_two_uneven_ranks_averaged_as_ddp_give_the_big_batch_gradient(mode):
+def test_two_uneven_ranks_averaged_as_ddp_weigh_as_one_process(mode):
     model = _model()
     for micro_rows in _windows(packed=False) + _windows(packed=True):
         expected = _reference_grad(model, _records_of(micro_rows), mode, textbook=False)
         ranks = _accumulated(model, micro_rows, mode, "mean", shares=[slice(0, 2), slice(2, None)])
         assert (ranks - expected).abs().max() <= 1e-6
+        # The textbook's micro-batch is the global one, as micro_batch_divisors counts it on every rank.
+        textbook = _accumulated(model, micro_rows, mode, "mean_per_micro_batch", shares=[slice(0, 1), slice(1, None)])
+        assert (textbook - _reference_grad(model, _records_of(micro_rows), mode, textbook=True)).abs().max() <= 1e-6
 
 
 def test_a_group_split_across_micro_batches_is_one_unit_of_group_mean():
@@ -197,3 +213,8 @@ def test_what_cannot_be_weighed_is_refused_in_one_line(mode, reduction, norm_c, 
     with pytest.raises(ValueError, match=message) as refused:
         token_weights(mode, reduction, [LossTokens(torch.tensor([[7, 7, NO_LOSS]]), groups)], 2, norm_c=norm_c)
     assert "\n" not in str(refused.value)
+
+
+def test_a_share_with_a_sequence_its_micro_batch_lacks_is_refused():
+    with pytest.raises(ValueError, match="sequence 9 of a rank's share is not in its micro-batch's description"):
+        token_weights("token-mean", "mean", [LossTokens.counted([7], [2])], shares=[LossTokens(torch.tensor([[7, 9]]))])
