@@ -122,12 +122,13 @@ def _looked_up(described: LossTokens, weights: torch.Tensor, share: LossTokens) 
     ids, where = torch.unique(described.seq, return_inverse=True)  # sorted; a sequence's tokens weigh the same
     per_id = torch.zeros(len(ids), dtype=weights.dtype, device=weights.device).scatter_(0, where.flatten(),
                                                                                        weights.flatten())
+    ids, per_id = ids.to(share.seq.device), per_id.to(share.seq.device)  # counts on the host, a share on the device
     wanted = share.seq[share.seq != NO_LOSS]
     missing = wanted[~torch.isin(wanted, ids)]
     if len(missing):
         raise ValueError(f"loss tokens: sequence {int(missing[0])} of a rank's share is not in its micro-batch's "
                          "description")
-    out = torch.zeros(share.seq.shape, dtype=weights.dtype, device=weights.device)
+    out = torch.zeros(share.seq.shape, dtype=weights.dtype, device=share.seq.device)
     out[share.seq != NO_LOSS] = per_id[torch.searchsorted(ids, wanted)]
     return out
 
