@@ -77,8 +77,25 @@ def token_weights(mode: str, reduction: str, window: list[LossTokens], accum_ste
         k = accum_steps or len(window)
         weights = [_aggregated(mode, [tokens], norm_c, k, world_size)[0] for tokens in window]
     if shares is not None:
-        weights = [_looked_up(tokens, w, share) for tokens, w, share in zip(window, weights, shares, strict=True)]
+        weights = [share_weights(tokens, w, share) for tokens, w, share in zip(window, weights, shares, strict=True)]
     return [w.to(dtype) for w in weights]
+
+
+def share_weights(described: LossTokens, weights: torch.Tensor, share: LossTokens) -> torch.Tensor:
+    """A rank's share's weights, read by sequence id from its micro-batch's `weights` (as token_weights gave them
+    for `described`): a window weighed once, then each micro-batch's share as its batch is built."""
+    ids, where = torch.unique(described.seq, return_inverse=True)  # sorted; a sequence's tokens weigh the same
+    per_id = torch.zeros(len(ids), dtype=weights.dtype, device=weights.device).scatter_(0, where.flatten(),
+                                                                                       weights.flatten())
+    ids, per_id = ids.to(share.seq.device), per_id.to(share.seq.device)  # counts on the host, a share on the device
+    wanted = share.seq[share.seq != NO_LOSS]
+    missing = wanted[~torch.isin(wanted, ids)]
+    if len(missing):
+        raise ValueError(f"loss tokens: sequence {int(missing[0])} of a rank's share is not in its micro-batch's "
+                         "description")
+    out = torch.zeros(share.seq.shape, dtype=weights.dtype, device=share.seq.device)
+    out[share.seq != NO_LOSS] = per_id[torch.searchsorted(ids, wanted)]
+    return out
 
 
 def _check(mode: str, reduction: str, norm_c: float) -> None:
@@ -114,22 +131,6 @@ def _aggregated(mode: str, micro_batches: list[LossTokens], norm_c: float, k: in
         w[mask] = weight[offset:offset + count]
         out.append(w)
         offset += count
-    return out
-
-
-def _looked_up(described: LossTokens, weights: torch.Tensor, share: LossTokens) -> torch.Tensor:
-    """The weights of a rank's share, read by sequence id from its micro-batch's (one weight per sequence)."""
-    ids, where = torch.unique(described.seq, return_inverse=True)  # sorted; a sequence's tokens weigh the same
-    per_id = torch.zeros(len(ids), dtype=weights.dtype, device=weights.device).scatter_(0, where.flatten(),
-                                                                                       weights.flatten())
-    ids, per_id = ids.to(share.seq.device), per_id.to(share.seq.device)  # counts on the host, a share on the device
-    wanted = share.seq[share.seq != NO_LOSS]
-    missing = wanted[~torch.isin(wanted, ids)]
-    if len(missing):
-        raise ValueError(f"loss tokens: sequence {int(missing[0])} of a rank's share is not in its micro-batch's "
-                         "description")
-    out = torch.zeros(share.seq.shape, dtype=weights.dtype, device=share.seq.device)
-    out[share.seq != NO_LOSS] = per_id[torch.searchsorted(ids, wanted)]
     return out
 
 
