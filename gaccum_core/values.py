@@ -28,8 +28,9 @@ MODELS = ("mlp", "cnn", "cnn_bn", "cnn_gn", *TORCHVISION_MODELS, "gpt")
 WEIGHTS_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
 IMAGE_DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake", "imagefolder")
 # pydoc (bundled), text (your .txt/.jsonl files), tokens (nanoGPT's train.bin/val.bin of token ids),
-# hf-dataset (a datasets save_to_disk folder or a folder of .parquet files)
-TEXT_DATASETS = ("pydoc", "text", "tokens", "hf-dataset")
+# hf-dataset (a datasets save_to_disk folder or a folder of .parquet files), sft (records of a prompt and a
+# completion, the loss over completion tokens: bundled, or from text_file or data_dir)
+TEXT_DATASETS = ("pydoc", "text", "tokens", "hf-dataset", "sft")
 TOKEN_DTYPES = ("uint16", "uint32")  # the width of a tokens data set's ids (nanoGPT writes uint16)
 # Activation checkpointing: none, every ac_every-th block (selective), or every block (full)
 AC_MODES = ("off", "selective", "full")

@@ -128,7 +128,7 @@ class Corpus:
                                f"before byte {done:,} (raise text_file_max_mb, --text-file-max-mb, to read it)")
 
     def _lines(self, file: BinaryIO, path: str) -> Iterator[str]:
-        """Each non-blank line's text_field, stripped, of at least 2 characters."""
+        """Each non-blank line's document (_document: its text_field, stripped, of at least 2 characters)."""
         number = done = 0
         while line := self._read(file, self.limit + 1, path, line=True):
             number += 1
@@ -140,25 +140,36 @@ class Corpus:
             except UnicodeDecodeError as exc:
                 raise self._refuse(path, f"UTF-8 text: byte {done + exc.start} is not UTF-8") from None
             done += len(line)
-            if text.strip():
-                document = self._field(text, number, path).strip()
-                if len(document) >= 2:
-                    yield document
+            if text.strip() and (document := self._document(text, number, path)) is not None:
+                yield document
+
+    def _document(self, line: str, number: int, path: str) -> str | None:
+        """The line's text_field, stripped, when it has at least 2 characters."""
+        document = self._field(line, number, path).strip()
+        return document if len(document) >= 2 else None
 
     def _field(self, line: str, number: int, path: str) -> str:
         """The line's text_field: ConfigError naming the line when it is not a JSON object with one."""
+        return field_of(self._parsed(line, number, path), "text_field", self.field, number, path)
+
+    def _parsed(self, line: str, number: int, path: str) -> object:
+        """The line's JSON value: ConfigError naming text_file and the line when it is not JSON."""
         try:
-            record = json.loads(line)
+            return json.loads(line)
         except json.JSONDecodeError as exc:
             raise self._refuse(path, f"JSON Lines, one JSON object a line: line {number} is not JSON ({exc.msg} at "
                                f"column {exc.colno})") from None
-        if not isinstance(record, dict) or not isinstance(record.get(self.field), str):
-            has = (f"its fields are {', '.join(map(repr, list(record)[:8]))}" if isinstance(record, dict)
-                   else f"it is a JSON {type(record).__name__}")
-            raise self._refuse(path, f"a text field of every line of {path}: line {number} has no string "
-                               f"{self.field!r} ({has}; set text_field, --text-field, to the one holding the text)",
-                               field="text_field")
-        return record[self.field]
+
+
+def field_of(record: object, setting: str, field: str, number: int, path: str) -> str:
+    """record[field], a string: ConfigError naming the setting, the field and the line otherwise."""
+    if not isinstance(record, dict) or not isinstance(record.get(field), str):
+        has = (f"its fields are {', '.join(map(repr, list(record)[:8]))}" if isinstance(record, dict)
+               else f"it is a JSON {type(record).__name__}")
+        flag = "--" + setting.replace("_", "-")
+        raise ConfigError(setting, field, f"a string field of every line of {path}: line {number} has no string "
+                          f"{field!r} ({has}; set {setting}, {flag}, to the one holding it)")
+    return record[field]
 
 
 def _last_break(text: str) -> re.Match | None:

@@ -137,13 +137,21 @@ def _saved(config: RunConfig, root: Path) -> _Layout:
                    f"the {held} split")
 
 
-def _checked(config: RunConfig) -> _Layout:
-    """data_dir's layout, its text_field a field of text in every part, enough rows in each split."""
+Fields = tuple[tuple[str, str], ...]  # (setting, field name) of each field read: text_field, or sft's two
+
+
+def _text(config: RunConfig) -> Fields:
+    return (("text_field", config.text_field),)
+
+
+def _checked(config: RunConfig, fields: Fields) -> _Layout:
+    """data_dir's layout, each field a field of text in every part, enough rows in each split."""
     root = _root(config)
     kind, files = _kind(config, root)
     layout = _saved(config, root) if kind == "save_to_disk" else _parquet(config, root, files)
     for part in layout.train + (layout.validation or []):
-        _check_field(config.text_field, part)
+        for setting, field in fields:
+            _check_field(setting, field, part)
     rows = sum(p.rows for p in layout.train)
     if layout.validation is None and rows < 2:
         raise ConfigError("data_dir", config.data_dir, f"a data set of at least 2 rows, one for training and one "
@@ -154,48 +162,57 @@ def _checked(config: RunConfig) -> _Layout:
     return layout
 
 
-def _check_field(field: str, part: _Part) -> None:
-    """ConfigError naming text_field unless the part has it as a column of strings."""
+def _check_field(setting: str, field: str, part: _Part) -> None:
+    """ConfigError naming the setting (text_field...) unless the part has field as a column of strings."""
     import pyarrow as pa
 
     if field not in part.schema.names:
         names = ", ".join(map(repr, part.schema.names[:20]))
-        raise ConfigError("text_field", field, f"a field of {part.label}: its fields are {names} (set text_field, "
-                          "--text-field, to the one holding the text)")
+        raise ConfigError(setting, field, f"a field of {part.label}: its fields are {names} (set {setting}, "
+                          f"--{setting.replace('_', '-')}, to the one holding the text)")
     kind = part.schema.field(field).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
-        raise ConfigError("text_field", field, f"a field of text: {field!r} of {part.label} holds {kind}")
+        raise ConfigError(setting, field, f"a field of text: {field!r} of {part.label} holds {kind}")
 
 
 def documents(config: RunConfig) -> Iterator[tuple[str, str]]:
     """("train" or "val", text) of every row of config.data_dir, in order, a batch of rows read at a time;
     checked before the first is read (ConfigError naming data_dir or text_field). Rows without text (null)
     are skipped, but still counted by the every-tenth rule."""
-    return _documents(_checked(config), config.text_field)
+    return _rows(_checked(config, _text(config)), (config.text_field,))
 
 
-def _documents(layout: _Layout, field: str) -> Iterator[tuple[str, str]]:
+def records(config: RunConfig, fields: Fields) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """("train" or "val", (value of each field)) of every row of config.data_dir whose fields all hold text, as
+    documents() reads them (sft's records: (prompt, completion)); checked before the first is read."""
+    rows = _rows(_checked(config, fields), [field for _, field in fields])
+    return ((split, tuple(values)) for split, *values in rows)
+
+
+def _rows(layout: _Layout, fields: tuple[str, ...] | list[str]) -> Iterator[tuple]:
+    """(split, value of each field) of every row whose values are all there (a skipped row is still counted)."""
     row = 0
     for part in layout.train:
-        for values in part.batches(field):
-            for text in values:
-                if text is not None:
-                    yield ("val" if layout.validation is None and row % VALIDATION_EVERY == 0 else "train"), text
+        for values in zip(*(part.batches(field) for field in fields)):
+            for found in zip(*values):
+                if None not in found:
+                    yield ("val" if layout.validation is None and row % VALIDATION_EVERY == 0 else "train"), *found
                 row += 1
     for part in layout.validation or []:
-        for values in part.batches(field):
-            yield from (("val", text) for text in values if text is not None)
+        for values in zip(*(part.batches(field) for field in fields)):
+            yield from (("val", *found) for found in zip(*values) if None not in found)
 
 
-def identity(config: RunConfig) -> dict:
+def identity(config: RunConfig, fields: Fields | None = None) -> dict:
     """What a token cache of this data set is keyed by: the folder, each file's path, size and modification
-    time (and a saved dataset's fingerprints), and text_field. Reads no rows."""
+    time (and a saved dataset's fingerprints), and the fields read (text_field). Reads no rows."""
     root = _root(config)
     kind, files = _kind(config, root)
     stamps = [[str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
     found = {str(p.parent.relative_to(root)): _fingerprint(p) for p in files if p.name == SAVED_ONE}
+    read = {"text_field": config.text_field} if fields is None else dict((s, f) for s, f in fields)
     return {"dataset": "hf-dataset", "kind": kind, "data_dir": str(root.resolve()), "files": stamps,
-            "fingerprints": found, "text_field": config.text_field}
+            "fingerprints": found, **read}
 
 
 def _fingerprint(state: Path) -> str | None:
@@ -207,7 +224,7 @@ def _fingerprint(state: Path) -> str | None:
 
 def describe_hf_dataset(config: RunConfig) -> str:
     """One line: rows of each split and where validation comes from (tokenises nothing)."""
-    layout = _checked(config)
+    layout = _checked(config, _text(config))
     train = sum(p.rows for p in layout.train)
     if layout.validation is None:
         held = -(-train // VALIDATION_EVERY)

@@ -3,7 +3,8 @@
 `pydoc`: the Python documentation topics every Python ships (`pydoc_data.topics`, 79 documents), tokenised in
 memory; `text`: the documents of text_file (a file, folder or glob of .txt and .jsonl shards: corpus.py) and
 `hf-dataset`: the rows of a saved data set (hf_datasets.py), each tokenised once into the token cache
-(token_cache.py) and memory-mapped by every run after. Every tenth document (by sorted title for pydoc, by
+(token_cache.py) and memory-mapped by every run after; `sft`: records of a prompt and a completion (records.py),
+whose loss counts completion tokens only (record_sequences.py). Every tenth document (by sorted title for pydoc, by
 position for a corpus) is held out for validation, unless a data set has its own validation split.
 
 Packing off: each document's tokens are cut into sequences of max_seq_len + 1 (L tokens give L - 1 next-token
@@ -16,13 +17,14 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from gaccum_core.config import RunConfig
 from gaccum_core.data import hf_datasets
 from gaccum_core.data.corpus import VALIDATION_EVERY, Corpus
+from gaccum_core.data.record_sequences import PackedRecords, PaddedRecords
+from gaccum_core.data.records import SavedRows, record_source
 from gaccum_core.data.sequences import IGNORE, PackedSequences, PaddedSequences
 from gaccum_core.data.token_cache import (DocumentSource, TokenCache, cache_folder, default_cache_dir,
                                           estimate_seconds, open_cache, read_cache, tokenise_in_memory)
@@ -35,8 +37,8 @@ __all__ = ["IGNORE", "PAD", "Tokens", "Sequences", "CORPUS_DATASETS", "CacheStat
 
 PAD = BYTE_PAD   # input id of gpt's padding
 Tokens = ByteTokens | ModelTokens
-Sequences = PaddedSequences | PackedSequences
-CORPUS_DATASETS = ("text", "hf-dataset")  # tokenised into the token cache
+Sequences = PaddedSequences | PackedSequences | PaddedRecords | PackedRecords
+CORPUS_DATASETS = ("text", "hf-dataset", "sft")  # tokenised into the token cache
 
 
 def pydoc_documents() -> list[str]:
@@ -46,31 +48,12 @@ def pydoc_documents() -> list[str]:
     return [topics[title] for title in sorted(topics)]
 
 
-class _SavedDataset:
-    """An hf-dataset's rows as the token cache reads them (its size: its files')."""
-
-    def __init__(self, config: RunConfig) -> None:
-        self.config, self.name, self.bytes_read = config, Path(config.data_dir).name, 0
-        self._identity = hf_datasets.identity(config)  # ConfigError naming data_dir when it is no such folder
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(size for _, size, _ in self._identity["files"])
-
-    def identity(self) -> dict:
-        return hf_datasets.identity(self.config)
-
-    def documents(self) -> Iterator[tuple[str, str]]:
-        self.bytes_read = 0
-        for split, text in hf_datasets.documents(self.config):
-            self.bytes_read += len(text) + 1  # characters: about its bytes on disk
-            yield split, text
-
-
 def corpus_source(config: RunConfig) -> DocumentSource:
     """The documents config's corpus holds (ConfigError naming text_file, or data_dir, when it names none)."""
     if config.dataset == "hf-dataset":
-        return _SavedDataset(config)
+        return SavedRows(config)
+    if config.dataset == "sft":
+        return record_source(config)
     return Corpus(config.text_file, config.text_field, config.text_file_max_mb)
 
 
@@ -93,6 +76,9 @@ def text_sources(config: RunConfig, progress: Progress | None = None,
 
 def _sequences(cache: TokenCache, split: str, config: RunConfig, pad: int) -> Sequences:
     ids, spans = cache.splits[split]
+    if config.dataset == "sft":
+        kind = PackedRecords if config.packing == "on" else PaddedRecords
+        return kind(ids, spans, cache.prompts[split], config.max_seq_len, pad)
     if config.packing == "on":
         return PackedSequences(ids, config.max_seq_len, pad)
     return PaddedSequences(ids, spans[:, 0], spans[:, 1], config.max_seq_len, pad)
@@ -151,7 +137,7 @@ def check_corpus(config: RunConfig) -> None:
     tokens = tokens_for(config)
     if config.dataset in CORPUS_DATASETS:
         first = [text for _, text in itertools.islice(corpus_source(config).documents(), 2)]
-        tokens.encode_arrays(first)
+        tokens.encode_records(first) if config.dataset == "sft" else tokens.encode_arrays(first)
 
 
 def describe_text(config: RunConfig) -> str:
@@ -165,5 +151,8 @@ def describe_text(config: RunConfig) -> str:
     train, test = text_sources(config)
     length = config.max_seq_len
     shape = f"of {length} tokens, packed" if config.packing == "on" else f"of up to {length} tokens"
+    if config.dataset == "sft":
+        shape = (f"of up to {length} tokens, {'whole records packed' if config.packing == 'on' else 'a record each'}"
+                 ", completion tokens counted")
     return (f"{config.dataset}: {len(train)} train / {len(test)} validation sequences {shape}, "
             f"{train.total_targets:,} / {test.total_targets:,} target tokens, {tokens.name}")

@@ -1,0 +1,78 @@
+"""Where sft's records come from: (prompt, completion) pairs read from a .jsonl file (text_file), a saved data set
+or parquet folder (data_dir, as hf-dataset reads it), or the bundled default (data/bundled/sft.jsonl, made by
+bench/make_sft_data.py: nothing downloaded). The field names are prompt_field and completion_field; both take
+part in the token cache's identity. Every tenth record is held out for validation, as for a corpus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.data import hf_datasets
+from gaccum_core.data.corpus import Corpus, field_of
+
+BUNDLED = Path(__file__).with_name("bundled")
+DEFAULT_DATA_DIR = "data"  # RunConfig.data_dir's default: sft then reads text_file, else the bundled records
+
+
+def _fields(config: RunConfig) -> hf_datasets.Fields:
+    return (("prompt_field", config.prompt_field), ("completion_field", config.completion_field))
+
+
+class RecordCorpus(Corpus):
+    """The records of .jsonl files (a file, a folder or a glob of them): each line's (prompt, completion)."""
+
+    def __init__(self, text_file: str, fields: hf_datasets.Fields, max_mb: int = 256) -> None:
+        """ConfigError naming text_file when it names no readable .jsonl file (nothing is read yet)."""
+        super().__init__(text_file, fields[0][1], max_mb)
+        self.fields = fields
+        for path in self.paths:
+            if not path.lower().endswith(".jsonl"):
+                raise ConfigError("text_file", text_file, f"a .jsonl file of records (one JSON object a line, with "
+                                  f"{' and '.join(repr(f) for _, f in fields)}) for sft: {path} is not .jsonl")
+
+    def identity(self) -> dict:
+        """The shards' identity (Corpus.identity) with the fields read."""
+        files = super().identity()["files"]
+        return {"dataset": "sft", "files": files, **dict(self.fields)}
+
+    def _document(self, line: str, number: int, path: str) -> tuple[str, ...]:
+        """The line's (prompt, completion): ConfigError naming the field and the line when one is missing."""
+        record = self._parsed(line, number, path)
+        return tuple(field_of(record, setting, field, number, path) for setting, field in self.fields)
+
+
+class SavedRows:
+    """The rows of a saved data set or parquet folder (data_dir) as the token cache reads them: each one's
+    text_field (hf-dataset), or with fields, each one's (prompt, completion) (sft)."""
+
+    def __init__(self, config: RunConfig, fields: hf_datasets.Fields | None = None) -> None:
+        self.config, self.fields, self.name, self.bytes_read = config, fields, Path(config.data_dir).name, 0
+        self._identity = self.identity()  # ConfigError naming data_dir when it is no such folder
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for _, size, _ in self._identity["files"])
+
+    def identity(self) -> dict:
+        found = hf_datasets.identity(self.config, self.fields)
+        return found if self.fields is None else {**found, "dataset": "sft"}
+
+    def documents(self) -> Iterator[tuple[str, str | tuple[str, ...]]]:
+        self.bytes_read = 0
+        rows = (hf_datasets.documents(self.config) if self.fields is None
+                else hf_datasets.records(self.config, self.fields))
+        for split, values in rows:
+            self.bytes_read += (len(values) if self.fields is None else sum(map(len, values))) + 1  # about its bytes
+            yield split, values
+
+
+def record_source(config: RunConfig) -> RecordCorpus | SavedRows:
+    """sft's records: text_file when set, else data_dir when it is not the default, else the bundled records."""
+    if config.text_file.strip():
+        return RecordCorpus(config.text_file, _fields(config), config.text_file_max_mb)
+    if config.data_dir != DEFAULT_DATA_DIR:
+        return SavedRows(config, _fields(config))
+    return RecordCorpus(str(BUNDLED / "sft.jsonl"), _fields(config), config.text_file_max_mb)
