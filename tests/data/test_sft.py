@@ -138,3 +138,34 @@ def test_the_new_settings_are_refused_in_one_line(changes, field, allowed):
 def test_loss_agg_applies_to_sft_alone():
     with pytest.raises(ConfigError, match="the aggregation modes apply to sft"):
         RunConfig(model="gpt", dataset="pydoc", loss_agg="seq-mean-token-mean")
+
+
+def test_records_from_a_parquet_folder_are_those_of_the_same_jsonl(tmp_path, token_cache_dir):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    columns = {"question": [p for p, _ in RECORDS], "answer": [c for _, c in RECORDS]}
+    pq.write_table(pa.table(columns), folder / "part-0.parquet")
+    fields = dict(prompt_field="question", completion_field="answer")
+    saved, _ = text_sources(RunConfig(model="gpt", dataset="sft", data_dir=str(folder), max_seq_len=SEQ, **fields))
+    jsonl, _ = text_sources(_config(_write(tmp_path / "r.jsonl", RECORDS, "question", "answer"), **fields))
+    every = list(range(len(jsonl)))
+    assert len(saved) == len(jsonl) and all(a.equal(b) for a, b in zip(saved.batch(every), jsonl.batch(every)))
+    with pytest.raises(ConfigError) as refused:
+        text_sources(RunConfig(model="gpt", dataset="sft", data_dir=str(folder), max_seq_len=SEQ))
+    assert refused.value.field == "prompt_field" and "'question', 'answer'" in str(refused.value)
+
+
+def test_the_bundled_records_are_what_their_script_writes(tmp_path, monkeypatch):
+    import importlib.util
+
+    from gaccum_core.data.records import BUNDLED
+
+    spec = importlib.util.spec_from_file_location("make_sft_data", BUNDLED.parents[2] / "tools" / "make_sft_data.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "OUT", tmp_path / "sft.jsonl")
+    script.main()
+    assert (tmp_path / "sft.jsonl").read_bytes() == (BUNDLED / "sft.jsonl").read_bytes()
