@@ -8,7 +8,8 @@ Per corpus and tokenizer, a folder <cache_dir>/<name>-<key>/ in nanoGPT's layout
   train_docs.npy, val_docs.npy  int64 (documents, 2): where each document starts and ends in its split's ids,
                               an added byte 0 left out (so padded sequences are each document's own chunks).
   train_prompts.npy, val_prompts.npy  int64 (documents,): each record's prompt length in ids (sft), else 0
-                              (format 2; a format-1 folder has another key: the corpus is tokenised again).
+                              (format 2: a format-1 folder of the same corpus, which has another key, is
+                              tokenised again, saying so, and removed).
   meta.json                   sources, tokenizer, dtype, counts, the build's seconds and MB/s.
   verified.json               each file's (size, mtime_ns, ctime_ns, inode) when the cache was last found whole
                               (cache_check.py: checked on opening, again whenever one of them differs; a damaged
@@ -91,16 +92,16 @@ def default_cache_dir() -> Path:
     return Path(runs_dir()).expanduser().absolute().parent / "token-cache"
 
 
-def cache_key(identity: dict, tokens: Tokens) -> str:
+def cache_key(identity: dict, tokens: Tokens, format: int = FORMAT) -> str:
     """sha256 of the corpus's identity, the tokenizer's and the format."""
-    text = json.dumps({"corpus": identity, "tokenizer": tokens.identity, "format": FORMAT}, sort_keys=True)
+    text = json.dumps({"corpus": identity, "tokenizer": tokens.identity, "format": format}, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def cache_folder(root: Path, name: str, identity: dict, tokens: Tokens) -> Path:
-    """The folder of this corpus (its name, made readable; its identity) and tokenizer."""
+def cache_folder(root: Path, name: str, identity: dict, tokens: Tokens, format: int = FORMAT) -> Path:
+    """The folder of this corpus (its name, made readable; its identity) and tokenizer, in this format."""
     readable = re.sub(r"[^\w.-]+", "_", name)[:40] or "corpus"
-    return root / f"{readable}-{cache_key(identity, tokens)[:24]}"
+    return root / f"{readable}-{cache_key(identity, tokens, format)[:24]}"
 
 
 def open_cache(root: Path, source: DocumentSource, tokens: Tokens, progress: Progress | None = None,
@@ -139,10 +140,16 @@ def _verify_or_build(folder: Path, source: DocumentSource, identity: dict, token
         state = f"is damaged ({why})" if folder.exists() else "is not built"
         raise ConfigError("cache_dir", str(folder.parent), f"a folder the token cache can be written to: the cache of "
                           f"{source.name} there {state}, and the folder is read-only")
-    if why is not None:
-        progress = _saying_why(progress, why)
+    older = {f: cache_folder(folder.parent, source.name, identity, tokens, f) for f in cache_check.LAYOUTS
+             if f < FORMAT}
+    older = {f: path for f, path in older.items() if path.is_dir()}  # this corpus's cache as an older gaccum wrote it
+    if why is not None or older:
+        reason = f"damaged ({why})" if why is not None else f"of format {max(older)}, where this gaccum reads {FORMAT}"
+        progress = _saying_why(progress, reason)
         progress(BuildProgress(source.name, 0, source.total_bytes, 0.0, 0.0))  # said before the first batch
     _build(folder, source, identity, tokens, progress, should_stop)
+    for path in older.values():  # replaced by the folder just built
+        shutil.rmtree(path, ignore_errors=True)
     stamped, why = cache_check.stamps(folder, LAYOUT), cache_check.damage(folder, LAYOUT, tokens.vocab_size)
     if why is not None or stamped is None:
         raise OSError(f"the token cache {folder} was built but is not whole: {why}")
@@ -150,7 +157,7 @@ def _verify_or_build(folder: Path, source: DocumentSource, identity: dict, token
 
 
 def _saying_why(progress: Progress, why: str) -> Progress:
-    """progress, each BuildProgress saying why the corpus is tokenised again."""
+    """progress, each BuildProgress saying why the corpus is tokenised again ('damaged (…)', 'of format 1, …')."""
     return lambda where: progress(dataclasses.replace(where, damaged=why))
 
 

@@ -41,7 +41,7 @@ class BuildProgress:
     tokens_per_s: float
     seconds: float
     waiting: bool = False  # for another process's build of the same corpus
-    damaged: str = ""  # why the corpus is tokenised again: what its token cache was found to hold
+    damaged: str = ""  # why the corpus is tokenised again: its token cache being 'damaged (…)', or of an older format
 
     @property
     def seconds_left(self) -> float | None:
@@ -57,7 +57,7 @@ class BuildProgress:
         digits = 0 if (self.bytes_total or self.bytes_done) >= 10 * 2**20 else 1  # 0.4 MB, 12 MB
         done = f"{self.bytes_done / 2**20:.{digits}f}"
         size = f"{done} of {self.bytes_total / 2**20:.{digits}f} MB" if self.bytes_total else f"{done} MB"
-        again = f" again, its token cache being damaged ({self.damaged})" if self.damaged else ""
+        again = f" again, its token cache being {self.damaged}" if self.damaged else ""
         parts = [f"{TOKENISING}{self.name}{again}: {size}"]
         if self.seconds > 0:
             parts += [f"{self.bytes_done / 2**20 / self.seconds:.1f} MB/s", f"{self.tokens_per_s:,.0f} tokens/s"]

@@ -15,7 +15,9 @@ from test_token_cache import _config, _corpus, _plain_chunks, _plain_splits, _ro
 from gaccum_core.cli.main import main
 from gaccum_core.config import ConfigError
 from gaccum_core.data import cache_check
-from gaccum_core.data.text import cache_status, text_sources, tokenise_corpus
+from gaccum_core.data.text import cache_status, corpus_source, text_sources, tokenise_corpus
+from gaccum_core.data.token_cache import cache_folder
+from gaccum_core.data.tokens import tokens_for
 from gaccum_core.train import engine as engine_module
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import RowKeeper
@@ -224,3 +226,18 @@ def test_a_damaged_cache_whose_corpus_is_gone_is_refused_in_one_line(cached, cap
                  config.cache_dir, "--max-seq-len", "16", "--device", "cpu"])
     (line,) = capsys.readouterr().err.splitlines()
     assert code == 2 and line.startswith(f"gaccum: error: --text-file={config.text_file!r} is not allowed: "), line
+
+
+def test_a_cache_of_the_older_format_is_tokenised_again_saying_so_and_removed(tmp_path):
+    """A format-1 folder of the same corpus (as gaccum wrote it before prompt lengths) is replaced, with a reason."""
+    config = _config(_corpus(tmp_path), tmp_path / "cache")
+    text_sources(config)
+    source, tokens = corpus_source(config), tokens_for(config)
+    folder = cache_folder(tmp_path / "cache", source.name, source.identity(), tokens)
+    old = cache_folder(tmp_path / "cache", source.name, source.identity(), tokens, format=1)
+    os.rename(folder, old)
+    seen = []
+    text_sources(config, progress=seen.append)
+    assert seen and all("notes.txt again, its token cache being of format 1, where this gaccum reads 2" in p.words()
+                        for p in seen)
+    assert folder.is_dir() and not old.exists()
