@@ -30,6 +30,8 @@ class _Records:
         self.kept = np.minimum(spans[:, 1] - self.starts, self.size)  # L_r
         self.prompts = np.minimum(np.asarray(prompts, dtype=np.int64), self.kept)  # p_r, within what is kept
         self.losses = np.maximum(self.kept - np.maximum(self.prompts, 1), 0)  # loss tokens of each record
+        # loss_agg_norm's 0: the longest completion (its tokens kept after truncation, the end-of-text included)
+        self.longest_completion = int((self.kept - self.prompts).max()) if len(self.kept) else 0
 
     def _row(self, records: range) -> tuple[np.ndarray, np.ndarray]:
         """The row's tokens (its records one after another) and whether each is a loss token's target."""
