@@ -126,7 +126,6 @@ def test_the_field_names_key_the_token_cache(tmp_path, token_cache_dir):
 @pytest.mark.parametrize("changes, field, allowed", [
     ({"loss_agg": "seq-mean-token-mean", "reduction": "sum"}, "loss_agg", "token-mean with reduction sum"),
     ({"loss_agg": "group-mean-token-mean"}, "loss_agg", "its records have no prompt groups"),
-    ({"loss_agg": "seq-mean-token-sum"}, "loss_agg", "token-mean today"),
     ({"loss_agg_norm": -1}, "loss_agg_norm", "an integer from 0"),
     ({"completion_field": "prompt"}, "completion_field", "a field other than prompt_field"),
     ({"prompt_field": "a b"}, "prompt_field", "a JSON field name"),

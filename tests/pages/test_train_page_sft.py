@@ -1,5 +1,5 @@
 """The Train page for sft (AppTest): the dataset offered, its fields' and loss aggregation's controls generated from
-their metadata, the bundled records described, a mode not trained yet refused under its control with Start off."""
+their metadata, pg's group-mean-token-mean refused under its control with Start off."""
 
 from pathlib import Path
 
@@ -14,7 +14,7 @@ TRAIN = str(Path(__file__).resolve().parents[2] / "app_pages/1_Train.py")
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_sft_shows_its_generated_controls_and_refuses_a_mode_not_trained_yet(runs_dir, token_cache_dir):
+def test_sft_shows_its_generated_controls_and_refuses_a_mode_of_pg(runs_dir, token_cache_dir):
     st.cache_data.clear()
     at = AppTest.from_file(TRAIN, default_timeout=120).run()
     at.selectbox(key="cfg_model").select("gpt").run()
@@ -23,5 +23,5 @@ def test_sft_shows_its_generated_controls_and_refuses_a_mode_not_trained_yet(run
     assert at.text_input(key="cfg_prompt_field").value == "prompt"
     assert at.text_input(key="cfg_completion_field").value == "completion"
     assert not at.button(key="start").disabled
-    at.selectbox(key="cfg_loss_agg").select("seq-mean-token-mean").run()
-    assert "token-mean today" in (under(at, "cfg_loss_agg") or "") and at.button(key="start").disabled
+    at.selectbox(key="cfg_loss_agg").select("group-mean-token-mean").run()
+    assert "no prompt groups" in (under(at, "cfg_loss_agg") or "") and at.button(key="start").disabled
