@@ -197,8 +197,8 @@ class RunConfig:
             "the field of each sft record that holds its completion, whose tokens the loss counts",
             applies=lambda c: c.dataset == "sft", planner="base", cross=False, section="Model and data")
     loss_agg: str = setting("token-mean", "Loss aggregation",
-            "how sft's per-token losses are averaged: token-mean (over the loss tokens; the only one trained "
-            "today), seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (each sequence's token "
+            "how sft's per-token losses are averaged over a window, exactly under accumulation: token-mean (over "
+            "the loss tokens), seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (each sequence's token "
             "mean, sum, or sum / loss_agg_norm, averaged over sequences) or group-mean-token-mean (pg only)",
             choices=LOSS_AGGS, applies=lambda c: c.dataset == "sft", in_label="usual", section="Model and data")
     loss_agg_norm: int = setting(0, "Aggregation constant C (0 = the longest completion)",

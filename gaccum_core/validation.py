@@ -132,8 +132,7 @@ def _check_task(cfg: RunConfig) -> None:
 
 
 def _check_loss_agg(cfg: RunConfig) -> None:
-    """sft's two fields differ; a loss aggregation other than token-mean: with reduction mean, on its tasks, and
-    refused for now (the engine weighs tokens by the token-mean rule alone until it takes per-token weights)."""
+    """sft's two fields differ; a loss aggregation other than token-mean: not with reduction sum, on its tasks."""
     if cfg.dataset == "sft" and cfg.prompt_field == cfg.completion_field:
         raise ConfigError("completion_field", cfg.completion_field, "a field other than prompt_field")
     if cfg.loss_agg == "token-mean":
@@ -146,8 +145,6 @@ def _check_loss_agg(cfg: RunConfig) -> None:
     if cfg.loss_agg == "group-mean-token-mean":
         raise ConfigError("loss_agg", cfg.loss_agg, "a mode of sft: its records have no prompt groups "
                           "(group-mean-token-mean is pg's)")
-    raise ConfigError("loss_agg", cfg.loss_agg, "token-mean today: the other modes are not yet trained by the "
-                      "engine (issue 43)")
 
 
 def _check_weights_file(cfg: RunConfig) -> None:

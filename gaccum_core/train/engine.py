@@ -20,11 +20,12 @@ import torch
 
 from gaccum_core import faults
 from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.data import record_tokens
 from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.seeding import RunRng
 from gaccum_core.states import RunState
-from gaccum_core.train.accumulation import (MicroBatch, Window, epoch_order, micro_batch_divisors, planned_steps,
+from gaccum_core.train.accumulation import (MicroBatch, Window, epoch_order, planned_steps,
                                             window_at, windows_per_epoch)
 from gaccum_core.train.activation import checkpoint_blocks
 from gaccum_core.train.checkpoint import (CheckpointError, CheckpointManager, check_resumable, full_state_dict,
@@ -38,11 +39,12 @@ from gaccum_core.train.errors import Diverged, compile_error
 from gaccum_core.train.eval_log import Evaluated, Moment, eval_row, evaluation_due
 from gaccum_core.train.evaluation import evaluate, sample_text
 from gaccum_core.train.loss import summed_cross_entropy
+from gaccum_core.train.weighting import Weighting, window_weighting
 from gaccum_core.train.memory import MB, MemoryProbe, SavedBytesPeak, TrainingMemory, clear_cache
 from gaccum_core.train.metrics import MetricSink, Row
 from gaccum_core.train.checks import check_micro_batch
 from gaccum_core.train.rows import StepRows, StepWork
-from gaccum_core.train.step import Divisor, Optimization, StopCheck, accumulate_step, never
+from gaccum_core.train.step import Optimization, StopCheck, accumulate_step, never
 
 CheckpointSink = Callable[[dict], None]
 
@@ -79,6 +81,9 @@ class Engine:
         self.device = device or resolve_device(config.device)
         self.data = load_data(config)
         self.num_train = len(self.data.train)
+        # seq-mean-token-sum-norm's C: the run's, or the longest completion of its training split (fixed for the run)
+        self.norm_c = config.loss_agg_norm or (record_tokens.longest_completion(self.data.train)
+                                               if config.dataset == "sft" else 0)
         check_micro_batch(config, self.num_train)
         self.model = build_seeded_model(config, self.data.input_shape, self.data.num_classes,
                                         from_weights_file).to(self.device)
@@ -308,8 +313,10 @@ class Engine:
             if self.config.clear_cache == "micro":
                 self._cache_clear_s += clear_cache(self.device)
 
-    def _loss_sum(self, order: torch.Tensor, step: int, numbered: tuple[int, MicroBatch]) -> torch.Tensor:
-        """One micro-batch's summed loss; its saved activations counted once per size; faults applied."""
+    def _loss_sum(self, order: torch.Tensor, step: int, weighting: Weighting,
+                  numbered: tuple[int, MicroBatch]) -> torch.Tensor:
+        """One micro-batch's summed (or per-token weighted) loss; its saved activations counted once per size;
+        faults applied."""
         i, micro = numbered
         start, stop = share(micro, self.ranks, self.config.micro_batch_size)
         x, y = self.data.train.batch(order[start:stop])
@@ -317,13 +324,17 @@ class Engine:
         fault = faults.due(step, i) if faults.ARMED else None
         first = i == self.training.position.micro  # the window's first micro-batch run in this segment
         with self.activations.measure() if first and self._measure_activations(stop - start) else nullcontext():
-            loss = lambda: self._forward_loss(x, y)  # noqa: E731
+            loss = lambda: self._forward_loss(x, y, weighting, i, order[start:stop])  # noqa: E731
             return loss() if fault is None else faults.inject(fault, loss)
 
-    def _forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The summed loss of one micro-batch's forward pass, drawing (dropout) from the run's generators."""
+    def _forward_loss(self, x: torch.Tensor, y: torch.Tensor, weighting: Weighting, i: int,
+                      indices: torch.Tensor) -> torch.Tensor:
+        """The loss of one micro-batch's forward pass, drawing (dropout) from the run's generators."""
         with self.rng.active():
-            return summed_cross_entropy(self.forward, self.precision, x, y)
+            if weighting.weights is None:
+                return summed_cross_entropy(self.forward, self.precision, x, y)
+            seq = lambda width: record_tokens.loss_sequences(self.data.train, indices, width)  # noqa: E731
+            return weighting.loss(i, self.forward, self.precision, x, y, seq)
 
     def _train_window(self, window: Window, order: torch.Tensor, epoch: int,
                       counters: Counters, should_stop: StopCheck) -> Row | None:
@@ -339,32 +350,22 @@ class Engine:
         # A single process keeps a stopped window's gradients and losses (in_flight) for its checkpoint.
         in_flight = None if self.ranks.distributed else self.training.in_flight
         # DDP averages the ranks' gradients: each rank divides by its share of the window's divisor.
-        count, divisor = self._weighting(window, order)
+        weighting = window_weighting(self.config, self.data.train, window, order, self.ranks.world_size,
+                                     self.norm_c)
         result = accumulate_step(self.opt, self._micro_batches(window, self.training.position.micro),
-                                 lambda numbered: self._loss_sum(order, step, numbered),
-                                 divisor, local_stop, in_flight)
+                                 lambda numbered: self._loss_sum(order, step, weighting, numbered),
+                                 weighting.divisor, local_stop, in_flight)
         if result is None:
             return None
         self.training.in_flight = []
         if self.config.clear_cache == "step":
             self._cache_clear_s += clear_cache(self.device)
-        work = StepWork(window, count, epoch, lr, start, self._cache_clear_s, self._start)
+        work = StepWork(window, weighting.count, epoch, lr, start, self._cache_clear_s, self._start,
+                        weighting.loss_divisor)
         measured = {} if self.parallel is None else self.parallel.memory()
         memory = {**self.memory.read(), "activation_mb": self.activations.peak / MB,
                   **self.counted.row(self.activations.peak, **measured)}
         return self.rows.row(work, result, memory, counters, should_stop)
-
-    def _count(self, order: torch.Tensor, micro: MicroBatch) -> int:
-        """What a mean divides by in this micro-batch: its samples, or its target tokens for text."""
-        if not self.config.is_text:
-            return micro.size
-        return self.data.train.target_tokens(order[micro.start:micro.stop])
-
-    def _weighting(self, window: Window, order: torch.Tensor) -> tuple[int, Divisor]:
-        """The window's count (samples, or target tokens) and each micro-batch's divisor."""
-        counts = [self._count(order, micro) for micro in window.micro_batches]
-        divisors = micro_batch_divisors(self.config.reduction, counts, self.ranks.world_size, self.config.accum_steps)
-        return sum(counts), lambda numbered: divisors[numbered[0]]
 
     def _log_eval(self, sink: MetricSink, epoch: int, counters: Counters, should_stop: StopCheck = never) -> bool:
         """Evaluate and log the row; False (nothing logged) when should_stop() stopped the evaluation."""

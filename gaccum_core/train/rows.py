@@ -32,6 +32,7 @@ class StepWork:
     started: float        # when the window began
     cache_clear_s: float  # spent clearing the cache during the window
     run_started: float    # when the run began, less the training time of earlier segments
+    loss_divisor: float = 0.0  # what the loss summed over ranks divides by to be the logged loss (0: count)
 
 
 class StepRows:
@@ -65,7 +66,7 @@ class StepRows:
             "samples": window.samples, "samples_seen": counters.samples_seen,
             "tokens": count if text else None, "tokens_seen": counters.tokens_seen if text else None,
             "tokens_per_s": count / step_time if text and step_time > 0 else None,
-            "loss": loss_sum / count, "lr": work.lr,
+            "loss": loss_sum / (work.loss_divisor or count), "lr": work.lr,
             "scale": result.scale, "skipped": int(result.skipped), "skipped_total": counters.skipped_total,
             **measured, "cache_clear_s": work.cache_clear_s, "step_time_s": step_time,
             "samples_per_s": window.samples / step_time if step_time > 0 else None,

@@ -20,6 +20,7 @@ from gaccum_core.models.build import build_seeded_model
 from gaccum_core.execution.resume import run_checkpoints
 from gaccum_core.states import RunState
 from gaccum_core.train.distributed import Ranks, share
+from test_sft_oracle import records, sft  # noqa: F401  (its records fixture)
 from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,
                   last_windows, max_diff, one_process_references, reference, runner_with_faults, spawned_runs,
                   stop_and_assert_stopped, wait_for_rows)
@@ -239,11 +240,27 @@ def text_config(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def runs(text_config, tmp_path_factory):
+def sft_configs(records):
+    """sft records (test_sft_oracle's: short, long, one left without completion tokens) aggregated by each sequence
+    mode, padded and packed, 2 processes with b=2, k=2: ranks' shares hold different records and a partial window."""
+    base = sft(records, nproc=WORLD, micro_batch_size=2, accum_steps=2, lr=0.1)
+    return [base.replace(loss_agg=mode, packing=packing) for mode, packing in
+            (("seq-mean-token-mean", "off"), ("seq-mean-token-sum", "on"), ("seq-mean-token-sum-norm", "off"))]
+
+
+@pytest.fixture(scope="module")
+def runs(text_config, sft_configs, tmp_path_factory):
     """Every config the oracles and the all-reduce counts read, trained one after the other by one spawned pair of
     ranks (one start, not a torchrun job each): the runs by config."""
-    configs = [SGD, ADAMW, EMPTY_SHARE, ONE_PER_STEP, SYNC_EVERY, text_config, RESUMED]
+    configs = [SGD, ADAMW, EMPTY_SHARE, ONE_PER_STEP, SYNC_EVERY, text_config, *sft_configs, RESUMED]
     return spawned_runs(configs, tmp_path_factory.mktemp("ddp_ranks"))
+
+
+def test_two_processes_aggregate_sft_records_as_one_process_does_in_every_sequence_mode(runs, sft_configs):
+    """Each rank weighs its share's tokens from the whole window's records (no collective): the job trains the
+    parameters of 1 process (b=4, k=2) and (b=8, k=1) and logs their aggregated loss, in each mode."""
+    for config in sft_configs:
+        assert_matches_references(runs[config])
 
 
 def test_two_processes_weight_tokens_as_one_process_does(runs, text_config):
