@@ -4,7 +4,8 @@ A cache is derived data that a disk, a copy or a hand can damage, and a damaged 
 Each format of the folder (LAYOUTS) names its files and its checks, run in order, the files streamed a chunk at
 a time: meta.json's dtype is exactly the one the tokenizer's vocabulary needs; each split's ids fill its file;
 its spans are int64 of shape (documents, 2), in order and inside its ids; every id is below the vocabulary;
-(format 2) its prompt lengths are int64 of shape (documents,), each within its document.
+(format 2) its per-document columns (prompt lengths, groups, advantages) are of shape (documents,), each
+prompt within its document, each advantage finite.
 A cache that passes is recorded in verified.json beside its files, with each file's (size, mtime_ns, ctime_ns,
 inode), written atomically by the process that holds the build lock, or in this process's memory where the
 folder is read-only. It is checked again as soon as any of these differs: ctime catches an edit whose mtime
@@ -24,7 +25,7 @@ from typing import BinaryIO
 import numpy as np
 
 from gaccum_core.words import first_line
-from gaccum_core.data.tokenising import SPLITS, ids_dtype
+from gaccum_core.data.tokenising import COLUMNS, SPLITS, ids_dtype
 
 META, VERIFIED = "meta.json", "verified.json"
 CHUNK_BYTES = 1 << 22  # read at once while checking (4 MB)
@@ -182,32 +183,46 @@ def _check_ids(folder: Path, meta: dict, vocab_size: int) -> str | None:
     return None
 
 
-def _check_prompts(folder: Path, meta: dict, vocab_size: int) -> str | None:
-    """Each split's prompt lengths are int64 (documents,), each from 0 to its document's length."""
+def _check_columns(folder: Path, meta: dict, vocab_size: int) -> str | None:
+    """Each split's COLUMNS are of their dtype and shape (documents,); prompts within their documents, groups from
+    -1, advantages finite."""
     for split in SPLITS:
-        name, documents = f"{split}_prompts.npy", meta["documents"][split]
-        try:
-            prompts = np.load(folder / name, mmap_mode="r")
-        except ValueError as exc:
-            return f"{name} is not an .npy array ({first_line(exc)})"
-        if prompts.dtype != np.dtype(np.int64) or prompts.shape != (documents,):
-            return f"{name} holds {prompts.dtype} {prompts.shape}, where {META} says int64 ({documents:,},)"
+        documents = meta["documents"][split]
+        for name, (kind, _) in COLUMNS.items():
+            file = f"{split}_{name}.npy"
+            try:
+                values = np.load(folder / file, mmap_mode="r")
+            except ValueError as exc:
+                return f"{file} is not an .npy array ({first_line(exc)})"
+            if values.dtype != kind or values.shape != (documents,):
+                return f"{file} holds {values.dtype} {values.shape}, where {META} says {kind} ({documents:,},)"
         spans = np.load(folder / f"{split}_docs.npy", mmap_mode="r")
         for first in range(0, documents, CHUNK_BYTES // 8):
-            lengths = np.diff(spans[first:first + CHUNK_BYTES // 8], axis=1)[:, 0]
-            chunk = np.asarray(prompts[first:first + CHUNK_BYTES // 8])
-            bad = (chunk < 0) | (chunk > lengths)
-            if bad.any():
-                i = int(np.argmax(bad))
-                return (f"{name}: document {first + i:,} has a prompt of {int(chunk[i]):,} ids, where it holds "
-                        f"{int(lengths[i]):,}")
+            why = _bad_values(folder, split, first, np.diff(spans[first:first + CHUNK_BYTES // 8], axis=1)[:, 0])
+            if why is not None:
+                return why
+    return None
+
+
+def _bad_values(folder: Path, split: str, first: int, lengths: np.ndarray) -> str | None:
+    """What is wrong with the columns' values of the documents from first on (whose lengths are given), or None."""
+    stop = first + len(lengths)
+    prompts, groups, advantages = (np.asarray(np.load(folder / f"{split}_{name}.npy", mmap_mode="r")[first:stop])
+                                   for name in ("prompts", "groups", "advantages"))
+    for name, bad, what in (("prompts", (prompts < 0) | (prompts > lengths), "a prompt past its document's ids"),
+                            ("groups", groups < -1, "a group index below -1"),
+                            ("advantages", ~np.isfinite(advantages), "an advantage that is not finite")):
+        if bad.any():
+            i = int(np.argmax(bad))
+            value = {"prompts": prompts, "groups": groups, "advantages": advantages}[name][i]
+            return f"{split}_{name}.npy: document {first + i:,} has {what} ({value})"
     return None
 
 
 # A later format extends the last one: Layout(n + 1, (*FORMAT_n.files, new files), (*FORMAT_n.checks, its checks)).
 FORMAT_1 = Layout(1, (META, *(f"{split}{suffix}" for split in SPLITS for suffix in (".bin", "_docs.npy"))),
                   (_check_meta, _check_sizes, _check_spans, _check_ids))
-# Format 2 (issue 43): each document's prompt length, for sft records.
-FORMAT_2 = Layout(2, (*FORMAT_1.files, *(f"{split}_prompts.npy" for split in SPLITS)),
-                  (*FORMAT_1.checks, _check_prompts))
+# Format 2 (issue 43): each document's COLUMNS (prompt length, group, advantage), for sft and pg records.
+FORMAT_2 = Layout(2, (*FORMAT_1.files, *(f"{split}_{name}.npy" for split in SPLITS for name in COLUMNS)),
+                  (*FORMAT_1.checks, _check_columns))
 LAYOUTS = {layout.format: layout for layout in (FORMAT_1, FORMAT_2)}

@@ -21,36 +21,49 @@ from gaccum_core.data.sequences import IGNORE, _indices, _rows_to_batch
 
 
 class _Records:
-    """Records d = ids[starts[d]:ends[d]] with prompts[d] prompt ids, each kept to max_seq_len + 1 tokens."""
+    """Records d = ids[starts[d]:ends[d]] with prompts[d] prompt ids, each kept to max_seq_len + 1 tokens; pg's
+    also with groups[d] (its group's index) and advantages[d]."""
 
-    def __init__(self, ids: np.ndarray, spans: np.ndarray, prompts: np.ndarray, max_seq_len: int, pad: int) -> None:
+    def __init__(self, ids: np.ndarray, spans: np.ndarray, prompts: np.ndarray, max_seq_len: int, pad: int,
+                 groups: np.ndarray | None = None, advantages: np.ndarray | None = None) -> None:
         spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+        self.groups = np.full(len(spans), -1, np.int64) if groups is None else np.asarray(groups, np.int64)
+        self.advantages = np.zeros(len(spans)) if advantages is None else np.asarray(advantages, np.float64)
         self.ids, self.pad, self.size = ids, pad, max_seq_len + 1
         self.starts = spans[:, 0]
         self.kept = np.minimum(spans[:, 1] - self.starts, self.size)  # L_r
         self.prompts = np.minimum(np.asarray(prompts, dtype=np.int64), self.kept)  # p_r, within what is kept
         self.losses = np.maximum(self.kept - np.maximum(self.prompts, 1), 0)  # loss tokens of each record
-        # loss_agg_norm's 0: the longest completion (its tokens kept after truncation, the end-of-text included)
-        self.longest_completion = int((self.kept - self.prompts).max()) if len(self.kept) else 0
 
-    def _row(self, records: range) -> tuple[np.ndarray, np.ndarray]:
-        """The row's tokens (its records one after another) and whether each is a loss token's target."""
+    def _row(self, records: range) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The row's tokens (its records one after another), whether each is a loss token's target, and the
+        advantage of the record each belongs to."""
         tokens = [np.asarray(self.ids[self.starts[r]:self.starts[r] + self.kept[r]]) for r in records]
         counted = np.zeros(int(sum(self.kept[r] for r in records)), dtype=bool)
+        advantage = np.repeat(self.advantages[records.start:records.stop], self.kept[records.start:records.stop])
         offset = 0
         for r in records:
             counted[offset + max(int(self.prompts[r]), 1):offset + int(self.kept[r])] = True
             offset += int(self.kept[r])
-        return np.concatenate(tokens) if tokens else np.zeros(0, np.int64), counted
+        return np.concatenate(tokens) if tokens else np.zeros(0, np.int64), counted, advantage
 
     def _batch(self, rows: list[range]) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs (N, T) padded with pad and targets (N, T): IGNORE but where a loss token is predicted."""
         made = [self._row(records) for records in rows]
-        inputs, targets = _rows_to_batch([tokens for tokens, _ in made], self.pad)
-        for n, (_, counted) in enumerate(made):
+        inputs, targets = _rows_to_batch([tokens for tokens, _, _ in made], self.pad)
+        for n, (_, counted, _) in enumerate(made):
             keep = torch.from_numpy(counted[1:])
             targets[n, :len(keep)][~keep] = IGNORE
         return inputs, targets
+
+    def _advantages(self, rows: list[range]) -> torch.Tensor:
+        """(N, T) float32 beside _batch's targets: each loss token's record's advantage, 0 elsewhere (pg)."""
+        made = [self._row(records) for records in rows]
+        width = max((len(tokens) for tokens, _, _ in made), default=2) - 1
+        found = torch.zeros((len(made), width), dtype=torch.float32)
+        for n, (_, counted, advantage) in enumerate(made):
+            found[n, :len(counted) - 1] = torch.from_numpy(np.where(counted[1:], advantage[1:], 0.0))
+        return found
 
     def _spans(self, records: range) -> np.ndarray:
         """(start, end, prompt length) of each record in its row: int64 (records, 3)."""
@@ -62,8 +75,9 @@ class _Records:
 class PaddedRecords(_Records):
     """One record per sequence, addressed by index."""
 
-    def __init__(self, ids: np.ndarray, spans: np.ndarray, prompts: np.ndarray, max_seq_len: int, pad: int) -> None:
-        super().__init__(ids, spans, prompts, max_seq_len, pad)
+    def __init__(self, ids: np.ndarray, spans: np.ndarray, prompts: np.ndarray, max_seq_len: int, pad: int,
+                 groups: np.ndarray | None = None, advantages: np.ndarray | None = None) -> None:
+        super().__init__(ids, spans, prompts, max_seq_len, pad, groups, advantages)
         self.count, self.total_targets = len(self.kept), int(self.losses.sum())
 
     def __len__(self) -> int:
@@ -92,12 +106,22 @@ class PaddedRecords(_Records):
         """Each sequence's record as (start, end, prompt length) in its row: one (1, 3) array per sequence."""
         return [self._spans(range(r, r + 1)) for r in self._records(indices).tolist()]
 
+    def token_advantages(self, indices: torch.Tensor) -> torch.Tensor:
+        """(N, T) beside batch()'s targets: each loss token's record's advantage, 0 elsewhere (pg)."""
+        return self._advantages([range(r, r + 1) for r in self._records(indices).tolist()])
+
+    @property
+    def sequence_groups(self) -> np.ndarray:
+        """Each sequence's group index (pg; -1 for none), for a group-aware epoch order (grouped_order)."""
+        return self.groups
+
 
 class PackedRecords(_Records):
     """Whole records packed in order into rows of at most max_seq_len + 1 tokens, addressed by row."""
 
-    def __init__(self, ids: np.ndarray, spans: np.ndarray, prompts: np.ndarray, max_seq_len: int, pad: int) -> None:
-        super().__init__(ids, spans, prompts, max_seq_len, pad)
+    def __init__(self, ids: np.ndarray, spans: np.ndarray, prompts: np.ndarray, max_seq_len: int, pad: int,
+                 groups: np.ndarray | None = None, advantages: np.ndarray | None = None) -> None:
+        super().__init__(ids, spans, prompts, max_seq_len, pad, groups, advantages)
         firsts, used = [], self.size
         for r, length in enumerate(self.kept.tolist()):  # greedy, in order: a record that does not fit starts a row
             if used + length > self.size:
@@ -134,3 +158,21 @@ class PackedRecords(_Records):
     def spans(self, indices: torch.Tensor) -> list[np.ndarray]:
         """Each row's records as (start, end, prompt length) in the row: one (records, 3) array per row."""
         return [self._spans(records) for records in self._rows(indices)]
+
+    def token_advantages(self, indices: torch.Tensor) -> torch.Tensor:
+        """(N, T) beside batch()'s targets: each loss token's record's advantage, 0 elsewhere (pg)."""
+        return self._advantages(self._rows(indices))
+
+    @property
+    def sequence_groups(self) -> np.ndarray:
+        """Each row's group index: its first record's (pg keeps a group's records one after another)."""
+        return self.groups[self.firsts[:-1]]
+
+
+def grouped_order(groups: np.ndarray, permutation: torch.Tensor) -> torch.Tensor:
+    """Sequence indices with each group's sequences together, in their own order, the groups in the order of
+    permutation (a permutation of the distinct groups, sorted: the epoch's order of groups); pg's epoch order."""
+    distinct, inverse = np.unique(np.asarray(groups), return_inverse=True)
+    rank = np.empty(len(distinct), np.int64)
+    rank[np.asarray(permutation, dtype=np.int64)] = np.arange(len(distinct))
+    return torch.from_numpy(np.argsort(rank[inverse], kind="stable"))

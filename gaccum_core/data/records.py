@@ -1,4 +1,4 @@
-"""Where sft's records come from: (prompt, completion) pairs read from a .jsonl file (text_file), a saved data set
+"""Where sft's records (and pg's rollouts, data side: PgCorpus) come from: (prompt, completion) pairs read from a .jsonl file (text_file), a saved data set
 or parquet folder (data_dir, as hf-dataset reads it), or the bundled default (data/bundled/sft.jsonl, made by
 bench/make_sft_data.py: nothing downloaded). The field names are prompt_field and completion_field; both take
 part in the token cache's identity. Every tenth record is held out for validation, as for a corpus.
@@ -6,12 +6,13 @@ part in the token cache's identity. Every tenth record is held out for validatio
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data import hf_datasets
-from gaccum_core.data.corpus import Corpus, field_of
+from gaccum_core.data.corpus import VALIDATION_EVERY, Corpus, field_of
 
 BUNDLED = Path(__file__).with_name("bundled")
 DEFAULT_DATA_DIR = "data"  # RunConfig.data_dir's default: sft then reads text_file, else the bundled records
@@ -23,6 +24,8 @@ def _fields(config: RunConfig) -> hf_datasets.Fields:
 
 class RecordCorpus(Corpus):
     """The records of .jsonl files (a file, a folder or a glob of them): each line's (prompt, completion)."""
+
+    dataset = "sft"  # in the token cache's identity
 
     def __init__(self, text_file: str, fields: hf_datasets.Fields, max_mb: int = 256) -> None:
         """ConfigError naming text_file when it names no readable .jsonl file (nothing is read yet)."""
@@ -36,12 +39,42 @@ class RecordCorpus(Corpus):
     def identity(self) -> dict:
         """The shards' identity (Corpus.identity) with the fields read."""
         files = super().identity()["files"]
-        return {"dataset": "sft", "files": files, **dict(self.fields)}
+        return {"dataset": self.dataset, "files": files, **dict(self.fields)}
 
-    def _document(self, line: str, number: int, path: str) -> tuple[str, ...]:
+    def _document(self, line: str, number: int, path: str) -> tuple:
         """The line's (prompt, completion): ConfigError naming the field and the line when one is missing."""
         record = self._parsed(line, number, path)
         return tuple(field_of(record, setting, field, number, path) for setting, field in self.fields)
+
+
+class PgCorpus(RecordCorpus):
+    """pg's rollouts in .jsonl files: each line's (prompt, completion, advantage, group index); the held-out split
+    goes by group (every tenth group, by first appearance, from the first), so a group stays in one split."""
+
+    dataset = "pg"  # fields: (setting, name) of the prompt, completion, advantage and group fields, in that order
+
+    def _document(self, line: str, number: int, path: str) -> tuple:
+        """(prompt, completion, advantage, group id): ConfigError naming the field and the line when one is
+        missing, an advantage is not a finite number, or a group is neither a string nor an integer."""
+        record = self._parsed(line, number, path)
+        texts = tuple(field_of(record, setting, field, number, path) for setting, field in self.fields[:2])
+        (advantage_setting, advantage), (group_setting, group) = self.fields[2:]
+        value, found = record.get(advantage), record.get(group)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(advantage_setting, advantage, f"a finite number in every line of {path}: line "
+                              f"{number} has {value!r}")
+        if isinstance(found, bool) or not isinstance(found, (str, int)):
+            raise ConfigError(group_setting, group, f"a string or integer group id in every line of {path}: line "
+                              f"{number} has {found!r}")
+        return (*texts, float(value), str(found))
+
+    def documents(self) -> Iterator[tuple[str, tuple]]:
+        """("train" or "val", (prompt, completion, advantage, group index)): group g (by first appearance) is
+        held out when g % VALIDATION_EVERY == 0."""
+        index: dict[str, int] = {}
+        for _, (prompt, completion, advantage, group) in super().documents():
+            number = index.setdefault(group, len(index))
+            yield ("val" if number % VALIDATION_EVERY == 0 else "train"), (prompt, completion, advantage, number)
 
 
 class SavedRows:

@@ -78,7 +78,7 @@ def _sequences(cache: TokenCache, split: str, config: RunConfig, pad: int) -> Se
     ids, spans = cache.splits[split]
     if config.dataset == "sft":
         kind = PackedRecords if config.packing == "on" else PaddedRecords
-        return kind(ids, spans, cache.prompts[split], config.max_seq_len, pad)
+        return kind(ids, spans, cache.columns[split]["prompts"], config.max_seq_len, pad)
     if config.packing == "on":
         return PackedSequences(ids, config.max_seq_len, pad)
     return PaddedSequences(ids, spans[:, 0], spans[:, 1], config.max_seq_len, pad)

@@ -7,7 +7,9 @@ Per corpus and tokenizer, a folder <cache_dir>/<name>-<key>/ in nanoGPT's layout
                               with an end-of-text token.
   train_docs.npy, val_docs.npy  int64 (documents, 2): where each document starts and ends in its split's ids,
                               an added byte 0 left out (so padded sequences are each document's own chunks).
-  train_prompts.npy, val_prompts.npy  int64 (documents,): each record's prompt length in ids (sft), else 0
+  train_prompts.npy, val_prompts.npy  int64 (documents,): each record's prompt length in ids (sft, pg), else 0;
+  *_groups.npy, *_advantages.npy  int64 and float64 (documents,): a pg record's group index and advantage
+                              (else -1 and 0)
                               (format 2: a format-1 folder of the same corpus, which has another key, is
                               tokenised again, saying so, and removed).
   meta.json                   sources, tokenizer, dtype, counts, the build's seconds and MB/s.
@@ -39,14 +41,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 import numpy as np
 
 from gaccum_core.config import ConfigError
 from gaccum_core.data import cache_check
 from gaccum_core.data.cache_check import META
-from gaccum_core.data.tokenising import (SPLITS, BuildProgress, Progress, SplitWriter, StopCheck, Tokens,
+from gaccum_core.data.tokenising import (COLUMNS, SPLITS, BuildProgress, Progress, SplitWriter, StopCheck, Tokens,
                                          TokenisingStopped, ids_dtype, ignore, never, tokenise)
 from gaccum_core.runsdir import runs_dir
 
@@ -76,12 +78,12 @@ class DocumentSource(Protocol):
 @dataclass(frozen=True)
 class TokenCache:
     """A tokenised corpus: per split, its ids (memory-mapped from folder, or in memory), document spans (n, 2) and
-    prompt lengths (n,)."""
+    per-document columns (tokenising.COLUMNS, each (n,))."""
 
     meta: dict
     splits: dict[str, tuple[np.ndarray, np.ndarray]]
     folder: Path | None = None
-    prompts: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    columns: dict[str, dict[str, np.ndarray]] = dataclasses.field(default_factory=dict)  # split → COLUMNS
 
 
 
@@ -169,30 +171,31 @@ def read_cache(folder: Path) -> TokenCache | None:
     try:
         meta = json.loads((folder / META).read_text(encoding="utf-8"))
         dtype = np.dtype(meta["dtype"])
-        splits, prompts = {}, {}
+        splits, columns = {}, {}
         for split in SPLITS:
             count = meta["tokens"][split]
             ids = np.memmap(folder / f"{split}.bin", dtype=dtype, mode="r") if count else np.zeros(0, dtype)
             splits[split] = (ids, np.load(folder / f"{split}_docs.npy", mmap_mode="r"))
-            prompts[split] = np.load(folder / f"{split}_prompts.npy", mmap_mode="r")
+            columns[split] = {name: np.load(folder / f"{split}_{name}.npy", mmap_mode="r") for name in COLUMNS}
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return TokenCache(meta, splits, folder, prompts)
+    return TokenCache(meta, splits, folder, columns)
 
 
 def tokenise_in_memory(documents: Iterable[tuple[str, str]], tokens: Tokens) -> TokenCache:
     """The same cache, in memory (no disk): for a small bundled corpus."""
-    files = {split: (io.BytesIO(), io.BytesIO(), io.BytesIO()) for split in SPLITS}
+    files = {split: (io.BytesIO(), io.BytesIO(), {name: io.BytesIO() for name in COLUMNS}) for split in SPLITS}
     dtype = ids_dtype(tokens.vocab_size)
     writers = {split: SplitWriter(*files[split], dtype) for split in SPLITS}
     tokenise(documents, tokens, writers, lambda: 0)
     splits = {split: (np.frombuffer(ids.getvalue(), dtype=dtype),
                       np.frombuffer(spans.getvalue(), dtype=np.int64).reshape(-1, 2))
               for split, (ids, spans, _) in files.items()}
-    prompts = {split: np.frombuffer(files[split][2].getvalue(), dtype=np.int64) for split in SPLITS}
+    columns = {split: {name: np.frombuffer(files[split][2][name].getvalue(), dtype=kind)
+                       for name, (kind, _) in COLUMNS.items()} for split in SPLITS}
     meta = {"dtype": dtype.name, "tokens": {s: w.tokens for s, w in writers.items()},
             "documents": {s: w.documents for s, w in writers.items()}}
-    return TokenCache(meta, splits, None, prompts)
+    return TokenCache(meta, splits, None, columns)
 
 
 def _build(folder: Path, source: DocumentSource, identity: dict, tokens: Tokens, progress: Progress,
@@ -232,23 +235,27 @@ def _write(temporary: Path, source: DocumentSource, tokens: Tokens, progress: Pr
         progress(BuildProgress(source.name, done, total, written / max(seconds, 1e-9), seconds))
 
     with contextlib.ExitStack() as files:
-        opened = {s: tuple(files.enter_context(open(temporary / f"{s}{suffix}", "wb"))
-                           for suffix in (".bin", ".raw", ".prompts.raw")) for s in SPLITS}
+        def opening(name: str) -> BinaryIO:
+            return files.enter_context(open(temporary / name, "wb"))
+
+        opened = {s: (opening(f"{s}.bin"), opening(f"{s}.raw"), {n: opening(f"{s}.{n}.raw") for n in COLUMNS})
+                  for s in SPLITS}
         writers = {s: SplitWriter(*opened[s], dtype) for s in SPLITS}
         tokenise(source.documents(), tokens, writers, lambda: source.bytes_read, report, should_stop)
-        for written in opened.values():
-            for file in written:
+        for ids, spans, columns in opened.values():
+            for file in (ids, spans, *columns.values()):
                 file.flush()
-            os.fsync(written[0].fileno())  # on disk before the rename makes it the cache
+            os.fsync(ids.fileno())  # on disk before the rename makes it the cache
     for split, writer in writers.items():
-        _to_npy(temporary / f"{split}.raw", temporary / f"{split}_docs.npy", (writer.documents, 2))
-        _to_npy(temporary / f"{split}.prompts.raw", temporary / f"{split}_prompts.npy", (writer.documents,))
+        _to_npy(temporary / f"{split}.raw", temporary / f"{split}_docs.npy", np.dtype(np.int64), (writer.documents, 2))
+        for name, (kind, _) in COLUMNS.items():
+            _to_npy(temporary / f"{split}.{name}.raw", temporary / f"{split}_{name}.npy", kind, (writer.documents,))
     return time.perf_counter() - start, writers
 
 
-def _to_npy(raw: Path, npy: Path, shape: tuple[int, ...]) -> None:
-    """The raw int64 values as an .npy file of this shape, copied a block at a time."""
-    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.int64)), "fortran_order": False, "shape": shape}
+def _to_npy(raw: Path, npy: Path, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+    """The raw values of dtype as an .npy file of this shape, copied a block at a time."""
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
     with open(npy, "wb") as out, open(raw, "rb") as data:
         np.lib.format.write_array_header_1_0(out, header)
         shutil.copyfileobj(data, out, 1 << 22)

@@ -1,7 +1,8 @@
 """Documents into token ids: batches of text through the tokenizer's batched encode, appended to each split's
-ids, document spans and prompt lengths (to files for the token cache, to memory for a bundled corpus), with
-progress and a stop. A record, (prompt, completion), is one document whose first ids are its prompt's and whose
-last is an end-of-text id (in its span: the completion ends there); a plain document's prompt length is 0.
+ids, document spans and per-document columns (to files for the token cache, to memory for a bundled corpus), with
+progress and a stop. A record, (prompt, completion) or pg's (prompt, completion, advantage, group index), is one
+document whose first ids are its prompt's and whose last is an end-of-text id (in its span: the completion ends
+there); its prompt length, group and advantage are kept in COLUMNS beside the ids.
 
 A split's ids are its documents one after another: bytes put byte 0 (their end-of-text id) after each document,
 a model's tokenizer ends each with its EOS already; a document's span leaves an added byte 0 out, so padded
@@ -83,17 +84,25 @@ def ids_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size < 1 << 16 else np.uint32)
 
 
-class SplitWriter:
-    """One split's ids, document spans and prompt lengths, appended a batch at a time to three binary files."""
+# A value per document beside the ids, its dtype and a plain document's value: a record's prompt length in ids
+# (sft, pg), its group's index in its split (pg: -1 for none) and its advantage (pg).
+COLUMNS = {"prompts": (np.dtype(np.int64), 0), "groups": (np.dtype(np.int64), -1),
+           "advantages": (np.dtype(np.float64), 0.0)}
 
-    def __init__(self, ids: BinaryIO, spans: BinaryIO, prompts: BinaryIO, dtype: np.dtype) -> None:
-        self.ids, self.spans, self.prompts, self.dtype = ids, spans, prompts, dtype
+
+class SplitWriter:
+    """One split's ids, document spans and COLUMNS, appended a batch at a time to binary files."""
+
+    def __init__(self, ids: BinaryIO, spans: BinaryIO, columns: dict[str, BinaryIO], dtype: np.dtype) -> None:
+        self.ids, self.spans, self.columns, self.dtype = ids, spans, columns, dtype
         self.tokens = self.documents = 0
 
-    def add(self, arrays: list[np.ndarray], separator: int | None, prompts: list[int] | None = None) -> None:
-        """Each document's ids, then the separator (when not None), which its span leaves out; prompts: each
-        one's prompt length (a record's), else 0."""
-        self.prompts.write(np.asarray(prompts if prompts is not None else [0] * len(arrays), dtype=np.int64).tobytes())
+    def add(self, arrays: list[np.ndarray], separator: int | None, columns: dict[str, list] | None = None) -> None:
+        """Each document's ids, then the separator (when not None), which its span leaves out; columns: each
+        one's values where given (a record's), else a plain document's."""
+        for name, (kind, plain) in COLUMNS.items():
+            values = (columns or {}).get(name)
+            self.columns[name].write(np.asarray([plain] * len(arrays) if values is None else values, kind).tobytes())
         lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
         steps = lengths + (separator is not None)
         starts = self.tokens + np.cumsum(steps) - steps
@@ -106,6 +115,14 @@ class SplitWriter:
         self.documents += len(lengths)
 
 
+def _columns(records: list[tuple[tuple[np.ndarray, int], tuple]]) -> dict[str, list]:
+    """The COLUMNS of ((ids, prompt length), (prompt, completion[, advantage, group index])) records."""
+    found = {"prompts": [length for (_, length), _ in records]}
+    if len(records[0][1]) > 2:
+        found |= {"advantages": [r[2] for _, r in records], "groups": [r[3] for _, r in records]}
+    return found
+
+
 def tokenise(documents: Iterable[tuple[str, str]], tokens: Tokens, writers: dict[str, SplitWriter],
              bytes_read: Callable[[], int], progress: Callable[[int, float], None] = lambda chars, s: None,
              should_stop: StopCheck = never) -> None:
@@ -115,12 +132,12 @@ def tokenise(documents: Iterable[tuple[str, str]], tokens: Tokens, writers: dict
     start, batch, chars = time.perf_counter(), [], 0
 
     def flush() -> None:
-        if isinstance(batch[0][1], tuple):  # records: (prompt, completion), EOS already in each one's ids
-            pairs = tokens.encode_records([record for _, record in batch])
+        if isinstance(batch[0][1], tuple):  # records: (prompt, completion[, advantage, group]), EOS in their ids
+            pairs = tokens.encode_records([record[:2] for _, record in batch])
             for split in SPLITS:
-                mine = [pair for (where, _), pair in zip(batch, pairs) if where == split]
+                mine = [(pair, record) for (where, record), pair in zip(batch, pairs) if where == split]
                 if mine:
-                    writers[split].add([ids for ids, _ in mine], None, [length for _, length in mine])
+                    writers[split].add([ids for (ids, _), _ in mine], None, _columns(mine))
             batch.clear()
             return
         arrays = tokens.encode_arrays([text for _, text in batch])
@@ -134,7 +151,7 @@ def tokenise(documents: Iterable[tuple[str, str]], tokens: Tokens, writers: dict
         if split not in writers:
             raise ValueError(f"a document's split must be one of {', '.join(SPLITS)}, not {split!r}")
         batch.append((split, text))
-        chars += sum(map(len, text)) if isinstance(text, tuple) else len(text)
+        chars += sum(len(part) for part in text if isinstance(part, str)) if isinstance(text, tuple) else len(text)
         if chars >= BATCH_CHARS or len(batch) >= BATCH_DOCUMENTS:
             flush()
             chars = 0

@@ -104,9 +104,9 @@ def test_the_cache_layout_is_nanogpts_with_document_spans(tmp_path):
     text_sources(config)
     folder, = (tmp_path / "cache").glob("notes.txt-*/")
     meta = json.loads((folder / "meta.json").read_text())
-    assert sorted(p.name for p in folder.iterdir()) == ["meta.json", "train.bin", "train_docs.npy",
-                                                        "train_prompts.npy", "val.bin", "val_docs.npy",
-                                                        "val_prompts.npy", "verified.json"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["meta.json", "verified.json", *(f"{split}{suffix}" for split in ("train", "val") for suffix in
+                                         (".bin", "_docs.npy", "_prompts.npy", "_groups.npy", "_advantages.npy"))])
     assert not np.load(folder / "train_prompts.npy").any()  # plain documents have no prompt
     assert meta["dtype"] == "uint16" and meta["tokenizer"] == {"kind": "bytes"} and meta["mb_per_s"] > 0
     train_docs, val_docs = _plain_splits(path.read_text(encoding="utf-8"))

@@ -87,7 +87,7 @@ def _long_prompt(folder):
 DAMAGES = {  # damage → what the line says
     "meta.json gone": (lambda folder: os.remove(folder / "meta.json"), "(meta.json is missing)"),
     "another format": (_other_format, "meta.json says format 3, where this cache is of format 2"),
-    "prompt past its document": (_long_prompt, "train_prompts.npy: document 3 has a prompt of 1,000,000 ids"),
+    "prompt past its document": (_long_prompt, "train_prompts.npy: document 3 has a prompt past its document's ids (1000000)"),
     "spans -5/-1": (_negative_spans, "train_docs.npy: document 7 spans (-5, -1)"),
     "uint8 meta": (_uint8_meta, "meta.json says dtype 'uint8', where a vocabulary of 256 ids is written as uint16"),
     "ids 65535": (_big_ids, "train.bin: id 65,535 at 100 is not below the vocabulary's 256"),
