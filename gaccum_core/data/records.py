@@ -1,7 +1,9 @@
-"""Where sft's records (and pg's rollouts, data side: PgCorpus) come from: (prompt, completion) pairs read from a .jsonl file (text_file), a saved data set
+"""Where sft's records come from: (prompt, completion) pairs read from a .jsonl file (text_file), a saved data set
 or parquet folder (data_dir, as hf-dataset reads it), or the bundled default (data/bundled/sft.jsonl, made by
-bench/make_sft_data.py: nothing downloaded). The field names are prompt_field and completion_field; both take
-part in the token cache's identity. Every tenth record is held out for validation, as for a corpus.
+tools/make_sft_data.py: nothing downloaded). The field names are prompt_field and completion_field; both take
+part in the token cache's identity. Every tenth record is held out for validation, as for a corpus. pg's
+rollouts (data side): PgCorpus, (prompt, completion, advantage, group) held out by group (data/bundled/pg.jsonl,
+made by tools/make_pg_data.py).
 """
 
 from __future__ import annotations
