@@ -27,6 +27,7 @@ from gaccum_core.train.checkpoint import SHARDS_DIR
 from gaccum_core.train.fsdp import blocks
 from gaccum_core.train.memory import MB
 from hfmodels import saved_model
+from test_sft_oracle import records, sft  # noqa: F401  (its records fixture)
 from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,
                   last_windows, max_diff, one_process_references, reference, runner_with_faults, spawned_runs,
                   stop_and_assert_stopped, wait_for_rows)
@@ -215,11 +216,27 @@ FP16 = MODES["last-reshard_on"].replace(amp="fp16", epochs=3)
 
 
 @pytest.fixture(scope="module")
-def runs(text_config, llama_config, tmp_path_factory):
+def sft_configs(records):
+    """sft records (test_sft_oracle's) sharded per block, gradients synced on the last micro-batch, aggregated by
+    the mean of each record's token mean (packed) and by its token sum over C (padded)."""
+    base = sft(records, nproc=WORLD, micro_batch_size=2, accum_steps=2, lr=0.1, sharding="fsdp", fsdp_sync="last")
+    return [base.replace(loss_agg="seq-mean-token-mean", packing="on"),
+            base.replace(loss_agg="seq-mean-token-sum-norm", packing="off")]
+
+
+def test_sharded_sft_aggregates_its_records_as_one_process_does(runs, sft_configs):
+    """Each rank weighs its share of the window's records from the whole window's counts: the sharded job trains
+    the one-process parameters in each mode."""
+    for config in sft_configs:
+        assert_matches_references(runs[config])
+
+
+@pytest.fixture(scope="module")
+def runs(text_config, llama_config, sft_configs, tmp_path_factory):
     """Every config the oracles, the counts and the fp16 check read, and the uninterrupted run the stopped and
     killed job resumes to, trained one after the other by one spawned pair of sharded ranks (one start, not a
     torchrun job each): the runs by config."""
-    configs = [*MODES.values(), FP16, text_config, llama_config, RESUMED]
+    configs = [*MODES.values(), FP16, text_config, llama_config, *sft_configs, RESUMED]
     return spawned_runs(configs, tmp_path_factory.mktemp("fsdp_ranks"))
 
 
