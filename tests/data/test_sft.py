@@ -168,3 +168,16 @@ def test_the_bundled_records_are_what_their_script_writes(tmp_path, monkeypatch)
     monkeypatch.setattr(script, "OUT", tmp_path / "sft.jsonl")
     script.main()
     assert (tmp_path / "sft.jsonl").read_bytes() == (BUNDLED / "sft.jsonl").read_bytes()
+
+
+def test_a_model_tokenizer_ends_each_record_with_eos_after_its_prompt_and_completion():
+    from hfmodels import _tokenizer
+
+    from gaccum_core.data.tokens import ModelTokens
+
+    tokens = ModelTokens(_tokenizer(), "bpe")
+    records = [("What is 2 + 2? ", "4."), ("", "only a completion"), ("a prompt, no completion", "")]
+    for (prompt, completion), (ids, length) in zip(records, tokens.encode_records(records)):
+        ids = ids.tolist()
+        assert ids[-1] == tokens.eos and tokens.eos not in ids[:-1]
+        assert tokens.decode(ids[:length]) == prompt and tokens.decode(ids[length:-1]) == completion
