@@ -27,8 +27,7 @@ class _Records:
     def __init__(self, ids: np.ndarray, spans: np.ndarray, prompts: np.ndarray, max_seq_len: int, pad: int,
                  groups: np.ndarray | None = None, advantages: np.ndarray | None = None) -> None:
         spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-        self.groups = np.full(len(spans), -1, np.int64) if groups is None else np.asarray(groups, np.int64)
-        self.advantages = np.zeros(len(spans)) if advantages is None else np.asarray(advantages, np.float64)
+        self.groups, self.advantages = groups, advantages  # None: sft's records (no group, no advantage)
         self.ids, self.pad, self.size = ids, pad, max_seq_len + 1
         self.starts = spans[:, 0]
         self.kept = np.minimum(spans[:, 1] - self.starts, self.size)  # L_r
@@ -40,7 +39,9 @@ class _Records:
         advantage of the record each belongs to."""
         tokens = [np.asarray(self.ids[self.starts[r]:self.starts[r] + self.kept[r]]) for r in records]
         counted = np.zeros(int(sum(self.kept[r] for r in records)), dtype=bool)
-        advantage = np.repeat(self.advantages[records.start:records.stop], self.kept[records.start:records.stop])
+        kept = self.kept[records.start:records.stop]
+        advantage = (np.zeros(int(kept.sum())) if self.advantages is None
+                     else np.repeat(np.asarray(self.advantages[records.start:records.stop], np.float64), kept))
         offset = 0
         for r in records:
             counted[offset + max(int(self.prompts[r]), 1):offset + int(self.kept[r])] = True
@@ -113,7 +114,7 @@ class PaddedRecords(_Records):
     @property
     def sequence_groups(self) -> np.ndarray:
         """Each sequence's group index (pg; -1 for none), for a group-aware epoch order (grouped_order)."""
-        return self.groups
+        return np.full(self.count, -1, np.int64) if self.groups is None else np.asarray(self.groups, np.int64)
 
 
 class PackedRecords(_Records):
@@ -166,7 +167,9 @@ class PackedRecords(_Records):
     @property
     def sequence_groups(self) -> np.ndarray:
         """Each row's group index: its first record's (pg keeps a group's records one after another)."""
-        return self.groups[self.firsts[:-1]]
+        if self.groups is None:
+            return np.full(self.count, -1, np.int64)
+        return np.asarray(self.groups, np.int64)[self.firsts[:-1]]
 
 
 def grouped_order(groups: np.ndarray, permutation: torch.Tensor) -> torch.Tensor:

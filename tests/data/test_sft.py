@@ -76,6 +76,7 @@ def test_targets_are_ignore_exactly_on_prompts_and_padding(tmp_path, token_cache
     counts = [sum(c) for _, c in rows]
     assert train.targets.tolist() == counts and train.total_targets == sum(counts)
     assert train.target_tokens(list(range(len(rows)))) == sum(counts) == int((targets != IGNORE).sum())
+    assert not train.token_advantages(list(range(len(rows)))).any() and (train.sequence_groups == -1).all()  # pg's
 
 
 def test_packed_rows_keep_whole_records_and_their_spans(tmp_path, token_cache_dir):
