@@ -16,8 +16,8 @@ from gaccum_core.presets import GPT_PRESETS, preset_words
 from gaccum_core.validation import check
 from gaccum_core.values import *  # noqa: F401,F403  (the fixed sets, model forms and ConfigError, said as config.X)
 from gaccum_core.values import (AC_MODES, AMP_MODES, CLEAR_CACHE_MODES, COMPILE_MODES, FSDP_SYNCS, GPT_PRESET_NAMES,
-                                IMPORTED_KEY, LOSS_AGGS, LR_SCHEDULES, MODELS, ON_OFF, OPTIMIZERS, REDUCTIONS,
-                                SHARDINGS, TEXT_DATASETS, TOKEN_DTYPES, ConfigError)
+                                IMPORTED_KEY, LOSS_AGGS, LR_SCHEDULES, MODELS, ON_OFF, OPTIMIZERS, RECORD_DATASETS,
+                                REDUCTIONS, SHARDINGS, TEXT_DATASETS, TOKEN_DTYPES, ConfigError)
 
 _DOWNLOADED = ("mnist", "fashionmnist", "cifar10")
 # What a run's label makes of a field (in_label): always named; named when not the default (usual); said by another
@@ -128,10 +128,10 @@ class RunConfig:
     data_dir: str = setting("data", "Data directory",
             "where mnist, fashionmnist and cifar10 are read from; for imagefolder, the folder of class "
             "folders (or of train/ and val/ each holding them); for tokens, the folder of train.bin (and "
-            "val.bin); for hf-dataset (and sft, when not 'data'), the folder datasets' save_to_disk wrote, or of "
+            "val.bin); for hf-dataset (and sft or pg, when not 'data'), the folder datasets' save_to_disk wrote, or of "
             ".parquet files",
-            applies=lambda c: c.dataset in (*_DOWNLOADED, "imagefolder", "tokens", "hf-dataset", "sft"), planner="base",
-            cross=False)
+            applies=lambda c: c.dataset in (*_DOWNLOADED, "imagefolder", "tokens", "hf-dataset", *RECORD_DATASETS),
+            planner="base", cross=False)
     download: bool = setting(False, "Download if missing",
             "download mnist/fashionmnist/cifar10 into data_dir when missing",
             applies=lambda c: c.dataset in _DOWNLOADED, in_label="never", cross=False)
@@ -179,28 +179,36 @@ class RunConfig:
     text_file: str = setting("", "Text file",
             "what the text data set reads: a UTF-8 text file split on blank lines into documents, or .jsonl, "
             "one JSON object a line whose text_field is a document; or a folder or glob of such files (shards, "
-            "read in sorted order). Tokenised once into the token cache (cache_dir), of any size. For sft: a "
-            ".jsonl file (folder, glob) of records (empty: data_dir's rows when it is set, else the bundled records)",
-            applies=lambda c: c.dataset in ("text", "sft"), planner="base", cross=False)
+            "read in sorted order). Tokenised once into the token cache (cache_dir), of any size. For sft and pg: "
+            "a .jsonl file (folder, glob) of records (empty: data_dir's rows when it is set, else the bundled records)",
+            applies=lambda c: c.dataset in ("text", *RECORD_DATASETS), planner="base", cross=False)
     text_file_max_mb: int = setting(256, "Largest document read at once (MB)",
             "the most text read into memory at once, in MB: a larger document (a paragraph or a "
             ".jsonl line) is refused; the corpus itself may be of any size",
-            applies=lambda c: c.dataset in ("text", "sft"), in_label="never", planner="base", cross=False)
+            applies=lambda c: c.dataset in ("text", *RECORD_DATASETS), in_label="never", planner="base", cross=False)
     text_field: str = setting("text", "JSON field holding the text",
             "the field of each .jsonl line that holds its document's text",
             applies=_has_fields, planner="base", cross=False)
     prompt_field: str = setting("prompt", "Prompt field",
-            "the field of each sft record (a .jsonl line, or a row of data_dir) that holds its prompt, whose "
+            "the field of each sft or pg record (a .jsonl line, or a row of data_dir) that holds its prompt, whose "
             "tokens the loss leaves out",
-            applies=lambda c: c.dataset == "sft", planner="base", cross=False, section="Model and data")
+            applies=lambda c: c.dataset in RECORD_DATASETS, planner="base", cross=False, section="Model and data")
     completion_field: str = setting("completion", "Completion field",
-            "the field of each sft record that holds its completion, whose tokens the loss counts",
-            applies=lambda c: c.dataset == "sft", planner="base", cross=False, section="Model and data")
+            "the field of each sft or pg record that holds its completion, whose tokens the loss counts",
+            applies=lambda c: c.dataset in RECORD_DATASETS, planner="base", cross=False, section="Model and data")
+    advantage_field: str = setting("advantage", "Advantage field",
+            "the field of each pg record that holds its advantage (a number): each completion token's loss is "
+            "-advantage * log p(token)",
+            applies=lambda c: c.dataset == "pg", planner="base", cross=False, section="Model and data")
+    group_field: str = setting("group", "Group field",
+            "the field of each pg record that holds its group (a string or integer id shared by the completions "
+            "of one prompt): the epoch order and the held-out split keep a group together",
+            applies=lambda c: c.dataset == "pg", planner="base", cross=False, section="Model and data")
     loss_agg: str = setting("token-mean", "Loss aggregation",
-            "how sft's per-token losses are averaged over a window, exactly under accumulation: token-mean (over "
+            "how sft's and pg's per-token losses are averaged over a window, exactly under accumulation: token-mean (over "
             "the loss tokens), seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (each sequence's token "
             "mean, sum, or sum / loss_agg_norm, averaged over sequences) or group-mean-token-mean (pg only)",
-            choices=LOSS_AGGS, applies=lambda c: c.dataset == "sft", in_label="usual", section="Model and data")
+            choices=LOSS_AGGS, applies=lambda c: c.dataset in RECORD_DATASETS, in_label="usual", section="Model and data")
     loss_agg_norm: int = setting(0, "Aggregation constant C (0 = the longest completion)",
             "seq-mean-token-sum-norm's divisor C (Dr. GRPO's constant): 0 = the longest completion in the "
             "training split after truncation",
@@ -231,7 +239,7 @@ class RunConfig:
             "where text is kept tokenised (one flat file of token ids per corpus and tokenizer, reused by "
             "later runs, other ranks and the planner); empty: GACCUM_CACHE_DIR, else token-cache beside the "
             "runs directory (--runs-dir, else GACCUM_RUNS_DIR, else ./runs)",
-            applies=lambda c: c.dataset in ("text", "hf-dataset", "sft"), in_label="never", planner="base",
+            applies=lambda c: c.dataset in ("text", "hf-dataset", *RECORD_DATASETS), in_label="never", planner="base",
             cross=False)
     eval_batches: int = setting(50, "Batches per evaluation (0 = the whole test split)",
             "batches of the test split each evaluation reads: the same ones every time, so evaluations "

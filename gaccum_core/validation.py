@@ -10,8 +10,8 @@ from typing import Any
 
 from gaccum_core.presets import GPT_PRESETS
 from gaccum_core.values import (_DEVICE_RE, _TIMM_NAME_RE, DATASETS, HF_PREFIX, MAX_ACCUM, MAX_BATCH, MAX_IMAGE,
-                                MAX_PROCESSES, MAX_SEQ_LEN, MODELS, TEXT_DATASETS, TEXT_MODELS, TORCHVISION_MODELS,
-                                WEIGHTS_SUFFIXES, ConfigError, is_factory, is_hf, is_language_model, is_timm,
+                                MAX_PROCESSES, MAX_SEQ_LEN, MODELS, RECORD_DATASETS, TEXT_DATASETS, TEXT_MODELS,
+                                TORCHVISION_MODELS, WEIGHTS_SUFFIXES, ConfigError, is_factory, is_hf, is_language_model, is_timm,
                                 takes_weights_file)
 
 RunConfig = Any  # gaccum_core.config.RunConfig, whose construction calls check (config imports this module)
@@ -53,7 +53,7 @@ def _check_choices(cfg: RunConfig) -> None:
     if cfg.dataset not in DATASETS and not is_factory(cfg.dataset):
         raise ConfigError("dataset", cfg.dataset, "one of " + ", ".join(DATASETS) + ", or MODULE:FUNCTION / "
                           "FILE.py:FUNCTION (your function returning (train, test) datasets)")
-    for name in ("text_field", "prompt_field", "completion_field"):
+    for name in ("text_field", "prompt_field", "completion_field", "advantage_field", "group_field"):
         if not re.match(r"^\w{1,100}$", getattr(cfg, name)):
             raise ConfigError(name, getattr(cfg, name), "a JSON field name (letters, digits, _)")
     for f in dataclasses.fields(cfg):
@@ -132,17 +132,22 @@ def _check_task(cfg: RunConfig) -> None:
 
 
 def _check_loss_agg(cfg: RunConfig) -> None:
-    """sft's two fields differ; a loss aggregation other than token-mean: not with reduction sum, on its tasks."""
-    if cfg.dataset == "sft" and cfg.prompt_field == cfg.completion_field:
-        raise ConfigError("completion_field", cfg.completion_field, "a field other than prompt_field")
+    """A records task's fields differ; a loss aggregation other than token-mean: not with reduction sum, on its
+    tasks (group-mean-token-mean on pg's alone)."""
+    fields = {"sft": ("prompt_field", "completion_field"),
+              "pg": ("prompt_field", "completion_field", "advantage_field", "group_field")}.get(cfg.dataset, ())
+    for i, name in enumerate(fields):
+        other = next((o for o in fields[:i] if getattr(cfg, o) == getattr(cfg, name)), None)
+        if other is not None:
+            raise ConfigError(name, getattr(cfg, name), f"a field other than {other}")
     if cfg.loss_agg == "token-mean":
         return
     if cfg.reduction == "sum":
         raise ConfigError("loss_agg", cfg.loss_agg, "token-mean with reduction sum (a sum is no average)")
-    if cfg.dataset != "sft":
+    if cfg.dataset not in RECORD_DATASETS:
         raise ConfigError("loss_agg", cfg.loss_agg, f"token-mean for the {cfg.dataset} data set (the aggregation "
-                          "modes apply to sft)")
-    if cfg.loss_agg == "group-mean-token-mean":
+                          "modes apply to sft and pg)")
+    if cfg.loss_agg == "group-mean-token-mean" and cfg.dataset != "pg":
         raise ConfigError("loss_agg", cfg.loss_agg, "a mode of sft: its records have no prompt groups "
                           "(group-mean-token-mean is pg's)")
 

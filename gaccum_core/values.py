@@ -29,8 +29,10 @@ WEIGHTS_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
 IMAGE_DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "fake", "imagefolder")
 # pydoc (bundled), text (your .txt/.jsonl files), tokens (nanoGPT's train.bin/val.bin of token ids),
 # hf-dataset (a datasets save_to_disk folder or a folder of .parquet files), sft (records of a prompt and a
-# completion, the loss over completion tokens: bundled, or from text_file or data_dir)
-TEXT_DATASETS = ("pydoc", "text", "tokens", "hf-dataset", "sft")
+# completion, the loss over completion tokens: bundled, or from text_file or data_dir), pg (fixed rollouts: records
+# of a prompt, a completion, an advantage and a group, the loss -advantage * log p over completion tokens)
+TEXT_DATASETS = ("pydoc", "text", "tokens", "hf-dataset", "sft", "pg")
+RECORD_DATASETS = ("sft", "pg")  # records of a prompt and a completion, whose loss counts completion tokens only
 TOKEN_DTYPES = ("uint16", "uint32")  # the width of a tokens data set's ids (nanoGPT writes uint16)
 # Activation checkpointing: none, every ac_every-th block (selective), or every block (full)
 AC_MODES = ("off", "selective", "full")

@@ -10,6 +10,7 @@ from gaccum_core.config import CHOICES, ConfigError, RunConfig
 # The str fields that take any value of their form (a model or data set name, your own, a device, a path),
 # each checked by its own rule; every other str field takes one of a fixed set, listed in CHOICES.
 OPEN_FIELDS = {"model", "dataset", "device", "data_dir", "text_file", "text_field", "prompt_field", "completion_field",
+               "advantage_field", "group_field",
                "cache_dir", "weights_file"}
 
 

@@ -21,7 +21,11 @@ DEFAULT_DATA_DIR = "data"  # RunConfig.data_dir's default: sft then reads text_f
 
 
 def _fields(config: RunConfig) -> hf_datasets.Fields:
-    return (("prompt_field", config.prompt_field), ("completion_field", config.completion_field))
+    """The (setting, field name) pairs a records task reads: sft's prompt and completion, pg's also its advantage
+    and group (in PgCorpus' order)."""
+    found = (("prompt_field", config.prompt_field), ("completion_field", config.completion_field))
+    return found if config.dataset != "pg" else (*found, ("advantage_field", config.advantage_field),
+                                                 ("group_field", config.group_field))
 
 
 class RecordCorpus(Corpus):
@@ -105,9 +109,11 @@ class SavedRows:
 
 
 def record_source(config: RunConfig) -> RecordCorpus | SavedRows:
-    """sft's records: text_file when set, else data_dir when it is not the default, else the bundled records."""
+    """sft's or pg's records: text_file when set, else data_dir when it is not the default, else the bundled
+    records (data/bundled/sft.jsonl, pg.jsonl)."""
+    kind = PgCorpus if config.dataset == "pg" else RecordCorpus
     if config.text_file.strip():
-        return RecordCorpus(config.text_file, _fields(config), config.text_file_max_mb)
+        return kind(config.text_file, _fields(config), config.text_file_max_mb)
     if config.data_dir != DEFAULT_DATA_DIR:
         return SavedRows(config, _fields(config))
-    return RecordCorpus(str(BUNDLED / "sft.jsonl"), _fields(config), config.text_file_max_mb)
+    return kind(str(BUNDLED / f"{config.dataset}.jsonl"), _fields(config), config.text_file_max_mb)

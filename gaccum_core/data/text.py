@@ -4,7 +4,7 @@
 memory; `text`: the documents of text_file (a file, folder or glob of .txt and .jsonl shards: corpus.py) and
 `hf-dataset`: the rows of a saved data set (hf_datasets.py), each tokenised once into the token cache
 (token_cache.py) and memory-mapped by every run after; `sft`: records of a prompt and a completion (records.py),
-whose loss counts completion tokens only (record_sequences.py). Every tenth document (by sorted title for pydoc, by
+whose loss counts completion tokens only (record_sequences.py), and `pg`: those with an advantage and a group. Every tenth document (by sorted title for pydoc, by
 position for a corpus) is held out for validation, unless a data set has its own validation split.
 
 Packing off: each document's tokens are cut into sequences of max_seq_len + 1 (L tokens give L - 1 next-token
@@ -20,7 +20,7 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-from gaccum_core.config import RunConfig
+from gaccum_core.config import RECORD_DATASETS, RunConfig
 from gaccum_core.data import hf_datasets
 from gaccum_core.data.corpus import VALIDATION_EVERY, Corpus
 from gaccum_core.data.record_sequences import PackedRecords, PaddedRecords
@@ -38,7 +38,7 @@ __all__ = ["IGNORE", "PAD", "Tokens", "Sequences", "CORPUS_DATASETS", "CacheStat
 PAD = BYTE_PAD   # input id of gpt's padding
 Tokens = ByteTokens | ModelTokens
 Sequences = PaddedSequences | PackedSequences | PaddedRecords | PackedRecords
-CORPUS_DATASETS = ("text", "hf-dataset", "sft")  # tokenised into the token cache
+CORPUS_DATASETS = ("text", "hf-dataset", *RECORD_DATASETS)  # tokenised into the token cache
 
 
 def pydoc_documents() -> list[str]:
@@ -52,7 +52,7 @@ def corpus_source(config: RunConfig) -> DocumentSource:
     """The documents config's corpus holds (ConfigError naming text_file, or data_dir, when it names none)."""
     if config.dataset == "hf-dataset":
         return SavedRows(config)
-    if config.dataset == "sft":
+    if config.dataset in RECORD_DATASETS:
         return record_source(config)
     return Corpus(config.text_file, config.text_field, config.text_file_max_mb)
 
@@ -76,9 +76,11 @@ def text_sources(config: RunConfig, progress: Progress | None = None,
 
 def _sequences(cache: TokenCache, split: str, config: RunConfig, pad: int) -> Sequences:
     ids, spans = cache.splits[split]
-    if config.dataset == "sft":
+    if config.dataset in RECORD_DATASETS:
         kind = PackedRecords if config.packing == "on" else PaddedRecords
-        return kind(ids, spans, cache.columns[split]["prompts"], config.max_seq_len, pad)
+        columns = cache.columns[split]
+        pg = (columns["groups"], columns["advantages"]) if config.dataset == "pg" else ()
+        return kind(ids, spans, columns["prompts"], config.max_seq_len, pad, *pg)
     if config.packing == "on":
         return PackedSequences(ids, config.max_seq_len, pad)
     return PaddedSequences(ids, spans[:, 0], spans[:, 1], config.max_seq_len, pad)
@@ -137,7 +139,10 @@ def check_corpus(config: RunConfig) -> None:
     tokens = tokens_for(config)
     if config.dataset in CORPUS_DATASETS:
         first = [text for _, text in itertools.islice(corpus_source(config).documents(), 2)]
-        tokens.encode_records(first) if config.dataset == "sft" else tokens.encode_arrays(first)
+        if config.dataset in RECORD_DATASETS:
+            tokens.encode_records([record[:2] for record in first])
+        else:
+            tokens.encode_arrays(first)
 
 
 def describe_text(config: RunConfig) -> str:
@@ -151,7 +156,7 @@ def describe_text(config: RunConfig) -> str:
     train, test = text_sources(config)
     length = config.max_seq_len
     shape = f"of {length} tokens, packed" if config.packing == "on" else f"of up to {length} tokens"
-    if config.dataset == "sft":
+    if config.dataset in RECORD_DATASETS:
         shape = (f"of up to {length} tokens, {'whole records packed' if config.packing == 'on' else 'a record each'}"
                  ", completion tokens counted")
     return (f"{config.dataset}: {len(train)} train / {len(test)} validation sequences {shape}, "

@@ -19,13 +19,13 @@ from typing import Callable, Iterable, Iterator
 import torch
 
 from gaccum_core import faults
-from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.config import RECORD_DATASETS, ConfigError, RunConfig
 from gaccum_core.data import record_tokens
 from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.seeding import RunRng
 from gaccum_core.states import RunState
-from gaccum_core.train.accumulation import (MicroBatch, Window, epoch_order, planned_steps,
+from gaccum_core.train.accumulation import (MicroBatch, Window, planned_steps,
                                             window_at, windows_per_epoch)
 from gaccum_core.train.activation import checkpoint_blocks
 from gaccum_core.train.checkpoint import (CheckpointError, CheckpointManager, check_resumable, full_state_dict,
@@ -39,7 +39,7 @@ from gaccum_core.train.errors import Diverged, compile_error
 from gaccum_core.train.eval_log import Evaluated, Moment, eval_row, evaluation_due
 from gaccum_core.train.evaluation import evaluate, sample_text
 from gaccum_core.train.loss import summed_cross_entropy
-from gaccum_core.train.weighting import Weighting, window_weighting
+from gaccum_core.train.weighting import Weighting, sample_order, window_weighting
 from gaccum_core.train.memory import MB, MemoryProbe, SavedBytesPeak, TrainingMemory, clear_cache
 from gaccum_core.train.metrics import MetricSink, Row
 from gaccum_core.train.checks import check_micro_batch
@@ -83,7 +83,7 @@ class Engine:
         self.num_train = len(self.data.train)
         # seq-mean-token-sum-norm's C: the run's, or the longest completion of its training split (fixed for the run)
         self.norm_c = config.loss_agg_norm or (record_tokens.longest_completion(self.data.train)
-                                               if config.dataset == "sft" else 0)
+                                               if config.dataset in RECORD_DATASETS else 0)
         check_micro_batch(config, self.num_train)
         self.model = build_seeded_model(config, self.data.input_shape, self.data.num_classes,
                                         from_weights_file).to(self.device)
@@ -210,7 +210,7 @@ class Engine:
     def _windows(self, epoch: int, target: int) -> Iterator[tuple[Window, torch.Tensor]]:
         """The epoch's windows, each with the epoch's sample order, from the run's position (a resumed run's window, or
         the first) until the run has taken `target` steps; training.position names each window as it starts."""
-        order = epoch_order(self.num_train, self.config.seed, epoch)
+        order = sample_order(self.config, self.data.train, epoch)
         windows = windows_per_epoch(self.num_train, self.global_micro_batch, self.config.accum_steps)
         for index in range(self.training.position.window, windows):
             if self.training.counters.step >= target:
@@ -333,8 +333,7 @@ class Engine:
         with self.rng.active():
             if weighting.weights is None:
                 return summed_cross_entropy(self.forward, self.precision, x, y)
-            seq = lambda width: record_tokens.loss_sequences(self.data.train, indices, width)  # noqa: E731
-            return weighting.loss(i, self.forward, self.precision, x, y, seq)
+            return weighting.loss(i, self.forward, self.precision, x, y, self.data.train, indices)
 
     def _train_window(self, window: Window, order: torch.Tensor, epoch: int,
                       counters: Counters, should_stop: StopCheck) -> Row | None:

@@ -6,6 +6,10 @@ Images and token-mean text: a divisor per micro-batch from each one's count of s
 the window described from each record's loss-token count alone, so every rank weighs it without a collective and
 reads its own rows' weights by record id; each micro-batch's loss is then Σ w·l and its divisor 1 (the weights
 carry the mean and the data-parallel average). Either way accumulate_step runs the one accumulation step.
+
+pg (fixed rollouts) takes per-token weights in every mode, token-mean included: each loss token's loss is
+-advantage · log p(token) = advantage × its cross-entropy, so a micro-batch's loss is Σ w · A · CE; its epoch
+order keeps a group's sequences together (sample_order).
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from gaccum_core.config import RunConfig
 from gaccum_core.data import record_tokens
-from gaccum_core.train.accumulation import MicroBatch, Window, micro_batch_divisors
+from gaccum_core.data.record_sequences import grouped_order
+from gaccum_core.train.accumulation import MicroBatch, Window, epoch_order, micro_batch_divisors
 from gaccum_core.train.aggregation import LossTokens, share_weights, token_weights
 from gaccum_core.train.loss import token_losses
 from gaccum_core.train.precision import Precision
@@ -34,19 +40,31 @@ class Weighting:
     loss_divisor: float  # what the step's loss summed over ranks divides by to be the logged loss (see below)
     described: list[LossTokens] | None = None
     weights: list[torch.Tensor] | None = None
+    advantages: bool = False  # pg: each token's loss is its record's advantage times its cross-entropy
 
     def loss(self, index: int, forward: Callable[[torch.Tensor], torch.Tensor], precision: Precision,
-             x: torch.Tensor, y: torch.Tensor, seq: Callable[[int], torch.Tensor]) -> torch.Tensor:
-        """Micro-batch `index`'s loss for its backward: Σ w·l over this rank's rows (seq(width): their record ids)."""
+             x: torch.Tensor, y: torch.Tensor, train: Any, indices: torch.Tensor) -> torch.Tensor:
+        """Micro-batch `index`'s loss for its backward: Σ w·l over this rank's rows (train's records at indices)."""
         assert self.weights is not None and self.described is not None
         losses = token_losses(forward, precision, x, y)
-        share = LossTokens(seq(y.shape[1]).to(losses.device))
+        if self.advantages:  # -A · log p(token): A × cross-entropy, A = 0 off the loss tokens
+            losses = losses * train.token_advantages(indices).to(losses.device)
+        share = LossTokens(record_tokens.loss_sequences(train, indices, y.shape[1]).to(losses.device))
         return (share_weights(self.described[index], self.weights[index], share) * losses).sum()
 
 
 def uses_weights(config: RunConfig) -> bool:
-    """Whether a run's windows take per-token weights: a records task aggregated other than by token-mean."""
-    return config.dataset == "sft" and config.loss_agg != "token-mean"
+    """Whether a run's windows take per-token weights: pg, or sft aggregated other than by token-mean."""
+    return config.dataset == "pg" or (config.dataset == "sft" and config.loss_agg != "token-mean")
+
+
+def sample_order(config: RunConfig, train: Any, epoch: int) -> torch.Tensor:
+    """The epoch's sample order, fixed by (seed, epoch): epoch_order's; pg's keeps each group's sequences together,
+    its groups in epoch_order's permutation of them (a group may still span micro-batches or ranks)."""
+    if config.dataset != "pg":
+        return epoch_order(len(train), config.seed, epoch)
+    groups = train.sequence_groups
+    return grouped_order(groups, epoch_order(len(np.unique(groups)), config.seed, epoch))
 
 
 def window_weighting(config: RunConfig, train: Any, window: Window, order: torch.Tensor, world_size: int,
@@ -57,14 +75,16 @@ def window_weighting(config: RunConfig, train: Any, window: Window, order: torch
         divisors = micro_batch_divisors(config.reduction, counts, world_size, config.accum_steps)
         return Weighting(sum(counts), lambda numbered: divisors[numbered[0]], sum(counts))
     described = []
+    grouped = config.loss_agg == "group-mean-token-mean"
     for micro in window.micro_batches:
         ids, counts = record_tokens.describe(train, order[micro.start:micro.stop])
-        described.append(LossTokens.counted(ids, counts))
+        groups = dict(zip(ids.tolist(), np.asarray(train.groups)[ids].tolist())) if grouped else None
+        described.append(LossTokens.counted(ids, counts, groups))
     weights = token_weights(config.loss_agg, config.reduction, described, config.accum_steps, world_size,
                             float(norm_c))
     count = sum(int((tokens.seq != record_tokens.NO_LOSS).sum()) for tokens in described)
     # Each rank's Σ w·l is world_size times its part of the window's loss (DDP averages): their sum, over world_size.
-    return Weighting(count, 1.0, float(world_size), described, weights)
+    return Weighting(count, 1.0, float(world_size), described, weights, config.dataset == "pg")
 
 
 def _count(config: RunConfig, train: Any, order: torch.Tensor, micro: MicroBatch) -> int:
