@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 from gaccum_core.config import ConfigError, RunConfig
@@ -145,7 +146,7 @@ def _text(config: RunConfig) -> Fields:
 
 
 def _checked(config: RunConfig, fields: Fields) -> _Layout:
-    """data_dir's layout, each field a field of text in every part, enough rows in each split."""
+    """data_dir's layout, each field a field of its kind (_check_field) in every part, enough rows in each split."""
     root = _root(config)
     kind, files = _kind(config, root)
     layout = _saved(config, root) if kind == "save_to_disk" else _parquet(config, root, files)
@@ -163,16 +164,43 @@ def _checked(config: RunConfig, fields: Fields) -> _Layout:
 
 
 def _check_field(setting: str, field: str, part: _Part) -> None:
-    """ConfigError naming the setting (text_field...) unless the part has field as a column of strings."""
-    import pyarrow as pa
-
+    """ConfigError naming the setting (text_field...) unless the part has field as a column of its kind: text, or
+    for pg's advantage_field numbers and its group_field text or integers."""
     if field not in part.schema.names:
         names = ", ".join(map(repr, part.schema.names[:20]))
         raise ConfigError(setting, field, f"a field of {part.label}: its fields are {names} (set {setting}, "
                           f"--{setting.replace('_', '-')}, to the one holding the text)")
     kind = part.schema.field(field).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
-        raise ConfigError(setting, field, f"a field of text: {field!r} of {part.label} holds {kind}")
+    allowed, words = _KINDS.get(setting, (_is_text, "text"))
+    if not allowed(kind):
+        raise ConfigError(setting, field, f"a field of {words}: {field!r} of {part.label} holds {kind}")
+
+
+def _is_text(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+
+
+def _is_number(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind)
+
+
+def _is_group(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return _is_text(kind) or pa.types.is_integer(kind)
+
+
+# The fields of another kind than text (pg's), each one's check and its words
+_KINDS = {"advantage_field": (_is_number, "numbers"), "group_field": (_is_group, "text or integers")}
+
+
+def has_validation(config: RunConfig, fields: Fields) -> bool:
+    """Whether data_dir holds a validation split of its own (else rows are held out)."""
+    return _checked(config, fields).validation is not None
 
 
 def documents(config: RunConfig) -> Iterator[tuple[str, str]]:
@@ -183,8 +211,8 @@ def documents(config: RunConfig) -> Iterator[tuple[str, str]]:
 
 
 def records(config: RunConfig, fields: Fields) -> Iterator[tuple[str, tuple[str, ...]]]:
-    """("train" or "val", (value of each field)) of every row of config.data_dir whose fields all hold text, as
-    documents() reads them (sft's records: (prompt, completion)); checked before the first is read."""
+    """("train" or "val", (value of each field)) of every row of config.data_dir whose fields all hold values, as
+    documents() reads them (sft's records: (prompt, completion); pg's with an advantage and a group); checked first."""
     rows = _rows(_checked(config, fields), [field for _, field in fields])
     return ((split, tuple(values)) for split, *values in rows)
 

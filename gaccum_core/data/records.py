@@ -77,15 +77,26 @@ class PgCorpus(RecordCorpus):
     def documents(self) -> Iterator[tuple[str, tuple]]:
         """("train" or "val", (prompt, completion, advantage, group index)): group g (by first appearance) is
         held out when g % VALIDATION_EVERY == 0."""
-        index: dict[str, int] = {}
-        for _, (prompt, completion, advantage, group) in super().documents():
-            number = index.setdefault(group, len(index))
-            yield ("val" if number % VALIDATION_EVERY == 0 else "train"), (prompt, completion, advantage, number)
+        return _by_group(super().documents(), self.fields[2], own_split=False)
+
+
+def _by_group(rows: Iterator[tuple[str, tuple]], advantage_field: tuple[str, str],
+              own_split: bool) -> Iterator[tuple[str, tuple]]:
+    """pg's rows as (split, (prompt, completion, advantage, group index)), the groups numbered by first appearance:
+    their own split (own_split), else group g held out when g % VALIDATION_EVERY == 0; ConfigError naming the
+    advantage field for an advantage that is no finite number."""
+    index: dict[str, int] = {}
+    for split, (prompt, completion, advantage, group) in rows:
+        if not math.isfinite(advantage):
+            raise ConfigError(*advantage_field, f"a finite number in every record: one has {advantage!r}")
+        number = index.setdefault(str(group), len(index))
+        held = split if own_split else "val" if number % VALIDATION_EVERY == 0 else "train"
+        yield held, (prompt, completion, float(advantage), number)
 
 
 class SavedRows:
     """The rows of a saved data set or parquet folder (data_dir) as the token cache reads them: each one's
-    text_field (hf-dataset), or with fields, each one's (prompt, completion) (sft)."""
+    text_field (hf-dataset), or with fields, each one's (prompt, completion) (sft) or pg's record (PgCorpus')."""
 
     def __init__(self, config: RunConfig, fields: hf_datasets.Fields | None = None) -> None:
         self.config, self.fields, self.name, self.bytes_read = config, fields, Path(config.data_dir).name, 0
@@ -97,14 +108,18 @@ class SavedRows:
 
     def identity(self) -> dict:
         found = hf_datasets.identity(self.config, self.fields)
-        return found if self.fields is None else {**found, "dataset": "sft"}
+        return found if self.fields is None else {**found, "dataset": self.config.dataset}
 
     def documents(self) -> Iterator[tuple[str, str | tuple[str, ...]]]:
         self.bytes_read = 0
         rows = (hf_datasets.documents(self.config) if self.fields is None
                 else hf_datasets.records(self.config, self.fields))
+        if self.config.dataset == "pg":
+            own = hf_datasets.has_validation(self.config, self.fields)
+            rows = _by_group(rows, self.fields[2], own)
         for split, values in rows:
-            self.bytes_read += (len(values) if self.fields is None else sum(map(len, values))) + 1  # about its bytes
+            texts = (values,) if self.fields is None else [v for v in values if isinstance(v, str)]
+            self.bytes_read += sum(map(len, texts)) + 1  # about its bytes
             yield split, values
 
 
