@@ -205,10 +205,11 @@ class RunConfig:
             "of one prompt): the epoch order and the held-out split keep a group together",
             applies=lambda c: c.dataset == "pg", planner="base", cross=False, section="Model and data")
     loss_agg: str = setting("token-mean", "Loss aggregation",
-            "how sft's and pg's per-token losses are averaged over a window, exactly under accumulation: token-mean (over "
-            "the loss tokens), seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (each sequence's token "
-            "mean, sum, or sum / loss_agg_norm, averaged over sequences) or group-mean-token-mean (pg only)",
-            choices=LOSS_AGGS, applies=lambda c: c.dataset in RECORD_DATASETS, in_label="usual", section="Model and data")
+            "how sft's and pg's per-token losses are averaged over a window, exactly under accumulation: token-mean "
+            "(over the loss tokens), seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (each "
+            "sequence's token mean, sum, or sum / loss_agg_norm, averaged over sequences) or group-mean-token-mean (pg only)",
+            choices=LOSS_AGGS, applies=lambda c: c.dataset in RECORD_DATASETS, in_label="usual",
+            section="Model and data")
     loss_agg_norm: int = setting(0, "Aggregation constant C (0 = the longest completion)",
             "seq-mean-token-sum-norm's divisor C (Dr. GRPO's constant): 0 = the longest completion in the "
             "training split after truncation",

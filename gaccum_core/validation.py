@@ -11,8 +11,8 @@ from typing import Any
 from gaccum_core.presets import GPT_PRESETS
 from gaccum_core.values import (_DEVICE_RE, _TIMM_NAME_RE, DATASETS, HF_PREFIX, MAX_ACCUM, MAX_BATCH, MAX_IMAGE,
                                 MAX_PROCESSES, MAX_SEQ_LEN, MODELS, RECORD_DATASETS, TEXT_DATASETS, TEXT_MODELS,
-                                TORCHVISION_MODELS, WEIGHTS_SUFFIXES, ConfigError, is_factory, is_hf, is_language_model, is_timm,
-                                takes_weights_file)
+                                TORCHVISION_MODELS, WEIGHTS_SUFFIXES, ConfigError, is_factory, is_hf, is_language_model,
+                                is_timm, takes_weights_file)
 
 RunConfig = Any  # gaccum_core.config.RunConfig, whose construction calls check (config imports this module)
 
