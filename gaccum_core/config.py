@@ -207,7 +207,8 @@ class RunConfig:
     loss_agg: str = setting("token-mean", "Loss aggregation",
             "how sft's and pg's per-token losses are averaged over a window, exactly under accumulation: token-mean "
             "(over the loss tokens), seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (each "
-            "sequence's token mean, sum, or sum / loss_agg_norm, averaged over sequences) or group-mean-token-mean (pg only)",
+            "sequence's token mean, sum, or sum / loss_agg_norm, averaged over sequences) or group-mean-token-mean "
+            "(pg only: each prompt group's token mean, averaged over groups)",
             choices=LOSS_AGGS, applies=lambda c: c.dataset in RECORD_DATASETS, in_label="usual",
             section="Model and data")
     loss_agg_norm: int = setting(0, "Aggregation constant C (0 = the longest completion)",
