@@ -1,0 +1,338 @@
+"""Throughput of the engine's loss aggregation modes (sft) against a plain PyTorch loop of the same aggregation.
+
+For --dataset sft (the bundled records, or --text-file's .jsonl), gpt (tiny by default), padded and packed, for each
+mode of --loss-agg that applies to sft (token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm):
+three loops on the same model, initial weights, windows, sample order, padding or packing, b, k and optimizer:
+
+- plain: the loop a practitioner writes by hand (nanoGPT's, as bench_lm_vs_textbook.py's textbook loop), with the
+  aggregation written here, in plain torch: before the window's backward passes, the window's micro-batches are built
+  and each loss target is given the record whose token it predicts (from the records' spans in their rows); each
+  record's loss tokens n_s and the window's S records that have any are counted, and each micro-batch's per-token
+  loss is weighted by 1/(S·n_s), 1/S, or 1/(S·C) (C: the longest completion of the training split after
+  truncation); token-mean, as nanoGPT writes it, divides each micro-batch's summed loss by the window's Σn_s;
+  then backward, clip, step, zero_grad. gaccum's token weights are not used.
+- exact: Engine.run with reduction mean (the window's per-token weights, exact under accumulation), every metric
+  written to the run's CSV files (bench_lm_vs_textbook.engine_run).
+- textbook: Engine.run with reduction mean_per_micro_batch (each micro-batch aggregated alone, over k): what the
+  exact weighting costs over it.
+
+Each loop evaluates after each epoch and continues a prompt greedily, as the engine does. The three alternate which
+goes first, in several fresh processes with one torch thread on one pinned core (bench/common.py); each repeat checks
+that plain and exact end with the same weights (max |Δθ|), and that training moved them. Printed per mode and
+padding: tokens/s (loss tokens) of each loop, the median ratio exact/plain (goal >= 0.97) with its quartiles, on the
+CPU also the CPU-time ratio, and exact/textbook. --json ends with one JSON line of the headline figures.
+
+    python bench/bench_loss_agg.py [--micro-batch-size 8] [--accum-steps 4] [--max-seq-len 128] [--epochs 1]
+        [--steps 0] [--repeats 3] [--processes 2] [--preset tiny] [--amp off|bf16|fp16] [--text-file F.jsonl]
+        [--device cpu|cuda|cuda:N] [--json] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gaccum_core.config import RunConfig  # noqa: E402
+from gaccum_core.train.accumulation import epoch_order  # noqa: E402
+from gaccum_core.train.engine import Engine  # noqa: E402
+from gaccum_core.train.evaluation import SAMPLE_PROMPT, SAMPLE_TOKENS, eval_indices  # noqa: E402
+from gaccum_core.train.precision import DTYPES  # noqa: E402
+from bench_lm_vs_textbook import IGNORE, WEIGHT_TOLERANCE, _max_weight_difference, _validate, engine_run  # noqa: E402
+from common import (add_device_flags, chosen_device, clock, headline, print_json, quartile_values,  # noqa: E402
+                    quartiles, quiet_cpu, say_skipped)
+
+MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+PACKINGS = ("off", "on")
+LOOPS = ("plain", "exact", "textbook")
+GOAL = 0.97
+# What each loss token of record s weighs in a sequence mode, from the window's loss tokens per record n (n_s) and the
+# number S of records with any, and C: the window's loss is then Σ_s Σ_{t∈s} weight_s · l_t. (token-mean is written
+# as nanoGPT writes it: each micro-batch's summed loss over the window's loss tokens.)
+SEQUENCE_WEIGHTS = {
+    "seq-mean-token-mean": lambda n, s, c: 1 / (s * n),
+    "seq-mean-token-sum": lambda n, s, c: torch.full_like(n, 1.0) / s,
+    "seq-mean-token-sum-norm": lambda n, s, c: torch.full_like(n, 1.0) / (s * c),
+}
+
+
+def record_of_targets(train, indices: torch.Tensor, targets: torch.Tensor, first: int) -> tuple[torch.Tensor, int]:
+    """(N, T): at each loss target the window-wide number (from `first` on) of the record whose token it predicts,
+    -1 elsewhere; and the next number. Target j predicts token j + 1: a record spanning [start, end) in its row owns
+    targets start - 1 to end - 2, those that are not IGNORE (its prompt's are)."""
+    owner, number = torch.full_like(targets, -1), first
+    for row, spans in enumerate(train.spans(indices)):
+        for start, end, _ in spans.tolist():
+            owner[row, max(start - 1, 0):end - 1] = number
+            number += 1
+    return owner.masked_fill_(targets == IGNORE, -1), number
+
+
+def window_token_weights(mode: str, owners: list[torch.Tensor], norm_c: float) -> tuple[list[torch.Tensor], int]:
+    """Each micro-batch's per-target weights (0 where no loss) aggregating the whole window by a sequence mode, and
+    the window's loss tokens."""
+    per_record_tokens = torch.bincount(torch.cat([o[o >= 0] for o in owners]), minlength=1).double()  # n_s
+    sequences = (per_record_tokens > 0).sum()  # S: a record without loss tokens counts in no mean
+    weight = SEQUENCE_WEIGHTS[mode](per_record_tokens, sequences, norm_c).float()
+    return [torch.where(o >= 0, weight[o.clamp(min=0)], 0.0) for o in owners], int(per_record_tokens.sum())
+
+
+def longest_completion(train) -> int:
+    """The most loss tokens a record of the training split holds after truncation, counted here (C's default)."""
+    indices = torch.arange(len(train))
+    return max(int(torch.bincount(o[o >= 0]).max()) for o in
+               (record_of_targets(train, part, train.batch(part)[1], 0)[0] for part in indices.split(64)))
+
+
+def plain_run(config: RunConfig) -> tuple[dict, torch.nn.Module]:
+    """The plain loop for config.epochs epochs (at most config.max_steps steps), evaluating and sampling after each
+    epoch; returns its timing (and how far training moved the weights) and the trained model."""
+    engine = Engine(config)  # only for its identical initial model and data (records, padding or packing)
+    model, train, device = engine.model, engine.data.train, engine.device
+    initial = [p.detach().clone() for p in model.parameters()]
+    optimizer = {"sgd": lambda ps: torch.optim.SGD(ps, lr=config.lr, momentum=config.momentum,
+                                                   weight_decay=config.weight_decay),
+                 "adamw": lambda ps: torch.optim.AdamW(ps, lr=config.lr, weight_decay=config.weight_decay)
+                 }[config.optimizer](model.parameters())
+    dtype = DTYPES.get(config.amp)
+    ctx = nullcontext() if dtype is None else torch.amp.autocast(device_type=device.type, dtype=dtype)
+    scaler = torch.amp.GradScaler(device.type, init_scale=config.init_scale, growth_interval=config.growth_interval,
+                                  enabled=config.amp == "fp16")
+    norm_c = float(config.loss_agg_norm or longest_completion(train))
+    b, k, n = config.micro_batch_size, config.accum_steps, len(train)
+    steps, tokens = 0, 0
+    model.train()
+    start, cpu, train_seconds = clock(device), time.thread_time(), 0.0
+    for epoch in range(config.epochs):
+        epoch_start, order = clock(device), epoch_order(n, config.seed, epoch)
+        for w in range(0, n, b * k):
+            if steps == config.max_steps > 0:
+                break
+            tokens += _window(config, train, order[w:w + b * k].split(b), model, ctx, scaler, optimizer, norm_c)
+            steps += 1
+        train_seconds += clock(device) - epoch_start
+        _evaluate(config, engine, ctx)
+    moved = max((p.detach() - q).abs().max().item() for p, q in zip(model.parameters(), initial))
+    return {"tokens": tokens, "wall": clock(device) - start, "cpu": time.thread_time() - cpu,
+            "train_wall": train_seconds, "moved": moved}, model
+
+
+def _window(config: RunConfig, train, micro_batches: tuple[torch.Tensor, ...], model: torch.nn.Module, ctx,
+            scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer, norm_c: float) -> int:
+    """One window: its micro-batches built and counted before any backward, then accumulated; one step. Its tokens."""
+    device = next(model.parameters()).device
+    batches, owners, first = [], [], 0
+    for indices in micro_batches:
+        x, y = train.batch(indices)
+        owner, first = record_of_targets(train, indices, y, first)
+        batches.append((x.to(device), y.to(device)))
+        owners.append(owner)
+    if config.loss_agg == "token-mean":
+        tokens = sum(int((y != IGNORE).sum()) for _, y in batches)
+        weights = [None] * len(batches)
+    else:
+        weights, tokens = window_token_weights(config.loss_agg, owners, norm_c)
+    for (x, y), weight in zip(batches, weights):
+        with ctx:
+            logits = model(x)
+        if weight is None:  # token-mean: the summed loss over the window's loss tokens
+            loss = F.cross_entropy(logits.float().flatten(0, -2), y.flatten(), ignore_index=IGNORE,
+                                   reduction="sum") / tokens
+        else:
+            losses = F.cross_entropy(logits.float().transpose(1, 2), y, ignore_index=IGNORE, reduction="none")
+            loss = (weight.to(device) * losses).sum()
+        scaler.scale(loss).backward()
+    if config.grad_clip > 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return tokens
+
+
+def _evaluate(config: RunConfig, engine: Engine, ctx) -> None:
+    """The engine's end-of-epoch work, plainly: the mean loss per target token over the validation samples it
+    reads, and a greedy continuation of its prompt."""
+    model, val, b = engine.model, engine.data.test, config.micro_batch_size
+    _validate(model, model, val, eval_indices(len(val), b, config.eval_batches).split(b), ctx, engine.device)
+    _, ids = engine.data.tokens.prompt(SAMPLE_PROMPT)
+    model.eval()
+    with ctx, torch.no_grad():
+        model.generate(torch.tensor(ids, device=engine.device), SAMPLE_TOKENS)
+    model.train()
+
+
+def _repeats(configs: dict[str, RunConfig], repeats: int, warm_up: bool, runs_dir: Path) -> list[dict]:
+    """The three loops `repeats` times, each repeat's order rotated (after a warm-up round unless warm_up is False)."""
+    run = {"plain": lambda: plain_run(configs["plain"]),
+           "exact": lambda: engine_run(configs["exact"], runs_dir),
+           "textbook": lambda: engine_run(configs["textbook"], runs_dir)}
+    if warm_up:
+        for loop in LOOPS:
+            run[loop]()
+    out = []
+    for repeat in range(repeats):
+        order = LOOPS[repeat % 3:] + LOOPS[:repeat % 3]
+        done = {loop: run[loop]() for loop in order}
+        figures = {loop: timing for loop, (timing, _) in done.items()}
+        if len({figures[loop]["tokens"] for loop in LOOPS}) != 1:
+            raise AssertionError(f"the loops trained on different tokens: {[figures[lp]['tokens'] for lp in LOOPS]}")
+        out.append({**figures, "first": order[0], "load": os.getloadavg()[0],
+                    "weight_diff": _max_weight_difference(done["plain"][1], done["exact"][1])})
+    return out
+
+
+def _configs(args: argparse.Namespace, device: torch.device, mode: str, packing: str) -> dict[str, RunConfig]:
+    """Each loop's run: plain and exact with reduction mean, textbook with mean_per_micro_batch."""
+    def config(reduction: str) -> RunConfig:
+        return RunConfig(model="gpt", dataset="sft", text_file=args.text_file, gpt_preset=args.preset,
+                         max_seq_len=args.max_seq_len, packing=packing, loss_agg=mode,
+                         micro_batch_size=args.micro_batch_size, accum_steps=args.accum_steps, reduction=reduction,
+                         optimizer=args.optimizer, lr=args.lr, grad_clip=args.grad_clip, amp=args.amp,
+                         epochs=args.epochs, max_steps=args.steps, eval_batches=args.eval_batches, device=str(device))
+    return {"plain": config("mean"), "exact": config("mean"), "textbook": config("mean_per_micro_batch")}
+
+
+def _cases(args: argparse.Namespace, device: torch.device) -> list[dict]:
+    """Every (mode, packing) case's repeats, in this process."""
+    quiet_cpu(device, args.threads)
+    cases = []
+    with tempfile.TemporaryDirectory() as runs_dir:
+        for mode in args.loss_agg:
+            for packing in args.packing:
+                repeats = _repeats(_configs(args, device, mode, packing), args.repeats, not args.quick,
+                                   Path(runs_dir))
+                cases.append({"mode": mode, "packing": packing, "repeats": repeats})
+    return cases
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="tiny", help="gpt preset")
+    parser.add_argument("--text-file", default="", help="sft records from this .jsonl file instead of the bundled ones")
+    parser.add_argument("--loss-agg", nargs="+", default=list(MODES), choices=MODES, help="the modes measured")
+    parser.add_argument("--packing", nargs="+", default=list(PACKINGS), choices=PACKINGS, help="padded, packed")
+    parser.add_argument("--micro-batch-size", type=int, default=8)
+    parser.add_argument("--accum-steps", type=int, default=4)
+    parser.add_argument("--max-seq-len", type=int, default=128)
+    parser.add_argument("--epochs", type=int, default=1, help="epochs per repeat (the bundled records: 7 steps "
+                        "padded, 5 packed at b=8, k=4), each ended by an evaluation and a sample")
+    parser.add_argument("--steps", type=int, default=0, help="at most this many optimizer steps per repeat (0: no cap)")
+    parser.add_argument("--eval-batches", type=int, default=50, help="validation batches per evaluation")
+    parser.add_argument("--optimizer", default="adamw", choices=("sgd", "adamw"))
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--grad-clip", type=float, default=1.0)
+    parser.add_argument("--amp", default="off", choices=("off", "bf16", "fp16"),
+                        help="autocast on --device (fp16 also scales the loss with a GradScaler)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of the three loops per process per case")
+    parser.add_argument("--processes", type=int, default=2, help="fresh processes (memory layout differs per process)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads; 1 keeps a shared 2-core box quiet")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: in this process, 1 round of 2 "
+                        "steps, max_seq_len 32, 1 validation batch, no warm-up round")
+    add_device_flags(parser)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def main() -> None:
+    """Run the cases in fresh processes; print each repeat, the table of medians and (--json) the JSON line."""
+    args = _parser().parse_args()
+    if args.quick:
+        args.processes, args.repeats, args.steps, args.max_seq_len, args.eval_batches = 1, 1, 2, 32, 1
+    device = chosen_device(args.device)
+    if args.worker:
+        print(json.dumps(_cases(args, device)))
+        return
+    print(f"model=gpt {args.preset} dataset=sft max_seq_len={args.max_seq_len} b={args.micro_batch_size} "
+          f"k={args.accum_steps} epochs/repeat={args.epochs} max_steps={args.steps or 'none'} "
+          f"optimizer={args.optimizer} grad_clip={args.grad_clip} amp={args.amp} threads={args.threads} "
+          f"processes={args.processes} repeats/process={args.repeats} torch={torch.__version__} device={device}")
+    say_skipped(device, "pinning to one core, --threads and the CPU-time ratio")
+    print("load average (1, 5, 15 min) before: %.2f %.2f %.2f" % os.getloadavg(), flush=True)
+    cases = _run_workers(args, device)
+    print("load average (1, 5, 15 min) after:  %.2f %.2f %.2f" % os.getloadavg())
+    rows = [_summary(case, repeats, device.type == "cpu") for case, repeats in cases.items()]
+    _print_table(rows, device.type == "cpu")
+    same = max(row["max_weight_diff"] for row in rows) <= WEIGHT_TOLERANCE
+    print(f"same weights, plain and exact, after every repeat: {'yes' if same else 'NO'} (largest |Δθ| "
+          f"{max(row['max_weight_diff'] for row in rows):.1e}, tolerance {WEIGHT_TOLERANCE:g}; training moved the "
+          f"weights by at least {min(row['moved'] for row in rows):.1e})")
+    if args.json:
+        print_json(headline("loss_agg", device, model="gpt", dataset="sft", amp=args.amp, b=args.micro_batch_size,
+                            k=args.accum_steps, max_seq_len=args.max_seq_len, repeats=len(next(iter(cases.values()))),
+                            cases=rows, worst_ratio_median=min(row["ratio_median"] for row in rows),
+                            same_weights=same, max_weight_diff=max(row["max_weight_diff"] for row in rows)))
+    if not same:
+        sys.exit(1)
+
+
+def _run_workers(args: argparse.Namespace, device: torch.device) -> dict[tuple[str, str], list[dict]]:
+    """Each (mode, packing) case's repeats over the worker processes (--quick: in this one), each repeat printed."""
+    cases: dict[tuple[str, str], list[dict]] = {}
+    for process in range(args.processes):
+        found = _cases(args, device) if args.quick else json.loads(subprocess.run(
+            [sys.executable, __file__, "--worker", *sys.argv[1:]], capture_output=True, text=True,
+            check=True).stdout.strip().splitlines()[-1])
+        for case in found:
+            for repeat in case["repeats"]:
+                cases.setdefault((case["mode"], case["packing"]), []).append(repeat)
+                rate = {loop: repeat[loop]["tokens"] / repeat[loop]["wall"] for loop in LOOPS}
+                print(f"process {process + 1} {case['mode']:23} packing {case['packing']:3} ({repeat['first']:8} "
+                      f"first): tokens/s plain {rate['plain']:6.0f} exact {rate['exact']:6.0f} textbook "
+                      f"{rate['textbook']:6.0f}   exact/plain {rate['exact'] / rate['plain']:.3f}   max |Δθ| "
+                      f"{repeat['weight_diff']:.1e}   load {repeat['load']:.2f}")
+    return cases
+
+
+def _summary(case: tuple[str, str], repeats: list[dict], on_cpu: bool) -> dict:
+    """One case's medians: tokens/s of each loop, exact/plain (wall, CPU time, training only), exact/textbook."""
+    rates = {loop: [r[loop]["tokens"] / r[loop]["wall"] for r in repeats] for loop in LOOPS}
+    ratio = [r["plain"]["wall"] / r["exact"]["wall"] for r in repeats]
+    cost = [r["textbook"]["wall"] / r["exact"]["wall"] for r in repeats]
+    row = {"mode": case[0], "packing": case[1],
+           **{f"{loop}_tokens_per_s": statistics.median(rates[loop]) for loop in LOOPS},
+           "ratio_median": statistics.median(ratio), "ratio_quartiles": quartile_values(ratio),
+           "training_only_ratio_median": statistics.median(r["plain"]["train_wall"] / r["exact"]["train_wall"]
+                                                           for r in repeats),
+           "exact_over_textbook_median": statistics.median(cost),
+           "exact_over_textbook_quartiles": quartile_values(cost),
+           "max_weight_diff": max(r["weight_diff"] for r in repeats),
+           "moved": min(r["plain"]["moved"] for r in repeats)}
+    if on_cpu:
+        row["cpu_time_ratio_median"] = statistics.median(r["plain"]["cpu"] / r["exact"]["cpu"] for r in repeats)
+    return row
+
+
+def _print_table(rows: list[dict], on_cpu: bool) -> None:
+    """The medians as a Markdown table (what docs/benchmarks.md carries)."""
+    print(f"\n| mode | packing | tokens/s plain | tokens/s exact | exact/plain, median (quartiles); goal >= {GOAL} |"
+          + (" CPU time |" if on_cpu else "") + " training only | exact/textbook (quartiles) | max abs Δθ |")
+    print("|---|---|---|---|---|" + ("---|" if on_cpu else "") + "---|---|---|")
+    for row in rows:
+        cpu = f" {row['cpu_time_ratio_median']:.3f} |" if on_cpu else ""
+        print(f"| {row['mode']} | {row['packing']} | {row['plain_tokens_per_s']:.0f} | {row['exact_tokens_per_s']:.0f} "
+              f"| {row['ratio_median']:.3f} ({_quartiles(row['ratio_quartiles'])}) |{cpu} "
+              f"{row['training_only_ratio_median']:.3f} | {row['exact_over_textbook_median']:.3f} "
+              f"({_quartiles(row['exact_over_textbook_quartiles'])}) | {row['max_weight_diff']:.1e} |")
+    print()
+
+
+def _quartiles(values: list[float] | None) -> str:
+    return "n/a" if values is None else f"{values[0]:.3f}-{values[1]:.3f}"
+
+
+if __name__ == "__main__":
+    main()
