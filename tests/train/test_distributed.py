@@ -21,6 +21,7 @@ from gaccum_core.execution.resume import run_checkpoints
 from gaccum_core.states import RunState
 from gaccum_core.train.distributed import Ranks, share
 from test_sft_oracle import records, sft  # noqa: F401  (its records fixture)
+from test_pg_oracle import pg, rollouts  # noqa: F401  (its rollouts fixture)
 from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,
                   last_windows, max_diff, one_process_references, reference, runner_with_faults, spawned_runs,
                   stop_and_assert_stopped, wait_for_rows)
@@ -249,10 +250,23 @@ def sft_configs(records):
 
 
 @pytest.fixture(scope="module")
-def runs(text_config, sft_configs, tmp_path_factory):
+def pg_config(rollouts):
+    """pg rollouts (test_pg_oracle's: groups of 6, 6, 4 and 4) aggregated by group-mean-token-mean, 2 processes with
+    b=3, k=2: windows of 12 and 8 records, the last micro-batch's shares uneven, groups split across ranks."""
+    return pg(rollouts, nproc=WORLD, micro_batch_size=3, accum_steps=2)
+
+
+def test_two_processes_aggregate_pg_rollouts_by_group_as_one_process_does(runs, pg_config):
+    """Each rank weighs its share's tokens by -A·log p over its group's tokens, counted from the whole window: the
+    job trains the one-process parameters and logs the same loss."""
+    assert_matches_references(runs[pg_config])
+
+
+@pytest.fixture(scope="module")
+def runs(text_config, sft_configs, pg_config, tmp_path_factory):
     """Every config the oracles and the all-reduce counts read, trained one after the other by one spawned pair of
     ranks (one start, not a torchrun job each): the runs by config."""
-    configs = [SGD, ADAMW, EMPTY_SHARE, ONE_PER_STEP, SYNC_EVERY, text_config, *sft_configs, RESUMED]
+    configs = [SGD, ADAMW, EMPTY_SHARE, ONE_PER_STEP, SYNC_EVERY, text_config, *sft_configs, pg_config, RESUMED]
     return spawned_runs(configs, tmp_path_factory.mktemp("ddp_ranks"))
 
 

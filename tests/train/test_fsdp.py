@@ -28,6 +28,7 @@ from gaccum_core.train.fsdp import blocks
 from gaccum_core.train.memory import MB
 from hfmodels import saved_model
 from test_sft_oracle import records, sft  # noqa: F401  (its records fixture)
+from test_pg_oracle import pg, rollouts  # noqa: F401  (its rollouts fixture)
 from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,
                   last_windows, max_diff, one_process_references, reference, runner_with_faults, spawned_runs,
                   stop_and_assert_stopped, wait_for_rows)
@@ -232,11 +233,24 @@ def test_sharded_sft_aggregates_its_records_as_one_process_does(runs, sft_config
 
 
 @pytest.fixture(scope="module")
-def runs(text_config, llama_config, sft_configs, tmp_path_factory):
+def pg_config(rollouts):
+    """pg rollouts (test_pg_oracle's: groups of 6, 6, 4 and 4) aggregated by group-mean-token-mean, 2 processes with
+    b=3, k=2: windows of 12 and 8 records, the last micro-batch's shares uneven, groups split across ranks."""
+    return pg(rollouts, nproc=WORLD, micro_batch_size=3, accum_steps=2, sharding="fsdp", fsdp_sync="last")
+
+
+def test_sharded_pg_aggregates_its_rollouts_by_group_as_one_process_does(runs, pg_config):
+    """Each rank weighs its share's tokens by -A·log p over its group's tokens, counted from the whole window: the
+    job trains the one-process parameters and logs the same loss."""
+    assert_matches_references(runs[pg_config])
+
+
+@pytest.fixture(scope="module")
+def runs(text_config, llama_config, sft_configs, pg_config, tmp_path_factory):
     """Every config the oracles, the counts and the fp16 check read, and the uninterrupted run the stopped and
     killed job resumes to, trained one after the other by one spawned pair of sharded ranks (one start, not a
     torchrun job each): the runs by config."""
-    configs = [*MODES.values(), FP16, text_config, llama_config, *sft_configs, RESUMED]
+    configs = [*MODES.values(), FP16, text_config, llama_config, *sft_configs, pg_config, RESUMED]
     return spawned_runs(configs, tmp_path_factory.mktemp("fsdp_ranks"))
 
 
