@@ -21,10 +21,12 @@ CONTEXTS = (IMAGE, IMAGE.replace(amp="fp16"), IMAGE.replace(nproc=2), IMAGE.repl
             IMAGE.replace(activation_checkpointing="selective"), IMAGE.replace(dataset="fake"),
             IMAGE.replace(dataset="mnist"), IMAGE.replace(model="resnet18"),
             RunConfig(model="gpt", dataset="text", text_file="notes.jsonl"),
-            RunConfig(model="gpt", dataset="tokens"), RunConfig(model="gpt", dataset="hf-dataset"))
+            RunConfig(model="gpt", dataset="tokens"), RunConfig(model="gpt", dataset="hf-dataset"),
+            RunConfig(model="gpt", dataset="pg"), RunConfig(model="gpt", dataset="pg", loss_agg="seq-mean-token-sum-norm"))
 # Another value for the fields whose type alone does not give one.
 OTHER = {"model": "mlp", "dataset": "fake", "device": "cpu", "data_dir": "corpus", "text_file": "more.jsonl",
-         "text_field": "body", "cache_dir": "cache", "weights_file": "/far/w.pth"}
+         "text_field": "body", "cache_dir": "cache", "weights_file": "/far/w.pth", "prompt_field": "question",
+         "completion_field": "answer", "advantage_field": "adv", "group_field": "prompt_id"}
 
 
 def _other(field: dataclasses.Field, value):
