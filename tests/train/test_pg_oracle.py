@@ -20,8 +20,9 @@ from gaccum_core.train.engine import Engine
 from gaccum_core.train.weighting import sample_order
 from training import trained
 
-SEQ = 64
-GROUPS = 5  # g000 (held out: every tenth group) to g004: 20 training records in groups of 6, 6, 4 and 4
+SEQ = 128
+GROUPS = 5  # g000 (held out: every tenth group) to g004: 20 training records in groups of 6, 6, 4 and 4, up to
+# 136 bytes with their end (the longest cut by truncation to SEQ + 1); packed, 15 rows
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +62,8 @@ def test_each_mode_accumulated_equals_one_big_batch_and_its_textbook_does_not(ro
             for name, (b, k, reduction) in {"accumulated": (2, 4, "mean"), "big": (8, 1, "mean"),
                                             "textbook": (2, 4, "mean_per_micro_batch")}.items()}
     (accumulated, rows), (big, big_rows), (textbook, _) = runs["accumulated"], runs["big"], runs["textbook"]
-    assert [r["samples"] for r in rows.steps][-1] < 8  # a partial last window
+    samples = [r["samples"] for r in rows.steps]
+    assert samples[-1] < 8 and (sum(samples) == 20) == (packing == "off")  # a partial window; packed: rows of several
     exact, drift = (accumulated - big).abs().max().item(), (textbook - big).abs().max().item()
     assert exact <= 1e-6, f"{mode}: accumulated vs one big batch: {exact:.2e}"
     assert drift > 1000 * max(exact, 1e-9), f"{mode}: textbook {drift:.2e} vs exact {exact:.2e}"
