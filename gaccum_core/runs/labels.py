@@ -27,8 +27,8 @@ _USUAL = tuple(sorted(("world_size" if name == "nproc" else name for name in fie
 # The data sets whose data_dir is what they train on (not where a named data set is kept): it tells runs apart.
 _DATA_IN_DATA_DIR = ("imagefolder", "tokens", "hf-dataset")
 # The usual settings whose default is named too beside a run that differs in it: fp32 beside fp16 or bf16, ddp
-# beside fsdp (a reduction=sum run says its reduction; a mean one, the default, does not).
-_SAID_BESIDE = ("amp", "sharding")
+# beside fsdp, token-mean beside another aggregation (a reduction=sum run says its reduction; a mean one does not).
+_SAID_BESIDE = ("amp", "sharding", "loss_agg")
 _DEFAULT = RunConfig()
 
 
@@ -51,6 +51,8 @@ def value_text(name: str, value: Any) -> str:
         return str(value)
     if name == "activation_checkpointing":
         return f"ckpt/{value}"
+    if name == "loss_agg":  # the mode's own name: seq-mean-token-mean
+        return str(value)
     if name == "weights_file":  # by the file's name: from w.safetensors, or untrained
         return f"from {Path(value).name}" if value else "untrained"
     return f"{short_word('nproc' if name == 'world_size' else name)}={value}"
@@ -58,8 +60,8 @@ def value_text(name: str, value: Any) -> str:
 
 def setting_text(name: str, config: RunConfig) -> str:
     """One setting of a run in the labels' words, with the settings that complete it: gpt-tiny, N=4 (nnodes·nproc),
-    fsdp/last reshard off, ckpt/selective/2; a field a label says by another's words (in_label other) in those
-    (gpt_preset: gpt-mini); any other as value_text says it."""
+    fsdp/last reshard off, ckpt/selective/2, seq-mean-token-sum-norm/C=64; a field a label says by another's words
+    (in_label other) in those (gpt_preset: gpt-mini); any other as value_text says it."""
     if name in ("model", "gpt_preset") and config.model == "gpt":
         return f"gpt-{config.gpt_preset}"
     if name in ("nproc", "nnodes", "world_size"):
@@ -69,6 +71,8 @@ def setting_text(name: str, config: RunConfig) -> str:
         return f"fsdp/{config.fsdp_sync}{reshard}"  # and when it reduce-scatters
     if name in ("activation_checkpointing", "ac_every") and config.activation_checkpointing == "selective":
         return f"ckpt/selective/{config.ac_every}"
+    if name in ("loss_agg", "loss_agg_norm") and config.loss_agg == "seq-mean-token-sum-norm":
+        return f"{config.loss_agg}/C={config.loss_agg_norm or 'longest'}"  # 0: the longest completion
     return value_text(name, getattr(config, name))
 
 

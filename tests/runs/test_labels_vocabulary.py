@@ -143,3 +143,10 @@ def test_a_chip_names_what_differs_among_the_runs_drawn_not_among_every_run_on_d
     labels = run_choice_labels(store, drawn)
     assert [labels[r] for r in drawn] == run_labels([text, text.replace(micro_batch_size=8)], ["", "ac-off"])
     assert labels[drawn[1]] == "gpt-tiny b=8 k=4 · ac-off"  # not 'dataset=pydoc epochs=30 max_steps=15 packing=off'
+
+
+def test_an_aggregation_is_named_by_its_mode_and_token_mean_only_beside_another():
+    sft = RunConfig(model="gpt", dataset="sft")
+    assert run_labels([sft, sft.replace(loss_agg="seq-mean-token-sum-norm", loss_agg_norm=64)]) == [
+        "gpt-tiny b=32 k=4 token-mean", "gpt-tiny b=32 k=4 seq-mean-token-sum-norm/C=64"]
+    assert run_labels([sft, sft.replace(lr=0.5)]) == ["gpt-tiny b=32 k=4 lr=0.05", "gpt-tiny b=32 k=4 lr=0.5"]
