@@ -53,7 +53,7 @@ from gaccum_core.train.evaluation import SAMPLE_PROMPT, SAMPLE_TOKENS, eval_indi
 from gaccum_core.train.precision import DTYPES  # noqa: E402
 from bench_lm_vs_textbook import IGNORE, WEIGHT_TOLERANCE, _max_weight_difference, _validate, engine_run  # noqa: E402
 from common import (add_device_flags, chosen_device, clock, headline, print_json, quartile_values,  # noqa: E402
-                    quartiles, quiet_cpu, say_skipped)
+                    quiet_cpu, say_skipped)
 
 MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 PACKINGS = ("off", "on")
@@ -93,7 +93,7 @@ def window_token_weights(mode: str, owners: list[torch.Tensor], norm_c: float) -
 def longest_completion(train) -> int:
     """The most loss tokens a record of the training split holds after truncation, counted here (C's default)."""
     indices = torch.arange(len(train))
-    return max(int(torch.bincount(o[o >= 0]).max()) for o in
+    return max(int(torch.bincount(o[o >= 0], minlength=1).max()) for o in
                (record_of_targets(train, part, train.batch(part)[1], 0)[0] for part in indices.split(64)))
 
 
@@ -335,6 +335,7 @@ def _print_table(rows: list[dict], on_cpu: bool) -> None:
 
 
 def _quartiles(values: list[float] | None) -> str:
+    """quartile_values' [Q1, Q3] as 'Q1-Q3', or 'n/a'."""
     return "n/a" if values is None else f"{values[0]:.3f}-{values[1]:.3f}"
 
 
