@@ -13,7 +13,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD = {"bench", "device", "device_name"}
-REFUSING = ("bench_engine_vs_textbook", "bench_lm_vs_textbook", "bench_activation_checkpointing")
+REFUSING = ("bench_engine_vs_textbook", "bench_lm_vs_textbook", "bench_activation_checkpointing", "bench_loss_agg")
 pytestmark = pytest.mark.multiprocess  # each benchmark runs in a fresh Python process (conftest.py)
 # Each bench's command line run in one process (torch imported once, not once per bench): its exit status, stdout
 # and stderr, as `python bench/NAME.py --quick --device cuda` would end.
