@@ -40,34 +40,6 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         group.addoption("--dist", dest="dist", default=None, help="ignored without pytest-xdist")
 
 
-# What the suite's processes import, imported once by pytest-xdist's controller before it starts its workers: on a
-# fresh install (CI's `pip install --no-compile`) its bytecode is then written once, not compiled by three workers
-# at once and again by the processes they start (the modules loaded lazily by some tests are listed).
-_IMPORTED_EVERYWHERE = ("pandas", "torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint",
-                        "torchvision", "timm", "transformers", "transformers.models.llama.modeling_llama",
-                        "transformers.models.gpt2.modeling_gpt2",
-                        "tensorboard.backend.event_processing.event_accumulator", "torch.utils.tensorboard.summary",
-                        "pyarrow.parquet", "datasets", "streamlit", "plotly.graph_objects", "playwright.sync_api",
-                        "psutil")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """The controller of a run with pytest-xdist workers imports _IMPORTED_EVERYWHERE (and gaccum_core) first."""
-    if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", None):
-        return
-    import pkgutil
-
-    import gaccum_core
-
-    for name in (*_IMPORTED_EVERYWHERE,
-                 *(m.name for m in pkgutil.walk_packages(gaccum_core.__path__, "gaccum_core.")
-                   if not m.name.endswith("__main__"))):
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a module this machine lacks (a GPU image) is imported where it is needed
-            pass
-
-
 # Every process the suite starts (dashboard servers, workers, command lines; torchrun sets its ranks' own)
 # trains on one torch thread, as the test processes do: three test files share two cores, and a second
 # thread per process only contends for them.
