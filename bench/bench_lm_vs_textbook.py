@@ -59,7 +59,7 @@ from gaccum_core.train.evaluation import SAMPLE_PROMPT, SAMPLE_TOKENS, eval_indi
 from gaccum_core.runs.store import RunStore  # noqa: E402
 from gaccum_core.train.precision import DTYPES  # noqa: E402
 from common import (add_device_flags, chosen_device, clock, headline, print_json, quartile_values,  # noqa: E402
-                    quartiles, quiet_cpu, say_skipped)
+                    plain_step, quartiles, quiet_cpu, say_skipped)
 
 IGNORE = -100  # cross_entropy's ignore_index: the targets of padding
 WEIGHT_TOLERANCE = 1e-5
@@ -106,12 +106,7 @@ def textbook_run(config: RunConfig) -> tuple[dict, torch.nn.Module]:
                 loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1),
                                        ignore_index=IGNORE, reduction="sum") / window_tokens
                 scaler.scale(loss).backward()
-            if config.grad_clip > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
+            plain_step(model, optimizer, scaler, config.grad_clip)
             tokens += window_tokens
             steps += 1
             if steps == config.max_steps:

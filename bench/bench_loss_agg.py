@@ -53,7 +53,7 @@ from gaccum_core.train.evaluation import SAMPLE_PROMPT, SAMPLE_TOKENS, eval_indi
 from gaccum_core.train.precision import DTYPES  # noqa: E402
 from bench_lm_vs_textbook import IGNORE, WEIGHT_TOLERANCE, _max_weight_difference, _validate, engine_run  # noqa: E402
 from common import (add_device_flags, chosen_device, clock, headline, print_json, quartile_values,  # noqa: E402
-                    quiet_cpu, say_skipped)
+                    plain_step, quiet_cpu, say_skipped)
 
 MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 PACKINGS = ("off", "on")
@@ -158,12 +158,7 @@ def _window(config: RunConfig, train, micro_batches: tuple[torch.Tensor, ...], m
             losses = F.cross_entropy(logits.float().transpose(1, 2), y, ignore_index=IGNORE, reduction="none")
             loss = (weight.to(device) * losses).sum()
         scaler.scale(loss).backward()
-    if config.grad_clip > 0:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
+    plain_step(model, optimizer, scaler, config.grad_clip)
     return tokens
 
 

@@ -76,6 +76,18 @@ def load_average() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} (1, 5, 15 min) on {os.cpu_count()} CPUs"
 
 
+def plain_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+               grad_clip: float) -> None:
+    """A plain loop's optimizer step after its window's backwards, as the tutorials write it: unscale and clip
+    (when asked), step, update the scale, zero the gradients."""
+    if grad_clip > 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def quartile_values(values: list[float]) -> list[float] | None:
     """[Q1, Q3], or None for fewer than 2 values."""
     if len(values) < 2:

@@ -8,6 +8,7 @@ import json
 from collections import defaultdict
 
 import numpy as np
+import pytest
 
 from gaccum_core.data.records import BUNDLED
 
@@ -37,10 +38,13 @@ def test_groups_of_at_least_four_with_advantages_from_their_rewards():
     assert equal >= 1 and max(lengths) > 4 * min(lengths)  # a group of equal rewards; completions of varied lengths
 
 
-def test_the_bundled_rollouts_are_what_their_script_writes(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("make_pg_data", BUNDLED.parents[2] / "tools" / "make_pg_data.py")
+@pytest.mark.parametrize("task", ["sft", "pg"])
+def test_each_bundled_file_is_what_its_script_writes(tmp_path, monkeypatch, task):
+    """gaccum_core/data/bundled/TASK.jsonl is tools/make_TASK_data.py's output, byte for byte."""
+    name = f"make_{task}_data"
+    spec = importlib.util.spec_from_file_location(name, BUNDLED.parents[2] / "tools" / f"{name}.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    monkeypatch.setattr(script, "OUT", tmp_path / "pg.jsonl")
+    monkeypatch.setattr(script, "OUT", tmp_path / f"{task}.jsonl")
     script.main()
-    assert (tmp_path / "pg.jsonl").read_bytes() == PG.read_bytes()
+    assert (tmp_path / f"{task}.jsonl").read_bytes() == (BUNDLED / f"{task}.jsonl").read_bytes()

@@ -158,19 +158,6 @@ def test_records_from_a_parquet_folder_are_those_of_the_same_jsonl(tmp_path, tok
     assert refused.value.field == "prompt_field" and "'question', 'answer'" in str(refused.value)
 
 
-def test_the_bundled_records_are_what_their_script_writes(tmp_path, monkeypatch):
-    import importlib.util
-
-    from gaccum_core.data.records import BUNDLED
-
-    spec = importlib.util.spec_from_file_location("make_sft_data", BUNDLED.parents[2] / "tools" / "make_sft_data.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    monkeypatch.setattr(script, "OUT", tmp_path / "sft.jsonl")
-    script.main()
-    assert (tmp_path / "sft.jsonl").read_bytes() == (BUNDLED / "sft.jsonl").read_bytes()
-
-
 def test_a_model_tokenizer_ends_each_record_with_eos_after_its_prompt_and_completion():
     from hfmodels import _tokenizer
 
