@@ -49,8 +49,10 @@ class Weighting:
         losses = token_losses(forward, precision, x, y)
         if self.advantages:  # -A · log p(token): A × cross-entropy, A = 0 off the loss tokens
             losses = losses * train.token_advantages(indices).to(losses.device)
-        share = LossTokens(record_tokens.loss_sequences(train, indices, y.shape[1]).to(losses.device))
-        return (share_weights(self.described[index], self.weights[index], share) * losses).sum()
+        # Read on the host, where the window was described (no device sync per micro-batch), then copied over.
+        share = LossTokens(record_tokens.loss_sequences(train, indices, y.shape[1]))
+        weights = share_weights(self.described[index], self.weights[index], share)
+        return (weights.to(losses.device, non_blocking=True) * losses).sum()
 
 
 def uses_weights(config: RunConfig) -> bool:
