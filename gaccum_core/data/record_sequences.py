@@ -19,6 +19,8 @@ import torch
 
 from gaccum_core.data.sequences import IGNORE, _indices, _rows_to_batch
 
+NO_LOSS = -1  # loss_owners where a target is no loss token (a prompt's, a record's first token's, padding's)
+
 
 class _Records:
     """Records d = ids[starts[d]:ends[d]] with prompts[d] prompt ids, each kept to max_seq_len + 1 tokens; pg's
@@ -34,37 +36,71 @@ class _Records:
         self.prompts = np.minimum(np.asarray(prompts, dtype=np.int64), self.kept)  # p_r, within what is kept
         self.losses = np.maximum(self.kept - np.maximum(self.prompts, 1), 0)  # loss tokens of each record
 
-    def _row(self, records: range) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The row's tokens (its records one after another), whether each is a loss token's target, and the
-        advantage of the record each belongs to."""
+    def _tokens(self, records: range) -> np.ndarray:
+        """The row's tokens: its records one after another."""
         tokens = [np.asarray(self.ids[self.starts[r]:self.starts[r] + self.kept[r]]) for r in records]
-        counted = np.zeros(int(sum(self.kept[r] for r in records)), dtype=bool)
-        kept = self.kept[records.start:records.stop]
-        advantage = (np.zeros(int(kept.sum())) if self.advantages is None
-                     else np.repeat(np.asarray(self.advantages[records.start:records.stop], np.float64), kept))
-        offset = 0
-        for r in records:
-            counted[offset + max(int(self.prompts[r]), 1):offset + int(self.kept[r])] = True
-            offset += int(self.kept[r])
-        return np.concatenate(tokens) if tokens else np.zeros(0, np.int64), counted, advantage
+        return np.concatenate(tokens) if tokens else np.zeros(0, np.int64)
+
+    def _owners(self, rows: list[range], width: int) -> torch.Tensor:
+        """(N, width) long: at each target that is a loss token the index of its record, NO_LOSS elsewhere. The one
+        rule: record r's targets from max(p_r, 1) - 1 to L_r - 1 at its offset in the row predict its completion."""
+        owners = torch.full((len(rows), width), NO_LOSS, dtype=torch.long)
+        for n, records in enumerate(rows):
+            offset = 0
+            for r in records:
+                kept, first = int(self.kept[r]), max(int(self.prompts[r]), 1)
+                if kept > first:
+                    owners[n, offset + first - 1:offset + kept - 1] = r
+                offset += kept
+        return owners
 
     def _batch(self, rows: list[range]) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs (N, T) padded with pad and targets (N, T): IGNORE but where a loss token is predicted."""
-        made = [self._row(records) for records in rows]
-        inputs, targets = _rows_to_batch([tokens for tokens, _, _ in made], self.pad)
-        for n, (_, counted, _) in enumerate(made):
-            keep = torch.from_numpy(counted[1:])
-            targets[n, :len(keep)][~keep] = IGNORE
+        inputs, targets = _rows_to_batch([self._tokens(records) for records in rows], self.pad)
+        targets[self._owners(rows, targets.shape[1]) == NO_LOSS] = IGNORE
         return inputs, targets
 
-    def _advantages(self, rows: list[range]) -> torch.Tensor:
-        """(N, T) float32 beside _batch's targets: each loss token's record's advantage, 0 elsewhere (pg)."""
-        made = [self._row(records) for records in rows]
-        width = max((len(tokens) for tokens, _, _ in made), default=2) - 1
-        found = torch.zeros((len(made), width), dtype=torch.float32)
-        for n, (_, counted, advantage) in enumerate(made):
-            found[n, :len(counted) - 1] = torch.from_numpy(np.where(counted[1:], advantage[1:], 0.0))
-        return found
+    def _rows_at(self, indices: torch.Tensor | np.ndarray | list[int]) -> list[range]:
+        raise NotImplementedError  # the records each sample at these indices holds
+
+    def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs (N, T) and targets (N, T), IGNORE on prompts, records' first tokens and padding; T = the longest
+        sample's tokens - 1."""
+        return self._batch(self._rows_at(indices))
+
+    def spans(self, indices: torch.Tensor) -> list[np.ndarray]:
+        """Each sample's records as (start, end, prompt length) in its row: one (records, 3) array per sample."""
+        return [self._spans(records) for records in self._rows_at(indices)]
+
+    def loss_owners(self, indices: torch.Tensor, width: int | None = None) -> torch.Tensor:
+        """(N, T) beside batch(indices)'s targets (T: theirs unless given): each loss token's record index,
+        NO_LOSS elsewhere (which record each loss token belongs to: what the aggregation modes weigh by)."""
+        rows = self._rows_at(indices)
+        if width is None:
+            width = max((int(self.kept[records.start:records.stop].sum()) for records in rows), default=2) - 1
+        return self._owners(rows, width)
+
+    def describe(self, indices: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """The records of the samples at these indices (in batch order) and each one's loss tokens: a micro-batch
+        described from the per-record counts alone (no batch built)."""
+        rows = self._rows_at(indices)
+        ids = np.concatenate([np.arange(r.start, r.stop, dtype=np.int64) for r in rows]) if rows else \
+            np.zeros(0, np.int64)
+        return ids, self.losses[ids]
+
+    def token_advantages(self, indices: torch.Tensor, width: int | None = None) -> torch.Tensor:
+        """(N, width) float32 beside batch(indices)'s targets: each loss token's record's advantage, 0 elsewhere
+        (pg; 0 everywhere for sft's records)."""
+        owners = self.loss_owners(indices, width)
+        if self.advantages is None:
+            return torch.zeros(owners.shape, dtype=torch.float32)
+        per_record = torch.from_numpy(np.asarray(self.advantages, np.float32))
+        return torch.where(owners != NO_LOSS, per_record[owners.clamp(min=0)], 0.0)
+
+    @property
+    def longest_completion(self) -> int:
+        """The most loss tokens a record keeps after truncation (seq-mean-token-sum-norm's default C)."""
+        return int(self.losses.max()) if len(self.losses) else 0
 
     def _spans(self, records: range) -> np.ndarray:
         """(start, end, prompt length) of each record in its row: int64 (records, 3)."""
@@ -99,17 +135,9 @@ class PaddedRecords(_Records):
         """Loss tokens of every sequence (int64, one per sequence)."""
         return torch.from_numpy(self.losses.copy())
 
-    def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs (N, T) and targets (N, T), IGNORE on the prompt and padding; T = the longest record kept - 1."""
-        return self._batch([range(r, r + 1) for r in self._records(indices).tolist()])
-
-    def spans(self, indices: torch.Tensor) -> list[np.ndarray]:
-        """Each sequence's record as (start, end, prompt length) in its row: one (1, 3) array per sequence."""
-        return [self._spans(range(r, r + 1)) for r in self._records(indices).tolist()]
-
-    def token_advantages(self, indices: torch.Tensor) -> torch.Tensor:
-        """(N, T) beside batch()'s targets: each loss token's record's advantage, 0 elsewhere (pg)."""
-        return self._advantages([range(r, r + 1) for r in self._records(indices).tolist()])
+    def _rows_at(self, indices: torch.Tensor | np.ndarray | list[int]) -> list[range]:
+        """The record of each sequence at these indices."""
+        return [range(r, r + 1) for r in self._records(indices).tolist()]
 
     @property
     def sequence_groups(self) -> np.ndarray:
@@ -137,7 +165,7 @@ class PackedRecords(_Records):
     def __len__(self) -> int:
         return self.count
 
-    def _rows(self, indices: torch.Tensor | np.ndarray | list[int]) -> list[range]:
+    def _rows_at(self, indices: torch.Tensor | np.ndarray | list[int]) -> list[range]:
         found = _indices(indices)
         if len(found) and (found.min() < 0 or found.max() >= self.count):
             raise IndexError(f"sequence index out of range (0 to {self.count - 1})")
@@ -145,24 +173,13 @@ class PackedRecords(_Records):
 
     def target_tokens(self, indices: torch.Tensor) -> int:
         """Loss tokens (completion targets) the rows at these indices hold."""
-        return int(self.row_losses[_indices(indices)].sum()) if len(self._rows(indices)) else 0
+        return int(self.row_losses[_indices(indices)].sum()) if len(self._rows_at(indices)) else 0
 
     @property
     def targets(self) -> torch.Tensor:
         """Loss tokens of every row (int64, one per row)."""
         return torch.from_numpy(self.row_losses.astype(np.int64))
 
-    def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs (N, T) and targets (N, T), IGNORE on prompts, records' first tokens and padding."""
-        return self._batch(self._rows(indices))
-
-    def spans(self, indices: torch.Tensor) -> list[np.ndarray]:
-        """Each row's records as (start, end, prompt length) in the row: one (records, 3) array per row."""
-        return [self._spans(records) for records in self._rows(indices)]
-
-    def token_advantages(self, indices: torch.Tensor) -> torch.Tensor:
-        """(N, T) beside batch()'s targets: each loss token's record's advantage, 0 elsewhere (pg)."""
-        return self._advantages(self._rows(indices))
 
     @property
     def sequence_groups(self) -> np.ndarray:

@@ -28,10 +28,10 @@ from typing import Mapping
 
 import torch
 
+from gaccum_core.data.record_sequences import NO_LOSS  # LossTokens.seq where a target has no loss
 from gaccum_core.data.sequences import IGNORE
 from gaccum_core.values import LOSS_AGGS, REDUCTIONS
 
-NO_LOSS = -1  # LossTokens.seq where a target has no loss (prompt, padding, IGNORE)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ import torch
 
 from gaccum_core import faults
 from gaccum_core.config import RECORD_DATASETS, ConfigError, RunConfig
-from gaccum_core.data import record_tokens
 from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.seeding import RunRng
@@ -82,7 +81,7 @@ class Engine:
         self.data = load_data(config)
         self.num_train = len(self.data.train)
         # seq-mean-token-sum-norm's C: the run's, or the longest completion of its training split (fixed for the run)
-        self.norm_c = config.loss_agg_norm or (record_tokens.longest_completion(self.data.train)
+        self.norm_c = config.loss_agg_norm or (self.data.train.longest_completion
                                                if config.dataset in RECORD_DATASETS else 0)
         check_micro_batch(config, self.num_train)
         self.model = build_seeded_model(config, self.data.input_shape, self.data.num_classes,

@@ -21,8 +21,7 @@ import numpy as np
 import torch
 
 from gaccum_core.config import RunConfig
-from gaccum_core.data import record_tokens
-from gaccum_core.data.record_sequences import grouped_order
+from gaccum_core.data.record_sequences import NO_LOSS, grouped_order
 from gaccum_core.train.accumulation import MicroBatch, Window, epoch_order, micro_batch_divisors
 from gaccum_core.train.aggregation import LossTokens, share_weights, token_weights
 from gaccum_core.train.loss import token_losses
@@ -47,11 +46,11 @@ class Weighting:
         """Micro-batch `index`'s loss for its backward: Σ w·l over this rank's rows (train's records at indices)."""
         assert self.weights is not None and self.described is not None
         losses = token_losses(forward, precision, x, y)
-        if self.advantages:  # -A · log p(token): A × cross-entropy, A = 0 off the loss tokens
-            losses = losses * train.token_advantages(indices).to(losses.device)
         # Read on the host, where the window was described (no device sync per micro-batch), then copied over.
-        share = LossTokens(record_tokens.loss_sequences(train, indices, y.shape[1]))
-        weights = share_weights(self.described[index], self.weights[index], share)
+        owners = train.loss_owners(indices, y.shape[1])
+        weights = share_weights(self.described[index], self.weights[index], LossTokens(owners))
+        if self.advantages:  # -A · log p(token): A × cross-entropy, A = 0 off the loss tokens
+            weights = weights * train.token_advantages(indices, y.shape[1])
         return (weights.to(losses.device, non_blocking=True) * losses).sum()
 
 
@@ -79,12 +78,12 @@ def window_weighting(config: RunConfig, train: Any, window: Window, order: torch
     described = []
     grouped = config.loss_agg == "group-mean-token-mean"
     for micro in window.micro_batches:
-        ids, counts = record_tokens.describe(train, order[micro.start:micro.stop])
+        ids, counts = train.describe(order[micro.start:micro.stop])
         groups = dict(zip(ids.tolist(), np.asarray(train.groups)[ids].tolist())) if grouped else None
         described.append(LossTokens.counted(ids, counts, groups))
     weights = token_weights(config.loss_agg, config.reduction, described, config.accum_steps, world_size,
                             float(norm_c))
-    count = sum(int((tokens.seq != record_tokens.NO_LOSS).sum()) for tokens in described)
+    count = sum(int((tokens.seq != NO_LOSS).sum()) for tokens in described)
     # Each rank's Σ w·l is world_size times its part of the window's loss (DDP averages): their sum, over world_size.
     return Weighting(count, 1.0, float(world_size), described, weights, config.dataset == "pg")
 
