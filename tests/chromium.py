@@ -181,3 +181,18 @@ def take(page, act: Callable[[], None], taken, tries: int = 4, wait_ms: float = 
                 taken(wait_ms)
                 return
     taken(1)
+
+
+def choose(page, label: str, option: str, wait_ms: float = 90_000) -> None:
+    """Pick `option` in the selectbox labelled `label`, picked again (take) if a redraw lost the pick: the select
+    then holds the option."""
+    from playwright.sync_api import expect
+
+    box = page.get_by_role("combobox", name=label)
+    expect(box).to_be_visible(timeout=wait_ms)
+
+    def pick() -> None:
+        box.click()
+        page.get_by_role("option", name=option, exact=True).click()
+
+    take(page, pick, lambda ms: expect(box).to_have_value(option, timeout=ms), wait_ms=wait_ms)

@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from chromium import (LOSS_POINTS_JS, PACED_RUNS, browser_window, dashboard_browser, new_run_dir,
+from chromium import (LOSS_POINTS_JS, PACED_RUNS, browser_window, choose, dashboard_browser, new_run_dir,
                       start_a_long_mlp_run, take)
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.browser]
@@ -154,13 +154,6 @@ def test_a_run_started_in_one_tab_is_followed_live_in_another_and_its_charts_kee
 
 
 # --- a language run ----------------------------------------------------------------------------------
-
-
-def choose(page: Page, label: str, option: str) -> None:
-    box = page.get_by_role("combobox", name=label)
-    expect(box).to_be_visible(timeout=WAIT_MS)
-    box.click()
-    page.get_by_role("option", name=option, exact=True).click()
 
 
 def type_number(page: Page, label: str, value: int) -> None:

@@ -25,7 +25,7 @@ from typing import Iterator
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
-from chromium import browser_window, dashboard_browser, new_run_dir, take
+from chromium import browser_window, choose, dashboard_browser, new_run_dir, take
 from gaccum_core.config import RunConfig
 from gaccum_core.execution.runner import Runner
 from hfmodels import saved_model
@@ -205,13 +205,6 @@ def fill(page: Page, label: str, value: str) -> None:
     box.fill(value)
     box.press("Enter")
     expect(box).to_have_value(value, timeout=WAIT_MS)
-
-
-def choose(page: Page, label: str, option: str) -> None:
-    box = page.get_by_role("combobox", name=label)
-    expect(box).to_be_visible(timeout=WAIT_MS)
-    box.click()
-    page.get_by_role("option", name=option, exact=True).click()
 
 
 @pytest.mark.timeout(300)
