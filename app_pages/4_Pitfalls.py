@@ -6,6 +6,7 @@ from gaccum_core.views.lab import (checkpointing_csv, checkpointing_metrics, che
                                    checkpointing_table, checkpointing_table_formats, fsdp_csv, fsdp_measures,
                                    packing_measures, pitfall_csv, pitfall_figure, pitfall_table,
                                    pitfall_table_formats)
+from gaccum_core.lab.mistakes import mistake
 from gaccum_core.lab.pitfalls.catalog import CHECKPOINTING_PITFALLS, FSDP_PITFALLS, PITFALLS, pitfall, setup_words
 from gaccum_core.lab.pitfalls.cuda_graphs import (KEY as CUDA_GRAPHS, case_words as cuda_graphs_words,
                                                  run_cuda_graphs_case)
@@ -46,6 +47,8 @@ def show_case(number: int, key: str, result, steps: int, measures: list[tuple[st
     text, chart = st.columns([2, 3])
     text.write(case.explanation)
     text.markdown(f"**Fix:** {case.fix}")
+    if case.mistake:
+        text.caption(f"The mistake, as `verify` names it: {mistake(case.mistake).name}.")
     if result is not None:
         text.metric("Weight distance after the last step", f"{result.final_distance_pitfall:.2e}",
                     delta=f"correct loop: {result.final_distance_correct:.1e}", delta_color="off")

@@ -21,6 +21,7 @@ class Pitfall:
     explanation: str  # two lines: what goes wrong, and why
     fix: str
     default: dict[str, Any]  # RunConfig fields over BASE_CONFIG (+ train_samples, except #6)
+    mistake: str = ""  # the gradient's mistake, a key of lab.mistakes.MISTAKES ('' where it is not one of them)
 
 
 PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
@@ -35,7 +36,7 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
     Pitfall("mean_without_dividing_by_k", "Mean loss not divided by k",
             "The gradient is k x the big batch's: in effect a k x larger lr; clipping bites at a k x smaller norm.\n"
             "Each micro-batch mean already averages b samples; k of them added up without / k are k x the mean.",
-            "loss = criterion(logits, y) / k", {"lr": 0.005}),
+            "loss = criterion(logits, y) / k", {"lr": 0.005}, "not_divided_by_k"),
     Pitfall("lr_divided_by_k", "lr / k instead of loss / k",
             "Here with Adam: each step comes out ~k x too small, as Adam divides by the gradient's scale, leaving lr / k.\n"
             "With SGD and no weight decay (momentum too: it is linear) lr/k * k*g = lr*g exactly: why it looks safe.",
@@ -43,17 +44,19 @@ PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
     Pitfall("partial_window_divided_by_k", "Partial last window divided by k",
             "An epoch's last window has under k micro-batches, each still divided by k: here 2 of 4, half a step.\n"
             "loss / k is the window mean only for full windows (here digits' first 304 samples: 9 x 32, then 16).",
-            "loss = criterion(logits, y, reduction='sum') / samples_in_window", {"train_samples": 304}),
+            "loss = criterion(logits, y, reduction='sum') / samples_in_window", {"train_samples": 304},
+            "partial_window_over_full_k"),
     Pitfall("mean_of_means_sequences", "Mean of per-micro-batch means on sequences",
             "Each micro-batch's token mean counts 1/k, so the tokens of a short micro-batch outweigh a long one's.\n"
             "The big batch averages over the window's tokens; here gpt on pydoc, whose documents end in short chunks.",
             "loss = token_loss_sum / tokens_in_window  # the engine's reduction='mean'",
-            {"model": "gpt", "dataset": "pydoc", "max_seq_len": 256, "micro_batch_size": 1}),
+            {"model": "gpt", "dataset": "pydoc", "max_seq_len": 256, "micro_batch_size": 1},
+            "micro_batches_weighted_equally"),
     Pitfall("batchnorm_small_micro_batches", "BatchNorm with small micro-batches",
             "BatchNorm normalises each micro-batch by its own statistics: k batches of 2 are not one batch of 2k.\n"
             "No loss weighting fixes that; GroupNorm (cnn_gn, the correct column) normalises each sample alone.",
             "use GroupNorm or LayerNorm, or micro-batches big enough for stable statistics",
-            {"model": "cnn_bn", "micro_batch_size": 2, "accum_steps": 8}),
+            {"model": "cnn_bn", "micro_batch_size": 2, "accum_steps": 8}, "split_dependent"),
     Pitfall("scheduler_per_micro_batch", "LR scheduler stepped per micro-batch",
             "The schedule runs k x too fast: a 20-step warmup is over after 20 / k optimizer steps.\n"
             "LambdaLR counts scheduler.step() calls: k per optimizer step in the micro-batch loop (PyTorch warns).",
