@@ -109,3 +109,31 @@ def test_each_fsdp_case_says_it_runs_on_two_gloo_processes():
         assert len(case.explanation.splitlines()) == 2 and "\n" not in case.fix
     assert "reshard_after_backward off" in setup_words(RESHARD_OFF)
     assert "reshard_after_backward off" not in setup_words(AVERAGED)
+
+
+@pytest.mark.multiprocess
+def test_the_pitfall_page_shows_the_job_s_figures_and_exports_them(gallery, runs_dir, downloads, monkeypatch):
+    """The page's FSDP section on this module's job (the page's own call returns it: one job for the file)."""
+    from pathlib import Path
+
+    import pandas as pd
+    from streamlit.testing.v1 import AppTest
+
+    from gaccum_core.lab.pitfalls.catalog import PITFALLS
+
+    monkeypatch.setattr(fsdp_job, "run_fsdp_pitfalls", lambda steps: gallery)
+    page = Path(__file__).resolve().parents[2] / "app_pages/4_Pitfalls.py"
+    at = AppTest.from_file(str(page), default_timeout=120).run()
+    assert any(h.value == "FSDP (2 processes)" for h in at.header)
+    first = len(PITFALLS) + 1
+    titles = [s.value for s in at.subheader]
+    assert titles[first - 1:first + 2] == [f"{first + i}. {case.title}" for i, case in enumerate(FSDP_PITFALLS.values())]
+    at.button(key="pitfalls_fsdp_run").click().run()
+    assert not at.exception and not at.error
+    assert [c.key for c in at.get("plotly_chart")] == [f"pitfall_{key}" for key in FSDP_PITFALLS]
+    shown = " ".join(m.value for m in at.markdown)
+    assert "Cannot use ReduceOp.PREMUL_SUM with Gloo" in shown and "None on every one" in shown
+    frame = pd.read_csv(pd.io.common.BytesIO(downloads["gaccum-pitfalls-fsdp.csv"]))
+    assert list(frame["pitfall"].unique()) == list(FSDP_PITFALLS)
+    assert (frame.groupby("pitfall")["distance_correct"].max() < 1e-5).all()
+    assert (frame.groupby("pitfall")["distance_pitfall"].max() > 1e-3).all()

@@ -88,23 +88,3 @@ def test_pitfall_page_says_what_each_case_trains(runs_dir):
     for key in PITFALLS:
         assert any(setup_words(key) in c for c in captions), key
     assert any("mlp on digits, b=8, k=4, adam lr 0.001" in c for c in captions)
-
-
-@pytest.mark.multiprocess
-@pytest.mark.timeout(400)
-def test_pitfall_page_runs_the_fsdp_cases_on_two_processes(runs_dir, downloads):
-    from gaccum_core.lab.pitfalls.catalog import FSDP_PITFALLS
-
-    at = AppTest.from_file(str(ROOT / "app_pages/4_Pitfalls.py"), default_timeout=360).run()
-    assert any(h.value == "FSDP (2 processes)" for h in at.header)
-    titles = [s.value for s in at.subheader]
-    assert titles[9:12] == [f"{10 + i}. {case.title}" for i, case in enumerate(FSDP_PITFALLS.values())]
-    at.button(key="pitfalls_fsdp_run").click().run()
-    assert not at.exception and not at.error
-    assert [c.key for c in at.get("plotly_chart")] == [f"pitfall_{key}" for key in FSDP_PITFALLS]
-    shown = " ".join(m.value for m in at.markdown)
-    assert "Cannot use ReduceOp.PREMUL_SUM with Gloo" in shown and "None on every one" in shown
-    frame = pd.read_csv(pd.io.common.BytesIO(downloads["gaccum-pitfalls-fsdp.csv"]))
-    assert list(frame["pitfall"].unique()) == list(FSDP_PITFALLS)
-    assert (frame.groupby("pitfall")["distance_correct"].max() < 1e-5).all()
-    assert (frame.groupby("pitfall")["distance_pitfall"].max() > 1e-3).all()
