@@ -20,8 +20,7 @@ from gaccum_core.models.build import build_seeded_model
 from gaccum_core.execution.resume import run_checkpoints
 from gaccum_core.states import RunState
 from gaccum_core.train.distributed import Ranks, share
-from test_sft_oracle import records, sft  # noqa: F401  (its records fixture)
-from test_pg_oracle import pg, rollouts  # noqa: F401  (its rollouts fixture)
+from records_data import pg, records, rollouts, sft  # noqa: F401  (the records and rollouts fixtures)
 from jobs import (ATOL, RTOL, WAIT_S, WORLD, assert_matches_references, assert_none_survive, job_processes,
                   last_windows, max_diff, one_process_references, reference, runner_with_faults, spawned_runs,
                   stop_and_assert_stopped, wait_for_rows)

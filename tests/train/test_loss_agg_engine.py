@@ -13,7 +13,7 @@ from gaccum_core.data.sequences import IGNORE
 from gaccum_core.train import engine
 from gaccum_core.train.accumulation import epoch_order
 from gaccum_core.train.engine import Engine
-from test_sft_oracle import records, sft  # noqa: F401  (the module's records fixture: short, long, prompt-only)
+from records_data import records, sft  # noqa: F401  (the records fixture: short, long, prompt-only)
 from training import trained
 
 SEQUENCE_MODES = ("seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")

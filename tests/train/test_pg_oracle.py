@@ -12,39 +12,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gaccum_core.config import LOSS_AGGS, RunConfig
-from gaccum_core.data.records import BUNDLED
+from gaccum_core.config import LOSS_AGGS
 from gaccum_core.data.sequences import IGNORE
 from gaccum_core.train import engine
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.weighting import sample_order
+from records_data import pg, rollouts  # noqa: F401  (the rollouts fixture)
 from training import trained
-
-SEQ = 128
-GROUPS = 5  # g000 (held out: every tenth group) to g004: 20 training records in groups of 6, 6, 4 and 4, up to
-# 136 bytes with their end (the longest cut by truncation to SEQ + 1); packed, 15 rows
 
 
 @pytest.fixture(autouse=True)
 def no_sample(monkeypatch):
     monkeypatch.setattr(engine, "sample_text", lambda *args: "")  # the last evaluation's greedy sample: seconds
-
-
-@pytest.fixture(scope="module")
-def rollouts(tmp_path_factory) -> str:
-    """The bundled rollouts of the first GROUPS groups (records longer than SEQ + 1 tokens among them)."""
-    lines = [line for line in (BUNDLED / "pg.jsonl").read_text(encoding="utf-8").splitlines()
-             if int(json.loads(line)["group"][1:]) < GROUPS]
-    path = tmp_path_factory.mktemp("pg") / "rollouts.jsonl"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return str(path)
-
-
-def pg(text_file: str, **changes) -> RunConfig:
-    values = dict(model="gpt", dataset="pg", text_file=text_file, max_seq_len=SEQ, device="cpu", optimizer="sgd",
-                  lr=0.1, eval_every=10**9, eval_batches=1, checkpoint_every=0, no_dropout=True, tensorboard="off",
-                  loss_agg="group-mean-token-mean")
-    return RunConfig(**{**values, **changes})
 
 
 def _train_records(text_file: str) -> list[dict]:

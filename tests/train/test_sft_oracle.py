@@ -8,38 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
-from gaccum_core.config import RunConfig
-from gaccum_core.data.records import BUNDLED
 from gaccum_core.train import engine
+from records_data import SFT_SEQ as SEQ, records, sft  # noqa: F401  (the records fixture)
 from training import trained
-
-SEQ = 64
-RECORDS = 22  # 19 for training (every tenth held out)
-
-
-@pytest.fixture(scope="module")
-def records(tmp_path_factory) -> str:
-    """22 of the bundled records: short ones (rows hold several when packed) and, at 5, 12 and 20, ones longer
-    than a row, cut by truncation (one with a prompt longer than a row: no completion token left)."""
-    lines = (BUNDLED / "sft.jsonl").read_text(encoding="utf-8").splitlines()
-    size = [len(json.loads(line)["prompt"] + json.loads(line)["completion"]) for line in lines]
-    short = [line for line, n in zip(lines, size) if n <= 31][:RECORDS - 3]
-    prompt_only = next(line for line in lines if len(json.loads(line)["prompt"]) > SEQ + 1)
-    long = [line for line, n in zip(lines, size) if n > 2 * SEQ and line != prompt_only][:2]
-    for at, line in zip((5, 12, 20), (prompt_only, *long)):
-        short.insert(at, line)
-    path = tmp_path_factory.mktemp("sft") / "records.jsonl"
-    path.write_text("\n".join(short) + "\n", encoding="utf-8")
-    return str(path)
-
-
-def sft(text_file: str, **changes) -> RunConfig:
-    values = dict(model="gpt", dataset="sft", text_file=text_file, max_seq_len=SEQ, device="cpu", optimizer="sgd",
-                  lr=0.5, eval_every=10**9, eval_batches=1, checkpoint_every=0, no_dropout=True, tensorboard="off")
-    return RunConfig(**{**values, **changes})
-
 
 def _completion_targets(text_file: str) -> int:
     """Loss tokens of the training records, from their bytes: the completion and its ending 0, cut to SEQ + 1."""
