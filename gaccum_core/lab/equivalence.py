@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch import nn
 
-from gaccum_core.train.accumulation import epoch_order, micro_batch_divisors, plan_epoch, planned_steps
+from gaccum_core.train.accumulation import micro_batch_divisors, plan_epoch, planned_steps
 from gaccum_core.train.checks import check_micro_batch
 from gaccum_core.config import RunConfig
 from gaccum_core.data.load import load_data
@@ -27,6 +27,7 @@ from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.activation import checkpoint_blocks
 from gaccum_core.train.precision import Precision, true_fp32
 from gaccum_core.train.step import Optimization, accumulate, accumulate_step
+from gaccum_core.train.weighting import sample_order
 from gaccum_core.data.text import IGNORE
 from gaccum_core.lab.verdict import MODULE_COLUMNS, TOLERANCES, find_reasons, module_table, verdict_text
 
@@ -136,8 +137,8 @@ class _Bench:
         checkpoint_blocks(self.model, config)  # as a run checkpoints them (the same gradients, less memory)
 
     def samples(self, epoch: int, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Samples [start, stop) of the epoch's order, on the device."""
-        x, y = self.train.batch(epoch_order(len(self.train), self.config.seed, epoch)[start:stop])
+        """Samples [start, stop) of the epoch's order, the engine's (pg's keeps groups together), on the device."""
+        x, y = self.train.batch(sample_order(self.config, self.train, epoch)[start:stop])
         return x.to(self.device), y.to(self.device)
 
 

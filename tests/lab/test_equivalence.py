@@ -12,6 +12,12 @@ from gaccum_core.config import RunConfig
 from gaccum_core.lab.equivalence import (COLUMNS, SIDE_BY_SIDE_COLUMNS, GradientReport, ReferenceTooLarge,
                                      compare_gradients, largest_fitting_effective_batch, train_side_by_side)
 from gaccum_core.lab.verdict import MODULE_COLUMNS, Reason, find_reasons, module_reason
+from gaccum_core.data import record_sequences
+from gaccum_core.data.load import load_data
+from gaccum_core.train.accumulation import epoch_order
+from gaccum_core.train.engine import Engine
+from gaccum_core.train.metrics import RowKeeper
+from records_data import pg, rollouts  # noqa: F401  (the rollouts fixture)
 
 
 def config(**fields):
@@ -271,3 +277,20 @@ def test_the_check_compares_fp32_on_cuda_with_tf32_off_and_restores_it(monkeypat
     getattr(equivalence, entry)(RunConfig(model="mlp"), *([1] if entry == "train_side_by_side" else []))
     assert seen == [("ieee", False)]
     assert (torch.backends.cudnn.conv.fp32_precision, torch.backends.cudnn.allow_tf32) == before
+
+
+def test_pg_compares_the_engines_first_window_its_groups_kept_together(rollouts, token_cache_dir, monkeypatch):
+    """The check reads the window the engine trains on first: for pg, whole groups in the epoch's order of groups,
+    not the first b·k of a permutation of the records (the samples each reads, spied on where batches are built)."""
+    batched = []
+    real_batch = record_sequences._Records.batch
+    monkeypatch.setattr(record_sequences._Records, "batch",
+                        lambda self, indices: batched.append(list(map(int, indices))) or real_batch(self, indices))
+    pg_config = pg(rollouts, micro_batch_size=2, accum_steps=4)
+    Engine(pg_config).run(RowKeeper(), steps=1, evaluate=False)
+    trained_first = [i for micro in batched for i in micro]
+    batched.clear()
+    compare_gradients(pg_config)
+    assert batched[0] == trained_first and len(trained_first) == 8
+    unordered = epoch_order(len(load_data(pg_config).train), pg_config.seed, 0)[:8].tolist()
+    assert sorted(unordered) != sorted(trained_first)  # the records' plain permutation is another window

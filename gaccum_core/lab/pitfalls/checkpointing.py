@@ -24,9 +24,9 @@ from gaccum_core.data.load import load_data
 from gaccum_core.lab.pitfalls.catalog import BASE_CONFIG, CHECKPOINTING_PITFALLS
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.seeding import seeded
-from gaccum_core.train.accumulation import epoch_order
 from gaccum_core.train.activation import checkpoint_blocks
 from gaccum_core.train.fsdp import blocks
+from gaccum_core.train.weighting import sample_order
 
 REENTRANT, DROPOUT_MASKS = CHECKPOINTING_PITFALLS  # the two keys, in the gallery's order
 DROPOUT = 0.3
@@ -74,7 +74,7 @@ def case_words(key: str) -> str:
 def run_checkpointing_pitfalls() -> dict[str, CheckpointingCase]:
     """Both traps, by CHECKPOINTING_PITFALLS key in its order."""
     data = load_data(BASE_CONFIG)
-    order = epoch_order(len(data.train), BASE_CONFIG.seed, 0)
+    order = sample_order(BASE_CONFIG, data.train, 0)
     x, y = data.train.batch(order[:BASE_CONFIG.effective_batch_size])
     mlp = build_seeded_model(BASE_CONFIG, data.input_shape, data.num_classes)
     return {key: measure(key, _model(key, mlp), x, y) for key in CHECKPOINTING_PITFALLS}

@@ -19,9 +19,10 @@ from gaccum_core.words import first_line
 from gaccum_core.data.load import load_data
 from gaccum_core.lab.pitfalls.catalog import CUDA_PITFALLS, case_config
 from gaccum_core.models.build import build_seeded_model
-from gaccum_core.train.accumulation import epoch_order, plan_epoch
+from gaccum_core.train.accumulation import plan_epoch
 from gaccum_core.train.device import cuda_graphs_refusal, resolve_device
 from gaccum_core.train.errors import CUDA_GRAPHS_OVERWRITTEN
+from gaccum_core.train.weighting import sample_order
 
 (KEY,) = CUDA_PITFALLS
 WINDOWS = 3  # warm-up, recording, replay: cudagraph trees record a graph on its second call
@@ -90,7 +91,7 @@ def _grad_drift(device: torch.device) -> float:
     eager = build_seeded_model(config, data.input_shape, data.num_classes).to(device)
     compiled_copy = copy.deepcopy(eager)
     compiled = torch.compile(compiled_copy, mode=config.compile)
-    order = epoch_order(len(data.train), config.seed, 0)
+    order = sample_order(config, data.train, 0)
     drift = 0.0
     for window in plan_epoch(len(data.train), config.micro_batch_size, config.accum_steps)[:WINDOWS]:
         eager.zero_grad(set_to_none=True)

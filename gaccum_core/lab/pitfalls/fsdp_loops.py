@@ -23,12 +23,13 @@ from gaccum_core.data.sources import ImageSource
 from gaccum_core.lab.pitfalls.result import Snapshot, flat
 from gaccum_core.lab.pitfalls.sequences import SnapshotSink
 from gaccum_core.models.build import build_seeded_model
-from gaccum_core.train.accumulation import epoch_order, plan_epoch, windows_per_epoch
+from gaccum_core.train.accumulation import plan_epoch, windows_per_epoch
 from gaccum_core.train.distributed import Ranks, share
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.fsdp import Sharded, blocks
 from gaccum_core.train.loss import summed_cross_entropy
 from gaccum_core.train.step import Optimization
+from gaccum_core.train.weighting import sample_order
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 CPU = torch.device("cpu")
@@ -51,7 +52,7 @@ class RankKit:
         """(the window's samples over all ranks, this rank's micro-batches), in the engine's order, forever."""
         b, n = self.config.micro_batch_size, self.ranks.world_size
         for epoch in itertools.count():
-            order = epoch_order(len(self._train), self.config.seed, epoch)
+            order = sample_order(self.config, self._train, epoch)
             for window in plan_epoch(len(self._train), b * n, self.config.accum_steps):
                 mine = [share(micro, self.ranks, b) for micro in window.micro_batches]
                 yield window.samples, [self._train.batch(order[start:stop]) for start, stop in mine]
