@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 
 from gaccum_core import faults
-from gaccum_core.config import RunConfig
+from gaccum_core.config import RunConfig, applies
 from gaccum_core.data.text import tokenise_corpus
 from gaccum_core.data.tokenising import BuildProgress, TokenisingStopped
 from gaccum_core.execution.resume import checkpoints_in, resume_engine
@@ -197,7 +197,9 @@ def _begin_segment(store: RunStore, run_id: str, engine: Engine) -> None:
     # Where the initial weights came from (an hf: model's file, your weights_file with its sha256, or the seed): said
     # once, at the start; a resumed run's come from its checkpoint, and this stays.
     origin = {} if "weights" in status else {"weights": getattr(engine.model, "origin", "initialised with the run's seed")}
-    store.update_status(run_id, total_steps=engine.total_steps, segments=segments, **origin)
+    # seq-mean-token-sum-norm's C as the run uses it (loss_agg_norm 0: the longest completion, computed at its start)
+    norm = {"loss_agg_norm": engine.norm_c} if applies(engine.config, "loss_agg_norm") else {}
+    store.update_status(run_id, total_steps=engine.total_steps, segments=segments, **origin, **norm)
 
 
 def _end_segment(store: RunStore, run_id: str, state: RunState, step: int) -> None:

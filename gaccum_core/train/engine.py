@@ -128,13 +128,15 @@ class Engine:
                                 self.device)
         if self.ranks.distributed:
             state["rngs"] = gather_objects(state["rng"])
-        return {**state, **shards, "data": self.data.identity}
+        # C of seq-mean-token-sum-norm, as this run computed it: a resume reads it back, never computes it again
+        return {**state, **shards, "data": self.data.identity, "loss_agg_norm": self.norm_c}
 
     def resume_from(self, state: dict) -> None:
         """Continue from a checkpoint: weights, optimizer, schedule, scaler, RNGs, position, in-flight gradients.
         Each rank checks it first, against its own model (CheckpointError naming what would not fit)."""
         shapes = None if self.sharded else {k: v.shape for k, v in self.model.state_dict().items()}
         check_resumable(state, self.config, self.sharded, shapes, self.data.identity)
+        self.norm_c = state.get("loss_agg_norm", self.norm_c)  # the C trained with (a checkpoint before it: computed)
         if "rngs" in state:  # each rank of a multi-process run takes its own generators back
             if len(state["rngs"]) != self.ranks.world_size:
                 raise CheckpointError(f"checkpoint.pt holds the random generators of {len(state['rngs'])} ranks, "
