@@ -22,7 +22,7 @@ from gaccum_core.train.checkpoint import CheckpointError
 from gaccum_core.runs.files import run_error_words
 from gaccum_core.runs.integrity import DamagedRun
 from gaccum_core.execution.resume import RESUMABLE, resume_refusal
-from gaccum_core.runs.run_data import started_from
+from gaccum_core.runs.run_data import constant_used, constant_words, started_from
 from gaccum_core.execution.runner import RunBusyError
 from gaccum_core.runs.store import StoreError
 from dashboard.run_picks import (OFFERED, last_stopped, offered_runs, run_choice_labels, runs_on_disk,
@@ -213,6 +213,8 @@ def live() -> None:
             progress(snapshot)  # with how it ended, and why
         if snapshot.run_id == latest_id and (weights := started_from(runner.store, latest_id)):
             st.caption(plain(f"Initial weights: {weights}"))
+        if snapshot.run_id == latest_id and (used := constant_used(runner.store, latest_id)) is not None:
+            st.caption(f"seq-mean-token-sum-norm divides by {constant_words(snapshot.config, used)}.")
     if not snapshots:
         st.info("No run yet: set up a run on the left and press Start.")
         live_chart.preload(st.container())  # plotly.js loads (~1 s) while the user sets up, not after Start

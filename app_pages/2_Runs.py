@@ -138,7 +138,7 @@ if readable:
     configs = {r: runs_data[r].config for r in readable}
     known = {r: runs_data[r].known for r in readable}  # an imported run's settings: only those its hparams named
     settings, differing = settings_table(configs, {r: runs_data[r].weights for r in readable},  # and where each began
-                                         known)
+                                         known, {r: runs_data[r].norm_c for r in readable})  # and its C
     st.subheader("Settings")
     st.caption(f"Highlighted: the {len(differing)} settings in which the selected runs differ."
                if len(readable) > 1 and differing else "Every setting of the selected runs.")

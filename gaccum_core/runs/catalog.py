@@ -15,6 +15,7 @@ from gaccum_core.runs.claim import owner
 from gaccum_core.runs.index import Progress, Row, RunIndex, code_digest
 from gaccum_core.runs.integrity import DamagedRun, read_run
 from gaccum_core.runs.labels import run_label, run_labels
+from gaccum_core.runs.run_data import constant_words
 from gaccum_core.runs.store import RunStore, StoreError
 from gaccum_core.runs.store import known_settings
 from gaccum_core.states import FINAL_STATES, RunState
@@ -25,11 +26,17 @@ _DEFAULT = RunConfig()
 
 
 def settings_table(configs: dict[str, RunConfig], started: Mapping[str, str] | None = None,
-                   known: Mapping[str, Collection[str] | None] | None = None) -> tuple[pd.DataFrame, list[str]]:
+                   known: Mapping[str, Collection[str] | None] | None = None,
+                   constants: Mapping[str, int | None] | None = None) -> tuple[pd.DataFrame, list[str]]:
     """Every setting (rows) of each run (columns), then the weights each started from (RunData.weights) when given,
     and the settings in which the runs differ. known: an imported run's settings its hparams named (RunData.known),
-    its other cells empty and differing from none."""
-    table = pd.DataFrame({run_id: dataclasses.asdict(c) for run_id, c in configs.items()})
+    its other cells empty and differing from none. constants: the C each run recorded (RunData.norm_c), said
+    beside its loss_agg_norm."""
+    table = pd.DataFrame({run_id: dataclasses.asdict(c) for run_id, c in configs.items()}).astype(object)
+    for run_id, used in (constants or {}).items():
+        if used is not None and run_id in table.columns:
+            config = configs[run_id]
+            table.loc["loss_agg_norm", run_id] = f"{config.loss_agg_norm} ({constant_words(config, used)})"
     if started is not None:
         table.loc["weights"] = [started.get(run_id, "") for run_id in table.columns]
     for run_id, sure in (known or {}).items():

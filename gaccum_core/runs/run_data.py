@@ -26,6 +26,7 @@ class RunData:
     evals_csv: bytes
     weights: str = ""  # status.json's: a weights file with its sha256, an hf: model's file, or the seed's draw
     known: frozenset[str] | None = None  # an imported run's settings its hparams named (known_settings)
+    norm_c: int | None = None  # seq-mean-token-sum-norm's C as the run recorded it (constant_used)
 
 
 def read_runs(store: RunStore, run_ids: Iterable[str]) -> tuple[dict[str, RunData], list[str]]:
@@ -36,7 +37,7 @@ def read_runs(store: RunStore, run_ids: Iterable[str]) -> tuple[dict[str, RunDat
         try:
             found[run_id] = RunData(store.read_config(run_id), store.read_metrics(run_id), store.read_evals(run_id),
                                     store.metrics_csv(run_id), store.evals_csv(run_id), started_from(store, run_id),
-                                    _known(store, run_id))
+                                    _known(store, run_id), constant_used(store, run_id))
         except FileNotFoundError:
             removed.append(run_id)
     return found, removed
@@ -49,6 +50,22 @@ def started_from(store: RunStore, run_id: str) -> str:
         return str(store.read_status(run_id).get("weights", ""))
     except (StoreError, OSError, ValueError):  # deleted or damaged meanwhile: the Runs page says so
         return ""
+
+
+def constant_used(store: RunStore, run_id: str) -> int | None:
+    """seq-mean-token-sum-norm's C as the run recorded it in status.json when it started (loss_agg_norm 0: the
+    longest completion, computed then); None for another mode, before it started, or a status unreadable meanwhile."""
+    try:
+        used = store.read_status(run_id).get("loss_agg_norm")
+    except (StoreError, OSError, ValueError):
+        return None
+    return used if isinstance(used, int) and not isinstance(used, bool) else None
+
+
+def constant_words(config: RunConfig, used: int) -> str:
+    """The C a run used, in the pages' words: 'C = 34, the longest completion in the training split' for
+    loss_agg_norm 0, else 'C = 64'."""
+    return f"C = {used}" + (", the longest completion in the training split" if config.loss_agg_norm == 0 else "")
 
 
 def _known(store: RunStore, run_id: str) -> frozenset[str] | None:

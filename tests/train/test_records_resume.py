@@ -1,6 +1,7 @@
 """sft and pg stopped mid-window and resumed equal the uninterrupted run bit for bit (issue 43), in this process on a
 tiny gpt. seq-mean-token-sum-norm's C (loss_agg_norm 0: the longest completion after truncation) is recorded in the
-checkpoint and in the run's status.json, and a resume reads it back instead of computing it again."""
+checkpoint and in the run's status.json (the Runs page's settings table says it), and a resume reads it back instead
+of computing it again."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from gaccum_core.config import RunConfig
 from gaccum_core.data.record_sequences import PaddedRecords
 from gaccum_core.data.sequences import IGNORE
 from gaccum_core.execution.runner import Runner
+from gaccum_core.runs.catalog import settings_table
+from gaccum_core.runs.run_data import read_runs
 from gaccum_core.states import RunState
 from gaccum_core.train import engine
 from gaccum_core.train.engine import Engine
@@ -88,7 +91,11 @@ def test_a_runs_status_records_the_constant_c_it_used(configs, tmp_path):
     runner = Runner(tmp_path, executor="thread")
     run_id = runner.submit(config)
     assert runner.wait(run_id, timeout=120).state == RunState.FINISHED
-    assert runner.store.read_status(run_id)["loss_agg_norm"] == _longest_completion(config)
+    longest = _longest_completion(config)
+    assert runner.store.read_status(run_id)["loss_agg_norm"] == longest
+    found, _ = read_runs(runner.store, [run_id])  # what the Runs page reads, and its settings table says
+    table, _ = settings_table({run_id: config}, constants={run_id: found[run_id].norm_c})
+    assert table.loc["loss_agg_norm", run_id] == f"0 (C = {longest}, the longest completion in the training split)"
     token_mean = runner.submit(config.replace(loss_agg="token-mean"))  # a mode without C records none
     assert runner.wait(token_mean, timeout=120).state == RunState.FINISHED
     assert "loss_agg_norm" not in runner.store.read_status(token_mean)
