@@ -1,7 +1,7 @@
 """The package's architecture, checked: imports point one way, no circle, no import hidden in a function.
 
 Layers, lowest first: the shared vocabulary (gaccum_core's own modules: config, states, ...) ← models,
-data ← train ← runs, plan, lab ← tensorboard ← execution ← sweeps ← views ← cli. A module may import its own package and the layers
+data ← train ← runs, plan, lab ← tensorboard, verify ← execution ← sweeps ← views ← cli. A module may import its own package and the layers
 below; siblings of one layer (runs, plan, lab) do not import each other. A package's __init__ is its
 docstring alone: a name is imported from the module that defines it, and a private name stays in its package.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "gaccum_core"
-LAYERS = {"": 0, "models": 1, "data": 1, "train": 2, "runs": 3, "plan": 3, "lab": 3, "tensorboard": 4,
+LAYERS = {"": 0, "models": 1, "data": 1, "train": 2, "runs": 3, "plan": 3, "lab": 3, "tensorboard": 4, "verify": 4,
           "execution": 5, "sweeps": 6, "views": 7, "cli": 8}
 ENTRY_POINTS = {"gaccum_core.__main__"}  # `python -m gaccum_core` runs the CLI: it sits above every layer
 
@@ -247,7 +247,7 @@ PICTURE_ROWS = (  # top to bottom: (layers, what they are)
     (("views",), "figures and tables, pure"),
     (("sweeps",), "grids of runs, their summaries"),
     (("execution",), "running runs: runner, workers, resume"),
-    (("tensorboard",), "event files written and imported"),
+    (("tensorboard", "verify"), "siblings: event files; the check of your own loop"),
     (("runs", "plan", "lab"), "siblings: none imports another"),
     (("train",), "accumulation → step → engine, checkpoint"),
     (("models", "data"), "what is trained, on what"),
