@@ -39,7 +39,8 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
                     "the textbook weighting, reduced precision). fp32 on a GPU is IEEE fp32 (TF32 off), as a run "
                     "computes it. Exit status: 0 equal up to float rounding, "
                     "1 differs (or the big batch does not fit in memory), 2 bad input or a corpus not tokenised yet. "
-                    "Writes nothing (a corpus is tokenised into the token cache by `plan` or `run`).")
+                    "Writes nothing (a corpus is tokenised into the token cache by `plan` or `run`). "
+                    "Your own training loop, rather than gaccum's engine: `verify FILE.py`.")
     add_config_flags(parser)
     parser.set_defaults(handler=check_command)
     return parser

@@ -8,12 +8,12 @@ import sys
 from typing import Mapping, Sequence
 
 from gaccum_core import runsdir
-from gaccum_core.cli import check, doctor, export, import_runs, plan, resume, run, sweep, worker
+from gaccum_core.cli import check, doctor, export, import_runs, plan, resume, run, sweep, verify, worker
 from gaccum_core.cli.args import OneLineParser
 
 # Each module adds its command (add_parser) and names the function that carries it out (the handler
 # default); in the order the help lists them.
-COMMANDS = (run, sweep, plan, check, worker, resume, import_runs, export, doctor)
+COMMANDS = (run, sweep, plan, check, verify, worker, resume, import_runs, export, doctor)
 
 
 def program() -> str:
@@ -32,14 +32,14 @@ def _parsers() -> tuple[OneLineParser, Mapping[str, argparse.ArgumentParser]]:
 
 
 def build_parser() -> OneLineParser:
-    """The `gaccum` argument parser with its run, sweep, plan, check, worker, resume, import, export and
-    doctor commands."""
+    """The `gaccum` argument parser with its run, sweep, plan, check, verify, worker, resume, import, export
+    and doctor commands."""
     return _parsers()[0]
 
 
 def command_help(name: str) -> str:
-    """What `python -m gaccum_core NAME --help` prints (run, sweep, plan, check, worker, resume, import,
-    export or doctor)."""
+    """What `python -m gaccum_core NAME --help` prints (run, sweep, plan, check, verify, worker, resume,
+    import, export or doctor)."""
     return _parsers()[1][name].format_help()
 
 

@@ -61,7 +61,7 @@ def call_setup(loop: Loop) -> tuple[torch.nn.Module, Batch]:
     """setup()'s (model, batch); VerifyError when it raises or returns something else."""
     try:
         made = loop.setup()
-    except Exception as exc:  # noqa: BLE001 - your code's error, said in one line
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - your code's error, said in one line
         raise VerifyError(f"setup in {loop.path} raised {first_line(exc)}") from None
     if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
         raise VerifyError(f"setup in {loop.path} returned {type(made).__name__}: (model, batch) is allowed, "

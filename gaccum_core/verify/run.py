@@ -50,7 +50,7 @@ class Bench:
         with _autocast_seen(self.model) as seen:
             try:
                 self.window(self.model, micro, **arguments)
-            except Exception as exc:  # noqa: BLE001 - your code's error, said in one line
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - your code's error, said in one line
                 raise VerifyError(f"window raised {first_line(exc)} on the split {describe(split)}") from None
         if seen:
             self.amp = seen[-1]
@@ -61,7 +61,7 @@ class Bench:
         self.restart()
         try:
             objective(self.model, self.batch).backward()
-        except Exception as exc:  # noqa: BLE001
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
             raise VerifyError(f"objective raised {first_line(exc)}") from None
         return self.flat("objective")
 
