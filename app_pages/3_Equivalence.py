@@ -12,7 +12,7 @@ from gaccum_core.train.device import resolve_device
 from gaccum_core.train.metrics import time_left_words
 from gaccum_core.views.lab import gradient_figure, side_by_side_figures
 from dashboard.checks import device_turn, refusal, tokenise_aside
-from dashboard.choices import choose, image_settings, model_note, text_settings, wants_text
+from dashboard.choices import choose, generated, image_settings, model_note, text_settings, wants_text
 from dashboard.controls import LABELS
 from dashboard.messages import explain
 from dashboard.server import get_runner
@@ -34,6 +34,10 @@ with left:
     dataset = choose(fields, "dataset")
     if wants_text(model, dataset):
         text_settings(fields, model, dataset)
+    if dataset in cfg.RECORD_DATASETS:  # the records' fields; the comparison itself is of token-mean cross-entropy
+        generated(fields, "Model and data", leave_out=("loss_agg", "loss_agg_norm"))
+        st.caption("Compared here: the cross-entropy over completion tokens, by token-mean; pg's advantages and "
+                   "the other loss aggregations are not applied on this page.")
     if dataset not in cfg.TEXT_DATASETS:
         image_settings(fields, dataset)
 with middle:

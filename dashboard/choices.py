@@ -8,10 +8,14 @@ Each draws through a page's FieldWidgets, so a refusal shows under the control t
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, Callable
+
 import streamlit as st
 
 from gaccum_core import config as cfg
 from gaccum_core.config import ConfigError
+from gaccum_core.data.records import DEFAULT_DATA_DIR
 from gaccum_core.hfdir import hf_directory
 from gaccum_core.models.hf import model_config, weights_file
 from gaccum_core.presets import GPT_PRESETS, millions
@@ -114,7 +118,9 @@ def text_settings(fields: FieldWidgets, model: str, dataset: str) -> None:
     elif dataset == "hf-dataset":
         fields.add("data_dir", st.text_input, help="a folder datasets' save_to_disk wrote, or of .parquet files")
         fields.add("text_field", st.text_input)
-    if dataset in ("text", "hf-dataset"):
+    elif dataset in cfg.RECORD_DATASETS:
+        _records(fields, dataset)
+    if dataset in ("text", "hf-dataset", *cfg.RECORD_DATASETS):
         fields.add("cache_dir", st.text_input, placeholder="token-cache beside the runs directory")
     if model == "gpt":
         preset = fields.add("gpt_preset", st.selectbox, options=cfg.GPT_PRESET_NAMES, format_func=_preset_label)
@@ -123,6 +129,61 @@ def text_settings(fields: FieldWidgets, model: str, dataset: str) -> None:
     fields.add("max_seq_len", st.number_input, step=16)
     if dataset != "tokens":  # a tokens data set is packed by nature
         fields.add("packing", st.radio, options=cfg.ON_OFF[::-1], horizontal=True)
+
+
+def _records(fields: FieldWidgets, dataset: str) -> None:
+    """Where sft's or pg's records come from: a .jsonl file (folder, glob), else a saved data set's folder, else
+    the bundled ones; said in a line under the boxes."""
+    path = fields.add("text_file", st.text_input, placeholder="empty: the bundled records, or records.jsonl, a folder "
+                      "or a glob")
+    folder = fields.add("data_dir", st.text_input, help="when the text file is empty: a folder datasets' "
+                        f"save_to_disk wrote, or of .parquet files ({DEFAULT_DATA_DIR}: the bundled records)")
+    if isinstance(path, str) and isinstance(folder, str):
+        source = (f"the records of {path.strip()}" if path.strip() else f"the rows of {folder}"
+                  if folder != DEFAULT_DATA_DIR else f"the bundled {dataset} records (nothing downloaded)")
+        st.caption(f"Reads {source}.")
+
+
+def control_spec(name: str, config: cfg.RunConfig | None = None) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The widget a field's metadata and type ask for: a select box of the choices it offers `config` (all of them
+    without one), a check box, a number box or a text box (a setting with a section and no code of the page's own)."""
+    field = next(f for f in dataclasses.fields(cfg.RunConfig) if f.name == name)
+    if field.metadata["choices"] is not None:
+        offered = field.metadata["offered"]
+        return st.selectbox, {"options": offered(config) if offered and config else field.metadata["choices"]}
+    kind = field.type if isinstance(field.type, str) else field.type.__name__
+    return {"bool": (st.checkbox, {}), "int": (st.number_input, {"step": 1}),
+            "float": (st.number_input, {})}.get(kind, (st.text_input, {}))
+
+
+def generated(fields: FieldWidgets, section: str, leave_out: tuple[str, ...] = ()) -> None:
+    """The controls of the fields that join `section` (setting's section, but those left out) where they apply to
+    the values drawn so far, each offering the choices its field offers them; a value kept that is not offered
+    (group-mean-token-mean, kept from pg, for sft) gives way to the first offered."""
+    for name in cfg.fields_with("section", section):
+        values = {**fields.defaults.to_dict(), **fields.values}  # with the controls drawn before this one
+        try:
+            config = cfg.RunConfig(**values)
+        except ValueError:  # a refused value (its message says why): the rules read the values as they are
+            config = unchecked(values)
+        try:
+            shown = cfg.applies(config, name)
+        except (TypeError, ValueError):  # a value of the wrong kind typed: its message says why, the control stays
+            shown = True
+        if shown and name not in leave_out:
+            draw, kwargs = control_spec(name, config)
+            if "options" in kwargs and fields.kept(name, getattr(fields.defaults, name)) not in kwargs["options"]:
+                set_kept(fields.prefix + name, kwargs["options"][0])
+            fields.add(name, draw, **kwargs)
+
+
+def unchecked(values: dict[str, Any]) -> cfg.RunConfig:
+    """A RunConfig of these values not validated (a combination may be refused: fsdp with N = 1), only for its
+    fields' rules (applies, offered) to read."""
+    config = object.__new__(cfg.RunConfig)
+    for field, value in values.items():
+        object.__setattr__(config, field, value)
+    return config
 
 
 def image_settings(fields: FieldWidgets, dataset: str) -> None:

@@ -7,8 +7,7 @@ and a refused value disables Start with a message naming the control.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Callable
+from typing import Any
 
 import streamlit as st
 
@@ -17,7 +16,7 @@ from gaccum_core.config import DEFAULT_RUN
 from gaccum_core.train.device import device_choices, processes_note
 from dashboard import link
 from dashboard.checks import description
-from dashboard.choices import choose, image_settings, model_note, text_settings, wants_text
+from dashboard.choices import choose, generated, image_settings, model_note, text_settings, wants_text
 from dashboard.messages import OWN_LABELS, explain
 from dashboard.state import TRAIN, FieldWidgets
 
@@ -50,17 +49,6 @@ def fsdp_trade_off(n: Any, k: Any, sync: str, reshard: str) -> str:
     return f"{words} {kept}"
 
 
-def control_spec(name: str) -> tuple[Callable[..., Any], dict[str, Any]]:
-    """The widget a field's metadata and type ask for: a select box of its choices, a check box, a number box
-    or a text box (a setting with a section and no code of the page's own)."""
-    field = next(f for f in dataclasses.fields(cfg.RunConfig) if f.name == name)
-    if field.metadata["choices"] is not None:
-        return st.selectbox, {"options": field.metadata["choices"]}
-    kind = field.type if isinstance(field.type, str) else field.type.__name__
-    return {"bool": (st.checkbox, {}), "int": (st.number_input, {"step": 1}),
-            "float": (st.number_input, {})}.get(kind, (st.text_input, {}))
-
-
 class Controls(FieldWidgets):
     """Draws the controls in the sidebar and keeps an error slot under each."""
 
@@ -91,14 +79,7 @@ class Controls(FieldWidgets):
 
     def _generated(self) -> None:
         """The controls of the fields that join the section just drawn (setting's section), where they apply."""
-        for name in cfg.fields_with("section", self.section):
-            try:
-                shown = cfg.applies(cfg.RunConfig(**self.values), name)
-            except ValueError:  # a refused value: its message says why, the control stays
-                shown = True
-            if shown:
-                draw, kwargs = control_spec(name)
-                self.add(name, draw, **kwargs)
+        generated(self, self.section)
 
     def _model_and_data(self) -> None:
         self._header("Model and data")

@@ -11,6 +11,7 @@ from typing import Any, Callable
 import streamlit as st
 
 from dashboard import link
+from dashboard.choices import unchecked
 from dashboard.controls import CLEAR_LABELS, LABELS, REDUCTION_LABELS
 from dashboard.messages import explain
 from dashboard.state import kept, set_kept, widget
@@ -144,7 +145,7 @@ def _applies_to_some(name: str, common: dict[str, Any], lists: dict[str, list | 
     picked = {field: _soft_values(field, value) for field, value in lists.items()}
     picked = {field: values for field, values in picked.items() if values}
     combinations = itertools.islice(itertools.product(*picked.values()), _MOST_PROBES)
-    return any(cfg.applies(_unchecked({**base, **dict(zip(picked, combination))}), name)
+    return any(cfg.applies(unchecked({**base, **dict(zip(picked, combination))}), name)
                for combination in combinations)
 
 
@@ -156,15 +157,6 @@ def _soft_values(field: str, value: list | str) -> list:
         return list(parse_values(field, KINDS[field], value))
     except cfg.ConfigError:
         return []
-
-
-def _unchecked(values: dict[str, Any]) -> cfg.RunConfig:
-    """A RunConfig of these values not validated (a combination may be refused: fsdp with N = 1), only for its
-    fields' applies rules to read."""
-    config = object.__new__(cfg.RunConfig)
-    for field, value in values.items():
-        object.__setattr__(config, field, value)
-    return config
 
 
 def spec_from(common: dict[str, Any], lists: dict[str, list | str], options: dict[str, Any]) -> SweepSpec:

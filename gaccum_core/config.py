@@ -17,7 +17,7 @@ from gaccum_core.validation import check
 from gaccum_core.values import *  # noqa: F401,F403  (the fixed sets, model forms and ConfigError, said as config.X)
 from gaccum_core.values import (AC_MODES, AMP_MODES, CLEAR_CACHE_MODES, COMPILE_MODES, FSDP_SYNCS, GPT_PRESET_NAMES,
                                 IMPORTED_KEY, LOSS_AGGS, LR_SCHEDULES, MODELS, ON_OFF, OPTIMIZERS, RECORD_DATASETS,
-                                REDUCTIONS, SHARDINGS, TEXT_DATASETS, TOKEN_DTYPES, ConfigError)
+                                REDUCTIONS, SHARDINGS, TEXT_DATASETS, TOKEN_DTYPES, ConfigError, loss_aggs_for)
 
 _DOWNLOADED = ("mnist", "fashionmnist", "cifar10")
 # What a run's label makes of a field (in_label): always named; named when not the default (usual); said by another
@@ -31,18 +31,19 @@ PLANNER = ("chooses", "ignores", "base")
 def setting(default: Any, label: str | None, help_text: str, *, choices: tuple[str, ...] | None = None,
             short: str | None = None, applies: Callable[[Any], bool] | None = None, in_label: str | None = None,
             column: bool = False, planner: str | None = None, cross: bool = True, sweep: str | None = None,
-            section: str | None = None) -> Any:
+            section: str | None = None, offered: Callable[[Any], tuple[str, ...]] | None = None) -> Any:
     """A RunConfig field and everything said about it: label (its control's; None: no control), help (one
     line), choices (a fixed set), short (its word in labels: b), applies (the runs it changes; None: all),
     in_label (IN_LABEL), column (a column of the runs table), planner (PLANNER), cross (whether a sweep may
     cross it; False: where a run runs or reads, what it writes or records), sweep (its axis's label among the
     Sweeps page's usual axes; None: a crossed field's axis is under More axes, by its label) and section (the
-    Train page's section its generated control joins; None: the page draws it itself, or none)."""
+    Train page's section its generated control joins; None: the page draws it itself, or none); offered (the
+    choices a control offers a run; None: all)."""
     assert in_label in (None, *IN_LABEL) and planner in (None, *PLANNER), (in_label, planner)
     return dataclasses.field(default=default, metadata={
         "label": label, "help": help_text, "choices": choices, "short": short, "applies": applies,
         "in_label": in_label, "column": column, "planner": planner, "cross": cross, "sweep": sweep,
-        "section": section})
+        "section": section, "offered": offered})
 
 
 def _has_fields(c: Any) -> bool:
@@ -210,7 +211,7 @@ class RunConfig:
             "sequence's token mean, sum, or sum / loss_agg_norm, averaged over sequences) or group-mean-token-mean "
             "(pg only: each prompt group's token mean, averaged over groups)",
             choices=LOSS_AGGS, applies=lambda c: c.dataset in RECORD_DATASETS, in_label="usual",
-            section="Model and data")
+            section="Model and data", offered=lambda c: loss_aggs_for(c.dataset))
     loss_agg_norm: int = setting(0, "Aggregation constant C (0 = the longest completion)",
             "seq-mean-token-sum-norm's divisor C (Dr. GRPO's constant): 0 = the longest completion in the "
             "training split after truncation",

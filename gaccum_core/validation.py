@@ -12,7 +12,7 @@ from gaccum_core.presets import GPT_PRESETS
 from gaccum_core.values import (_DEVICE_RE, _TIMM_NAME_RE, DATASETS, HF_PREFIX, MAX_ACCUM, MAX_BATCH, MAX_IMAGE,
                                 MAX_PROCESSES, MAX_SEQ_LEN, MODELS, RECORD_DATASETS, TEXT_DATASETS, TEXT_MODELS,
                                 TORCHVISION_MODELS, WEIGHTS_SUFFIXES, ConfigError, is_factory, is_hf, is_language_model,
-                                is_timm, takes_weights_file)
+                                is_timm, loss_aggs_for, takes_weights_file)
 
 RunConfig = Any  # gaccum_core.config.RunConfig, whose construction calls check (config imports this module)
 
@@ -147,7 +147,7 @@ def _check_loss_agg(cfg: RunConfig) -> None:
     if cfg.dataset not in RECORD_DATASETS:
         raise ConfigError("loss_agg", cfg.loss_agg, f"token-mean for the {cfg.dataset} data set (the aggregation "
                           "modes apply to sft and pg)")
-    if cfg.loss_agg == "group-mean-token-mean" and cfg.dataset != "pg":
+    if cfg.loss_agg not in loss_aggs_for(cfg.dataset):
         raise ConfigError("loss_agg", cfg.loss_agg, "a mode of sft: its records have no prompt groups "
                           "(group-mean-token-mean is pg's)")
 

@@ -14,6 +14,13 @@ REDUCTIONS = ("mean", "sum", "mean_per_micro_batch")
 # prompt groups of each one's token mean (pg only).
 LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm",
              "group-mean-token-mean")
+
+
+def loss_aggs_for(dataset: str) -> tuple[str, ...]:
+    """The loss aggregations a records data set takes: every mode for pg; sft's records have no prompt groups."""
+    return LOSS_AGGS if dataset == "pg" else tuple(mode for mode in LOSS_AGGS if mode != "group-mean-token-mean")
+
+
 AMP_MODES = ("off", "fp16", "bf16")
 CLEAR_CACHE_MODES = ("off", "step", "micro")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")

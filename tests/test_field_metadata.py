@@ -32,7 +32,7 @@ exec(compile(source.replace(ANCHOR, "\\n" + FIELD + ANCHOR), str(path), "exec"),
 
 from streamlit.testing.v1 import AppTest
 import streamlit as st
-from dashboard.controls import control_spec
+from dashboard.choices import control_spec
 from dashboard.sweep_controls import PAGE_AXES, axis_control
 from gaccum_core.cli.main import build_parser, command_help
 from gaccum_core.cli.sweep import spec_from_args

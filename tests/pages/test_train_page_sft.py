@@ -1,5 +1,7 @@
-"""The Train page for sft (AppTest): the dataset offered, its fields' and loss aggregation's controls generated from
-their metadata, pg's group-mean-token-mean refused under its control with Start off."""
+"""The Train page for sft and pg (AppTest): the data sets offered, where their records come from (bundled by default, a
+.jsonl or a saved data set's folder), their fields' and loss aggregation's controls generated from their metadata
+where they apply (C for seq-mean-token-sum-norm), group-mean-token-mean offered for pg alone, and reduction sum with
+another mode refused in one line with Start off. The Equivalence page draws the records' settings too."""
 
 from pathlib import Path
 
@@ -9,19 +11,44 @@ from streamlit.testing.v1 import AppTest
 
 from test_train_page_language import under
 
-TRAIN = str(Path(__file__).resolve().parents[2] / "app_pages/1_Train.py")
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_sft_shows_its_generated_controls_and_refuses_a_mode_of_pg(runs_dir, token_cache_dir):
+def _records(at: AppTest, prefix: str, dataset: str) -> AppTest:
+    at.selectbox(key=f"{prefix}model").select("gpt").run()
+    return at.selectbox(key=f"{prefix}dataset").select(dataset).run()
+
+
+def test_pg_and_sft_show_their_generated_controls_and_offer_their_own_modes(runs_dir, token_cache_dir):
     st.cache_data.clear()
-    at = AppTest.from_file(TRAIN, default_timeout=120).run()
-    at.selectbox(key="cfg_model").select("gpt").run()
-    at.selectbox(key="cfg_dataset").select("sft").run()
+    at = _records(AppTest.from_file(str(ROOT / "app_pages/1_Train.py"), default_timeout=120).run(), "cfg_", "pg")
     assert not at.exception and not at.sidebar.error, [e.value for e in at.sidebar.error]
-    assert at.text_input(key="cfg_prompt_field").value == "prompt"
-    assert at.text_input(key="cfg_completion_field").value == "completion"
-    assert not at.button(key="start").disabled
+    assert (at.text_input(key="cfg_text_file").value, at.text_input(key="cfg_data_dir").value) == ("", "data")
+    assert "Reads the bundled pg records (nothing downloaded)." in [c.value for c in at.sidebar.caption]
+    assert [at.text_input(key=f"cfg_{name}_field").value for name in ("prompt", "completion", "advantage", "group")] \
+        == ["prompt", "completion", "advantage", "group"]
+    assert "group-mean-token-mean" in at.selectbox(key="cfg_loss_agg").options
     at.selectbox(key="cfg_loss_agg").select("group-mean-token-mean").run()
-    assert "no prompt groups" in (under(at, "cfg_loss_agg") or "") and at.button(key="start").disabled
+    at.selectbox(key="cfg_dataset").select("sft").run()  # pg's mode is not sft's: the first offered instead
+    loss_agg = at.selectbox(key="cfg_loss_agg")
+    assert "group-mean-token-mean" not in loss_agg.options and loss_agg.value == "token-mean"
+    assert not at.sidebar.error
+    assert "cfg_advantage_field" not in [w.key for w in at.sidebar.text_input]
+    assert "cfg_loss_agg_norm" not in [w.key for w in at.sidebar.number_input]
+    at.selectbox(key="cfg_loss_agg").select("seq-mean-token-sum-norm").run()
+    assert at.number_input(key="cfg_loss_agg_norm").value == 0  # C appears where it applies
+    at.radio(key="cfg_reduction").set_value("sum").run()
+    refused = "Loss aggregation = 'seq-mean-token-sum-norm' is not allowed: token-mean with reduction sum"
+    assert (under(at, "cfg_loss_agg") or "").startswith(refused)  # under its control, and in one line above Start
+    assert [e.value for e in at.main.error] == [f"Cannot start: {under(at, 'cfg_loss_agg')}"]
+    assert at.button(key="start").disabled
+
+
+def test_the_equivalence_page_takes_the_records_settings(runs_dir, token_cache_dir):
+    at = _records(AppTest.from_file(str(ROOT / "app_pages/3_Equivalence.py"), default_timeout=120).run(), "eq_", "pg")
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    keys = [w.key for w in at.text_input]
+    assert {"eq_text_file", "eq_data_dir", "eq_prompt_field", "eq_advantage_field", "eq_group_field"} <= set(keys)
+    assert any("pg's advantages and the other loss aggregations are not applied" in c.value for c in at.caption)
