@@ -1,16 +1,20 @@
-"""Throughput of the engine's loss aggregation modes (sft) against a plain PyTorch loop of the same aggregation.
+"""Throughput of the engine's loss aggregation modes (sft, pg) against a plain PyTorch loop of the same aggregation.
 
-For --dataset sft (the bundled records, or --text-file's .jsonl), gpt (tiny by default), padded and packed, for each
-mode of --loss-agg that applies to sft (token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm):
-three loops on the same model, initial weights, windows, sample order, padding or packing, b, k and optimizer:
+For --dataset sft (the bundled records, or --text-file's .jsonl) and pg (the bundled rollouts, or --pg-file's), gpt
+(tiny by default), padded and packed, for each mode of --loss-agg that applies (sft: token-mean, seq-mean-token-mean,
+seq-mean-token-sum, seq-mean-token-sum-norm; pg: those and group-mean-token-mean): three loops on the same model,
+initial weights, windows, sample order (the engine's: pg's keeps a group's records together), padding or packing, b,
+k and optimizer:
 
 - plain: the loop a practitioner writes by hand (nanoGPT's, as bench_lm_vs_textbook.py's textbook loop), with the
   aggregation written here, in plain torch: before the window's backward passes, the window's micro-batches are built
   and each loss target is given the record whose token it predicts (from the records' spans in their rows); each
   record's loss tokens n_s and the window's S records that have any are counted, and each micro-batch's per-token
   loss is weighted by 1/(S·n_s), 1/S, or 1/(S·C) (C: the longest completion of the training split after
-  truncation); token-mean, as nanoGPT writes it, divides each micro-batch's summed loss by the window's Σn_s;
-  then backward, clip, step, zero_grad. gaccum's token weights are not used.
+  truncation), or, by group, 1/(G·n_g) (n_g: the loss tokens of the group's records in the window, G: the groups
+  with any); token-mean, as nanoGPT writes it, divides each micro-batch's summed loss by the window's Σn_s. pg's
+  per-token loss is -A·log p, A the record's advantage: each weight is multiplied by A (token-mean's too: A/Σn_s).
+  Then backward, clip, step, zero_grad. gaccum's token weights are not used.
 - exact: Engine.run with reduction mean (the window's per-token weights, exact under accumulation), every metric
   written to the run's CSV files (bench_lm_vs_textbook.engine_run).
 - textbook: Engine.run with reduction mean_per_micro_batch (each micro-batch aggregated alone, over k): what the
@@ -18,14 +22,15 @@ three loops on the same model, initial weights, windows, sample order, padding o
 
 Each loop evaluates after each epoch and continues a prompt greedily, as the engine does. The three alternate which
 goes first, in several fresh processes with one torch thread on one pinned core (bench/common.py); each repeat checks
-that plain and exact end with the same weights (max |Δθ|), and that training moved them. Printed per mode and
-padding: tokens/s (loss tokens) of each loop, the median ratio exact/plain (goal >= 0.97) with its quartiles, on the
+that plain and exact end with the same weights (max |Δθ|), and that training moved them. Printed per data set, mode
+and padding: tokens/s (loss tokens) of each loop, the median ratio exact/plain (goal >= 0.97) with its quartiles, on the
 CPU also the CPU-time ratio, the ratio to the last step's end (the last evaluation and sample left out), and
 exact/textbook. --json ends with one JSON line of the headline figures.
 
     python bench/bench_loss_agg.py [--micro-batch-size 8] [--accum-steps 4] [--max-seq-len 128] [--epochs 3]
-        [--steps 0] [--repeats 4] [--processes 3] [--preset tiny] [--amp off|bf16|fp16] [--text-file F.jsonl]
-        [--device cpu|cuda|cuda:N] [--json] [--quick]
+        [--steps 0] [--repeats 4] [--processes 3] [--preset tiny] [--amp off|bf16|fp16] [--dataset sft pg]
+        [--loss-agg MODE ...] [--packing off on] [--text-file F.jsonl] [--pg-file F.jsonl] [--device cpu|cuda|cuda:N]
+        [--json] [--quick]
 """
 
 from __future__ import annotations
@@ -41,21 +46,23 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gaccum_core.config import RunConfig  # noqa: E402
-from gaccum_core.train.accumulation import epoch_order  # noqa: E402
 from gaccum_core.train.engine import Engine  # noqa: E402
 from gaccum_core.train.evaluation import SAMPLE_PROMPT, SAMPLE_TOKENS, eval_indices  # noqa: E402
 from gaccum_core.train.precision import DTYPES  # noqa: E402
+from gaccum_core.train.weighting import sample_order  # noqa: E402
 from bench_lm_vs_textbook import IGNORE, WEIGHT_TOLERANCE, _max_weight_difference, _validate, engine_run  # noqa: E402
 from common import (add_device_flags, chosen_device, clock, headline, print_json, quartile_values,  # noqa: E402
                     plain_step, quiet_cpu, say_skipped)
 
-MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+MODES = {"sft": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")}
+MODES["pg"] = (*MODES["sft"], "group-mean-token-mean")
 PACKINGS = ("off", "on")
 LOOPS = ("plain", "exact", "textbook")
 GOAL = 0.97
@@ -63,6 +70,7 @@ GOAL = 0.97
 # number S of records with any, and C: the window's loss is then Σ_s Σ_{t∈s} weight_s · l_t. (token-mean is written
 # as nanoGPT writes it: each micro-batch's summed loss over the window's loss tokens.)
 SEQUENCE_WEIGHTS = {
+    "token-mean": lambda n, s, c: torch.full_like(n, 1.0) / n.sum(),
     "seq-mean-token-mean": lambda n, s, c: 1 / (s * n),
     "seq-mean-token-sum": lambda n, s, c: torch.full_like(n, 1.0) / s,
     "seq-mean-token-sum-norm": lambda n, s, c: torch.full_like(n, 1.0) / (s * c),
@@ -81,12 +89,19 @@ def record_of_targets(train, indices: torch.Tensor, targets: torch.Tensor, first
     return owner.masked_fill_(targets == IGNORE, -1), number
 
 
-def window_token_weights(mode: str, owners: list[torch.Tensor], norm_c: float) -> tuple[list[torch.Tensor], int]:
-    """Each micro-batch's per-target weights (0 where no loss) aggregating the whole window by a sequence mode, and
-    the window's loss tokens."""
-    per_record_tokens = torch.bincount(torch.cat([o[o >= 0] for o in owners]), minlength=1).double()  # n_s
-    sequences = (per_record_tokens > 0).sum()  # S: a record without loss tokens counts in no mean
-    weight = SEQUENCE_WEIGHTS[mode](per_record_tokens, sequences, norm_c).float()
+def window_token_weights(mode: str, owners: list[torch.Tensor], norm_c: float, records: int,
+                         advantages: torch.Tensor | None = None,
+                         groups: torch.Tensor | None = None) -> tuple[list[torch.Tensor], int]:
+    """Each micro-batch's per-target weights (0 where no loss) aggregating the whole window (its `records` records,
+    numbered) by the mode, times each record's advantage (pg); and the window's loss tokens."""
+    per_record_tokens = torch.bincount(torch.cat([o[o >= 0] for o in owners]), minlength=records).double()  # n_s
+    if mode == "group-mean-token-mean":  # n_g: the loss tokens of each group's records; G: the groups with any
+        per_group = torch.zeros(int(groups.max()) + 1, dtype=torch.float64).index_add_(0, groups, per_record_tokens)
+        weight = 1 / ((per_group > 0).sum() * per_group[groups])
+    else:
+        sequences = (per_record_tokens > 0).sum()  # S: a record without loss tokens counts in no mean
+        weight = SEQUENCE_WEIGHTS[mode](per_record_tokens, sequences, norm_c)
+    weight = weight.float() if advantages is None else weight.float() * advantages  # A in float32, as it is stored
     return [torch.where(o >= 0, weight[o.clamp(min=0)], 0.0) for o in owners], int(per_record_tokens.sum())
 
 
@@ -117,7 +132,7 @@ def plain_run(config: RunConfig) -> tuple[dict, torch.nn.Module]:
     model.train()
     start, cpu = clock(device), time.thread_time()
     for epoch in range(config.epochs):
-        order = epoch_order(n, config.seed, epoch)
+        order = sample_order(config, train, epoch)
         for w in range(0, n, b * k):
             tokens += _window(config, train, order[w:w + b * k].split(b), model, ctx, scaler, optimizer, norm_c)
             steps += 1
@@ -137,17 +152,22 @@ def _window(config: RunConfig, train, micro_batches: tuple[torch.Tensor, ...], m
             scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer, norm_c: float) -> int:
     """One window: its micro-batches built and counted before any backward, then accumulated; one step. Its tokens."""
     device = next(model.parameters()).device
-    batches, owners, first = [], [], 0
+    batches, owners, records, first = [], [], [], 0
     for indices in micro_batches:
         x, y = train.batch(indices)
         owner, first = record_of_targets(train, indices, y, first)
         batches.append((x.to(device), y.to(device)))
         owners.append(owner)
-    if config.loss_agg == "token-mean":
+        records.append(train.describe(indices)[0])  # the records of the samples, numbered as record_of_targets does
+    if config.loss_agg == "token-mean" and config.dataset == "sft":
         tokens = sum(int((y != IGNORE).sum()) for _, y in batches)
         weights = [None] * len(batches)
     else:
-        weights, tokens = window_token_weights(config.loss_agg, owners, norm_c)
+        ids = np.concatenate(records)
+        pg = config.dataset == "pg"
+        weights, tokens = window_token_weights(config.loss_agg, owners, norm_c, first,
+                                               torch.from_numpy(train.advantages[ids]).float() if pg else None,
+                                               torch.from_numpy(train.groups[ids]) if pg else None)
     for (x, y), weight in zip(batches, weights):
         with ctx:
             logits = model(x)
@@ -194,10 +214,12 @@ def _repeats(configs: dict[str, RunConfig], repeats: int, warm_up: bool, runs_di
     return out
 
 
-def _configs(args: argparse.Namespace, device: torch.device, mode: str, packing: str) -> dict[str, RunConfig]:
+def _configs(args: argparse.Namespace, device: torch.device, dataset: str, mode: str,
+             packing: str) -> dict[str, RunConfig]:
     """Each loop's run: plain and exact with reduction mean, textbook with mean_per_micro_batch."""
     def config(reduction: str) -> RunConfig:
-        return RunConfig(model="gpt", dataset="sft", text_file=args.text_file, gpt_preset=args.preset,
+        return RunConfig(model="gpt", dataset=dataset, text_file={"sft": args.text_file, "pg": args.pg_file}[dataset],
+                         gpt_preset=args.preset,
                          max_seq_len=args.max_seq_len, packing=packing, loss_agg=mode,
                          micro_batch_size=args.micro_batch_size, accum_steps=args.accum_steps, reduction=reduction,
                          optimizer=args.optimizer, lr=args.lr, grad_clip=args.grad_clip, amp=args.amp,
@@ -206,29 +228,37 @@ def _configs(args: argparse.Namespace, device: torch.device, mode: str, packing:
 
 
 def _cases(args: argparse.Namespace, device: torch.device) -> list[dict]:
-    """Every (mode, packing) case's repeats, in this process."""
+    """Every (dataset, mode, packing) case's repeats, in this process (a mode only on the data sets it applies to)."""
     quiet_cpu(device, args.threads)
     cases = []
     with tempfile.TemporaryDirectory() as runs_dir:
-        for mode in args.loss_agg:
-            for packing in args.packing:
-                repeats = _repeats(_configs(args, device, mode, packing), args.repeats, not args.quick,
-                                   Path(runs_dir))
-                cases.append({"mode": mode, "packing": packing, "repeats": repeats})
+        for dataset, mode, packing in _case_keys(args):
+            repeats = _repeats(_configs(args, device, dataset, mode, packing), args.repeats, not args.quick,
+                               Path(runs_dir))
+            cases.append({"dataset": dataset, "mode": mode, "packing": packing, "repeats": repeats})
     return cases
+
+
+def _case_keys(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """(dataset, mode, packing) of each case measured."""
+    return [(dataset, mode, packing) for dataset in args.dataset for mode in args.loss_agg if mode in MODES[dataset]
+            for packing in args.packing]
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="tiny", help="gpt preset")
+    parser.add_argument("--dataset", nargs="+", default=list(MODES), choices=MODES, help="the records tasks measured")
     parser.add_argument("--text-file", default="", help="sft records from this .jsonl file instead of the bundled ones")
-    parser.add_argument("--loss-agg", nargs="+", default=list(MODES), choices=MODES, help="the modes measured")
+    parser.add_argument("--pg-file", default="", help="pg rollouts from this .jsonl file instead of the bundled ones")
+    parser.add_argument("--loss-agg", nargs="+", default=list(MODES["pg"]), choices=MODES["pg"],
+                        help="the modes measured (each on the data sets it applies to)")
     parser.add_argument("--packing", nargs="+", default=list(PACKINGS), choices=PACKINGS, help="padded, packed")
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--accum-steps", type=int, default=4)
     parser.add_argument("--max-seq-len", type=int, default=128)
-    parser.add_argument("--epochs", type=int, default=3, help="epochs per repeat (the bundled records: 7 steps "
-                        "padded, 5 packed an epoch at b=8, k=4), each ended by an evaluation and a sample")
+    parser.add_argument("--epochs", type=int, default=3, help="epochs per repeat (the bundled records at b=8, k=4: "
+                        "sft 7 steps padded, 5 packed an epoch; pg 7 and 6), each ended by an evaluation and a sample")
     parser.add_argument("--steps", type=int, default=0, help="at most this many optimizer steps per repeat (0: no cap)")
     parser.add_argument("--eval-batches", type=int, default=50, help="validation batches per evaluation")
     parser.add_argument("--optimizer", default="adamw", choices=("sgd", "adamw"))
@@ -239,8 +269,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=4, help="rounds of the three loops per process per case")
     parser.add_argument("--processes", type=int, default=3, help="fresh processes (memory layout differs per process)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads; 1 keeps a shared 2-core box quiet")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: in this process, 1 round of 2 "
-                        "steps, max_seq_len 32, 1 validation batch, no warm-up round")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: in this process, 1 round of 1 "
+                        "step, max_seq_len 32, 1 validation batch, no warm-up round")
     add_device_flags(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser
@@ -250,12 +280,12 @@ def main() -> None:
     """Run the cases in fresh processes; print each repeat, the table of medians and (--json) the JSON line."""
     args = _parser().parse_args()
     if args.quick:
-        args.processes, args.repeats, args.steps, args.max_seq_len, args.eval_batches = 1, 1, 2, 32, 1
+        args.processes, args.repeats, args.steps, args.max_seq_len, args.eval_batches = 1, 1, 1, 32, 1
     device = chosen_device(args.device)
     if args.worker:
         print(json.dumps(_cases(args, device)))
         return
-    print(f"model=gpt {args.preset} dataset=sft max_seq_len={args.max_seq_len} b={args.micro_batch_size} "
+    print(f"model=gpt {args.preset} dataset={','.join(args.dataset)} max_seq_len={args.max_seq_len} b={args.micro_batch_size} "
           f"k={args.accum_steps} epochs/repeat={args.epochs} max_steps={args.steps or 'none'} "
           f"optimizer={args.optimizer} grad_clip={args.grad_clip} amp={args.amp} threads={args.threads} "
           f"processes={args.processes} repeats/process={args.repeats} torch={torch.__version__} device={device}")
@@ -270,7 +300,7 @@ def main() -> None:
           f"{max(row['max_weight_diff'] for row in rows):.1e}, tolerance {WEIGHT_TOLERANCE:g}; training moved the "
           f"weights by at least {min(row['moved'] for row in rows):.1e})")
     if args.json:
-        print_json(headline("loss_agg", device, model="gpt", dataset="sft", amp=args.amp, b=args.micro_batch_size,
+        print_json(headline("loss_agg", device, model="gpt", dataset=args.dataset, amp=args.amp, b=args.micro_batch_size,
                             k=args.accum_steps, max_seq_len=args.max_seq_len, repeats=len(next(iter(cases.values()))),
                             cases=rows, worst_ratio_median=min(row["ratio_median"] for row in rows),
                             same_weights=same, max_weight_diff=max(row["max_weight_diff"] for row in rows)))
@@ -278,30 +308,31 @@ def main() -> None:
         sys.exit(1)
 
 
-def _run_workers(args: argparse.Namespace, device: torch.device) -> dict[tuple[str, str], list[dict]]:
-    """Each (mode, packing) case's repeats over the worker processes (--quick: in this one), each repeat printed."""
-    cases: dict[tuple[str, str], list[dict]] = {}
+def _run_workers(args: argparse.Namespace, device: torch.device) -> dict[tuple[str, str, str], list[dict]]:
+    """Each (dataset, mode, packing) case's repeats over the worker processes (--quick: in this one), each repeat
+    printed."""
+    cases: dict[tuple[str, str, str], list[dict]] = {}
     for process in range(args.processes):
         found = _cases(args, device) if args.quick else json.loads(subprocess.run(
             [sys.executable, __file__, "--worker", *sys.argv[1:]], capture_output=True, text=True,
             check=True).stdout.strip().splitlines()[-1])
         for case in found:
             for repeat in case["repeats"]:
-                cases.setdefault((case["mode"], case["packing"]), []).append(repeat)
+                cases.setdefault((case["dataset"], case["mode"], case["packing"]), []).append(repeat)
                 rate = {loop: repeat[loop]["tokens"] / repeat[loop]["wall"] for loop in LOOPS}
-                print(f"process {process + 1} {case['mode']:23} packing {case['packing']:3} ({repeat['first']:8} "
+                print(f"process {process + 1} {case['dataset']:3} {case['mode']:23} packing {case['packing']:3} ({repeat['first']:8} "
                       f"first): tokens/s plain {rate['plain']:6.0f} exact {rate['exact']:6.0f} textbook "
                       f"{rate['textbook']:6.0f}   exact/plain {rate['exact'] / rate['plain']:.3f}   max |Δθ| "
                       f"{repeat['weight_diff']:.1e}   load {repeat['load']:.2f}")
     return cases
 
 
-def _summary(case: tuple[str, str], repeats: list[dict], on_cpu: bool) -> dict:
+def _summary(case: tuple[str, str, str], repeats: list[dict], on_cpu: bool) -> dict:
     """One case's medians: tokens/s of each loop, exact/plain (wall, CPU time, training only), exact/textbook."""
     rates = {loop: [r[loop]["tokens"] / r[loop]["wall"] for r in repeats] for loop in LOOPS}
     ratio = [r["plain"]["wall"] / r["exact"]["wall"] for r in repeats]
     cost = [r["textbook"]["wall"] / r["exact"]["wall"] for r in repeats]
-    row = {"mode": case[0], "packing": case[1],
+    row = {"dataset": case[0], "mode": case[1], "packing": case[2],
            **{f"{loop}_tokens_per_s": statistics.median(rates[loop]) for loop in LOOPS},
            "ratio_median": statistics.median(ratio), "ratio_quartiles": quartile_values(ratio),
            "to_last_step_ratio_median": statistics.median(r["plain"]["train_wall"] / r["exact"]["train_wall"]
@@ -317,12 +348,12 @@ def _summary(case: tuple[str, str], repeats: list[dict], on_cpu: bool) -> dict:
 
 def _print_table(rows: list[dict], on_cpu: bool) -> None:
     """The medians as a Markdown table (what docs/benchmarks.md carries)."""
-    print(f"\n| mode | packing | tokens/s plain | tokens/s exact | exact/plain, median (quartiles); goal >= {GOAL} |"
+    print(f"\n| dataset | mode | packing | tokens/s plain | tokens/s exact | exact/plain, median (quartiles); goal >= {GOAL} |"
           + (" CPU time |" if on_cpu else "") + " to the last step | exact/textbook (quartiles) | max abs Δθ |")
-    print("|---|---|---|---|---|" + ("---|" if on_cpu else "") + "---|---|---|")
+    print("|---|---|---|---|---|---|" + ("---|" if on_cpu else "") + "---|---|---|")
     for row in rows:
         cpu = f" {row['cpu_time_ratio_median']:.3f} |" if on_cpu else ""
-        print(f"| {row['mode']} | {row['packing']} | {row['plain_tokens_per_s']:.0f} | {row['exact_tokens_per_s']:.0f} "
+        print(f"| {row['dataset']} | {row['mode']} | {row['packing']} | {row['plain_tokens_per_s']:.0f} | {row['exact_tokens_per_s']:.0f} "
               f"| {row['ratio_median']:.3f} ({_quartiles(row['ratio_quartiles'])}) |{cpu} "
               f"{row['to_last_step_ratio_median']:.3f} | {row['exact_over_textbook_median']:.3f} "
               f"({_quartiles(row['exact_over_textbook_quartiles'])}) | {row['max_weight_diff']:.1e} |")
