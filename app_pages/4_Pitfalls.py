@@ -2,17 +2,21 @@
 
 import streamlit as st
 
+from gaccum_core.views.lab_reports import (report_csv, report_figure, report_metrics, report_table,
+                                           report_table_formats)
 from gaccum_core.views.lab import (checkpointing_csv, checkpointing_metrics, checkpointing_notes,
                                    checkpointing_table, checkpointing_table_formats, fsdp_csv, fsdp_measures,
                                    packing_measures, pitfall_csv, pitfall_figure, pitfall_table,
                                    pitfall_table_formats)
 from gaccum_core.lab.mistakes import mistake
-from gaccum_core.lab.pitfalls.catalog import CHECKPOINTING_PITFALLS, FSDP_PITFALLS, PITFALLS, pitfall, setup_words
+from gaccum_core.lab.pitfalls.catalog import (CHECKPOINTING_PITFALLS, CUDA_PITFALLS, FSDP_PITFALLS, PITFALLS,
+                                              REPORT_PITFALLS, pitfall, setup_words)
 from gaccum_core.lab.pitfalls.cuda_graphs import (KEY as CUDA_GRAPHS, case_words as cuda_graphs_words,
                                                  run_cuda_graphs_case)
 from gaccum_core.lab.pitfalls.checkpointing import case_words, run_checkpointing_pitfalls
 from gaccum_core.lab.pitfalls.fsdp_job import FSDP_STEPS, FsdpJobError, run_fsdp_pitfalls
 from gaccum_core.lab.pitfalls.harness import run_pitfall
+from gaccum_core.lab.pitfalls.reports import STEPS as REPORT_STEPS, case_words as report_words, run_reports
 from gaccum_core.lab.pitfalls.sequences import KEY as SEQUENCES
 
 STEPS = 20
@@ -134,3 +138,46 @@ if graphs is not None:
         shown.code(graphs.error, language=None, wrap_lines=True)
     shown.markdown("gaccum, for these settings on CUDA:")
     shown.code(graphs.refusal, language=None, wrap_lines=True)
+
+
+def show_report_case(number: int, key: str, case, steps: int) -> None:
+    """One report: its title, what it trains, what goes wrong and the fix; once run, its figures and drift chart."""
+    text_of = pitfall(key)
+    st.subheader(f"{number}. {text_of.title}")
+    st.caption(report_words(key, steps))
+    text, chart = st.columns([2, 3])
+    text.write(text_of.explanation)
+    text.markdown(f"**Fix:** {text_of.fix}")
+    text.caption(f"The mistake, as `verify` names it: {mistake(text_of.mistake).name}.")
+    if case is None:
+        return
+    for label, value, beside in report_metrics(case):
+        text.metric(label, value, delta=beside, delta_color="off")
+    chart.plotly_chart(report_figure(case), key=f"pitfall_{key}", theme=None)
+
+
+st.header("Post-training losses: four public reports")
+st.write("Four accumulation bugs reported in 2025–26 post-training code, each rebuilt as its report describes the "
+         "loop, beside gaccum's exact loop (the engine's per-token weighting and accumulation step) from the same "
+         "seeded tiny gpt, on the same windows of the bundled pg rollouts (token-mean of −A·log p over completion "
+         "tokens). On the first window: the gradient's norm against the exact one's and the cosine between them; then "
+         "the L2 drift between the two loops' weights after each plain-SGD step. Where the error is a constant scale, "
+         "SGD takes it as a learning-rate factor; Adam divides each step by the gradient's own running scale, so "
+         "under Adam such a bug barely shows (nearly scale-invariant, up to its ε).")
+reports = st.session_state.get("pitfall_reports")
+report_steps = st.number_input("SGD steps", min_value=1, max_value=200, value=REPORT_STEPS, key="pitfalls_reports_steps")
+if st.button("Run the four reports", key="pitfalls_reports_run"):
+    bar = st.progress(0.0, text="starting")
+    reports = st.session_state["pitfall_reports"] = run_reports(
+        int(report_steps), lambda done, total: bar.progress(done / total, text=f"{done} of {total} loops"))
+    bar.progress(1.0, text="done")
+if reports is not None:
+    st.dataframe(report_table(reports.values()), hide_index=True, width="stretch",
+                 column_config={c: st.column_config.NumberColumn(format=f) for c, f in report_table_formats().items()})
+first_report = len(PITFALLS) + len(FSDP_PITFALLS) + len(CHECKPOINTING_PITFALLS) + len(CUDA_PITFALLS) + 1
+for number, key in enumerate(REPORT_PITFALLS, start=first_report):
+    case = reports and reports[key]
+    show_report_case(number, key, case, len(case.frame) if case else int(report_steps))
+if reports is not None:
+    st.download_button("Download the reports' results (CSV)", report_csv(reports.values()),
+                       file_name="gaccum-pitfalls-reports.csv", mime="text/csv", key="pitfalls_reports_download")

@@ -3,12 +3,13 @@
 import pytest
 
 from gaccum_core.lab.mistakes import MISTAKES, mistake
-from gaccum_core.lab.pitfalls.catalog import CHECKPOINTING_PITFALLS, CUDA_PITFALLS, FSDP_PITFALLS, PITFALLS
+from gaccum_core.lab.pitfalls.catalog import (CHECKPOINTING_PITFALLS, CUDA_PITFALLS, FSDP_PITFALLS, PITFALLS,
+                                              REPORT_PITFALLS)
 
 
 def test_each_named_mistake_is_in_the_catalog():
-    named = {p.key: p.mistake for gallery in (PITFALLS, FSDP_PITFALLS, CHECKPOINTING_PITFALLS, CUDA_PITFALLS)
-             for p in gallery.values() if p.mistake}
+    galleries = (PITFALLS, FSDP_PITFALLS, CHECKPOINTING_PITFALLS, CUDA_PITFALLS, REPORT_PITFALLS)
+    named = {p.key: p.mistake for gallery in galleries for p in gallery.values() if p.mistake}
     assert named, "no pitfall names its mistake"
     assert {key: m for key, m in named.items() if m not in MISTAKES} == {}
 

@@ -40,7 +40,7 @@ def test_equivalence_page_names_batchnorm(runs_dir):
 def test_pitfall_page_runs_the_gallery_and_exports(runs_dir, downloads):
     at = AppTest.from_file(str(ROOT / "app_pages/4_Pitfalls.py"), default_timeout=240).run()
     assert not at.exception
-    assert len(at.subheader) == 15  # the nine, the three FSDP traps, the two checkpointing traps, CUDA graphs
+    assert len(at.subheader) == 19  # the nine, three FSDP traps, two checkpointing traps, CUDA graphs, four reports
     at.button(key="pitfalls_run").click().run()
     assert not at.exception
     assert len(at.get("plotly_chart")) == 9

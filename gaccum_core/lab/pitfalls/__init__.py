@@ -7,5 +7,6 @@ kit (what every image loop gets: model copy, optimizer, scaler, scheduler, micro
 run_all); #6 is a setting of the engine, run by sequences. result holds what the runs leave.
 The FSDP traps need 2 processes: fsdp_job starts them (fsdp_rank), each running fsdp_loops.
 The activation-checkpointing traps are one gradient each, against the same gradient without checkpointing:
-checkpointing.
+checkpointing. The four post-training reports (REPORT_PITFALLS) run their loops (report_loops) beside the
+engine's exact rule on pg rollouts: reports.
 """

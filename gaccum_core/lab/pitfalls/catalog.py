@@ -121,13 +121,46 @@ CUDA_PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
             "only (gaccum refuses the others before Start)", {"compile": "reduce-overhead"}),
 )}
 
+# The four post-training reports: a tiny gpt on the bundled pg rollouts (token-mean of -A·log p), plain SGD (no
+# momentum), so a gradient's scale is the step's; each report's loop beside the engine's exact one (reports).
+REPORT_SETTINGS = {"model": "gpt", "dataset": "pg", "micro_batch_size": 5, "accum_steps": 4, "optimizer": "sgd",
+                   "lr": 0.1, "momentum": 0.0, "no_dropout": True}
+REPORT_PITFALLS: dict[str, Pitfall] = {p.key: p for p in (
+    Pitfall("verl_sample_share", "volcengine/verl #5625: token-budget micro-batches weighted by their sample share",
+            "Each micro-batch's token mean is scaled by its share of the window's samples, not of its tokens.\n"
+            "With micro-batches cut by a token budget, a few long sequences and many short ones hold as many "
+            "tokens: their tokens are weighted unequally.",
+            "divide each micro-batch's token-loss sum by the window's token count",
+            REPORT_SETTINGS, "weighted_by_sample_share"),
+    Pitfall("trl_generation_batch", "huggingface/trl #6024: DAPO's normaliser counts a generation batch of 2 windows",
+            "The window's token-loss sum is divided by the tokens of the whole generation batch (2 windows): the "
+            "gradient is scaled by window tokens / generation-batch tokens.\n"
+            "The normaliser is counted over steps_per_generation micro-steps while the optimizer steps after "
+            "gradient_accumulation_steps of them (here half).",
+            "count the normaliser over the optimizer's window, not the generation batch",
+            REPORT_SETTINGS, "constant_scale"),
+    Pitfall("ms_swift_k_twice", "modelscope/ms-swift #10117: DAPO's loss divided by k again",
+            "The gradient is exactly 1/k of the intended one: for SGD an lr / k.\n"
+            "The loss is already divided by the window's token count; the trainer then divides it by the "
+            "accumulation steps as it does a micro-batch mean.",
+            "divide the window's token-loss sum by its token count once, not again by k",
+            REPORT_SETTINGS, "divided_by_k_twice"),
+    Pitfall("mlx_lm_micro_batch_means", "ml-explore/mlx-lm #1413: each micro-batch's own token mean / k",
+            "Micro-batches count equally whatever their tokens, and the epoch's last partial window is never "
+            "trained.\n"
+            "Each micro-batch's loss is its own token mean, divided by k; the loop steps on full windows only.",
+            "loss = token_loss_sum / tokens_in_window, and step on the partial last window too",
+            REPORT_SETTINGS, "micro_batches_weighted_equally"),
+)}
+
 # #7's correct column trains another model (against its own big batch): no loss weighting fixes BatchNorm.
 CORRECT_SIDE = {"batchnorm_small_micro_batches": {"model": "cnn_gn"}}
 
 
 def pitfall(key: str) -> Pitfall:
-    """Pitfall `key` of any gallery: the nine in one process, the FSDP traps, the checkpointing ones or CUDA's."""
-    galleries = (PITFALLS, FSDP_PITFALLS, CHECKPOINTING_PITFALLS, CUDA_PITFALLS)
+    """Pitfall `key` of any gallery: the nine in one process, the FSDP traps, the checkpointing ones, CUDA's or
+    the four post-training reports."""
+    galleries = (PITFALLS, FSDP_PITFALLS, CHECKPOINTING_PITFALLS, CUDA_PITFALLS, REPORT_PITFALLS)
     found = next((gallery[key] for gallery in galleries if key in gallery), None)
     if found is None:
         every = [key for gallery in galleries for key in gallery]
