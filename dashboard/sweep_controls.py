@@ -14,7 +14,7 @@ from dashboard import link
 from dashboard.choices import unchecked
 from dashboard.controls import CLEAR_LABELS, LABELS, REDUCTION_LABELS
 from dashboard.messages import explain
-from dashboard.state import kept, set_kept, widget
+from dashboard.state import drop_missing, kept, set_kept, widget
 from gaccum_core import config as cfg
 from gaccum_core.sweeps.checks import check_sweep
 from gaccum_core.sweeps.spec import AXES, KINDS, SweepSpec, parse_values
@@ -113,19 +113,20 @@ def _controls() -> tuple[dict[str, Any], dict[str, list | str], dict[str, Any]]:
         effective = _control(st.number_input, "effective_batch")
         lists: dict[str, list | str] = {}
         for name in USUAL:
-            lists[name] = _axis(name, effective)
+            lists[name] = _axis(name, effective, common)
         with st.expander("More axes"):
             for name in PAGE_AXES:
                 if name not in USUAL and _applies_to_some(name, common, lists):
-                    lists[name] = _axis(name, effective)
+                    lists[name] = _axis(name, effective, common)
         st.header("Repeats")
         options = {"effective_batch": effective, "repeats": _control(st.number_input, "repeats"),
                    "same_seed": _control(st.checkbox, "same_seed")}
     return common, lists, options
 
 
-def _axis(name: str, effective: int) -> list | str:
-    """One axis's control: the values picked, or the box's text (parsed by spec_from)."""
+def _axis(name: str, effective: int, common: dict[str, Any]) -> list | str:
+    """One axis's control: the values picked (among those its field offers the common settings: no
+    group-mean-token-mean for sft), or the box's text (parsed by spec_from)."""
     if name == "micro_batch_size":
         return _pick(name, divisors(effective) if effective >= 1 else [])
     if name == "nproc":
@@ -135,7 +136,12 @@ def _axis(name: str, effective: int) -> list | str:
     if draw is st.text_input:
         return widget(st.text_input, SWEEP_LABELS[name], PREFIX + name, DEFAULTS[name],
                       help=f"{help_text} (comma-separated values to cross)")
-    return _pick(name, kwargs.pop("options"), help=help_text, **kwargs)
+    options, offered = kwargs.pop("options"), cfg.by_field("offered").get(name)
+    if offered is not None:
+        shown = offered(unchecked({**cfg.DEFAULT_RUN.to_dict(), **common}))
+        options = [option for option in options if option in shown]
+        drop_missing(PREFIX + name, options)
+    return _pick(name, options, help=help_text, **kwargs)
 
 
 def _applies_to_some(name: str, common: dict[str, Any], lists: dict[str, list | str]) -> bool:

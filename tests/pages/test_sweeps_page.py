@@ -133,6 +133,21 @@ def test_a_text_sweep_crosses_packing_with_the_reductions(runs_dir):
     assert "sweep_packing" not in [m.key for m in at.multiselect]
 
 
+def test_a_pg_sweep_crosses_the_loss_aggregations_and_sft_is_offered_its_own(runs_dir):
+    at = sweeps_page()
+    at.selectbox(key="sweep_model").select("gpt")
+    at.selectbox(key="sweep_dataset").select("pg").run()
+    modes = at.multiselect(key="sweep_loss_agg")
+    assert modes.options[-1] == "group-mean-token-mean"
+    modes.set_value(["token-mean", "group-mean-token-mean"]).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    caption = " ".join(c.value for c in at.caption)
+    assert "gpt on pg, E=64: b × reduction × loss\\_agg, 3 repeats (24 runs)" in caption, caption  # markdown-escaped
+    at.selectbox(key="sweep_dataset").select("sft").run()  # no prompt groups: pg's mode leaves the pick
+    assert "group-mean-token-mean" not in at.multiselect(key="sweep_loss_agg").options
+    assert at.multiselect(key="sweep_loss_agg").value == ["token-mean"] and not at.error
+
+
 def test_a_sweep_crosses_activation_checkpointing_with_the_micro_batch(runs_dir):
     at = sweeps_page()
     assert at.multiselect(key="sweep_activation_checkpointing").value == ["off"]
