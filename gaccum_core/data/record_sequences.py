@@ -88,10 +88,11 @@ class _Records:
             np.zeros(0, np.int64)
         return ids, self.losses[ids]
 
-    def token_advantages(self, indices: torch.Tensor, width: int | None = None) -> torch.Tensor:
+    def token_advantages(self, indices: torch.Tensor, width: int | None = None,
+                         owners: torch.Tensor | None = None) -> torch.Tensor:
         """(N, width) float32 beside batch(indices)'s targets: each loss token's record's advantage, 0 elsewhere
-        (pg; 0 everywhere for sft's records)."""
-        owners = self.loss_owners(indices, width)
+        (pg; 0 everywhere for sft's records). owners: loss_owners(indices, width), where the caller has read it."""
+        owners = self.loss_owners(indices, width) if owners is None else owners
         if self.advantages is None:
             return torch.zeros(owners.shape, dtype=torch.float32)
         per_record = torch.from_numpy(np.asarray(self.advantages, np.float32))

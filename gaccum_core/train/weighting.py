@@ -50,7 +50,7 @@ class Weighting:
         owners = train.loss_owners(indices, y.shape[1])
         weights = share_weights(self.described[index], self.weights[index], LossTokens(owners))
         if self.advantages:  # -A · log p(token): A × cross-entropy, A = 0 off the loss tokens
-            weights = weights * train.token_advantages(indices, y.shape[1])
+            weights = weights * train.token_advantages(indices, owners=owners)
         return (weights.to(losses.device, non_blocking=True) * losses).sum()
 
 

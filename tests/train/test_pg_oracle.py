@@ -13,9 +13,11 @@ import torch
 import torch.nn.functional as F
 
 from gaccum_core.config import LOSS_AGGS
+from gaccum_core.data import record_sequences
 from gaccum_core.data.sequences import IGNORE
 from gaccum_core.train import engine
 from gaccum_core.train.engine import Engine
+from gaccum_core.train.metrics import RowKeeper
 from gaccum_core.train.weighting import sample_order
 from records_data import pg, rollouts  # noqa: F401  (the rollouts fixture)
 from training import trained
@@ -94,3 +96,16 @@ def test_one_step_is_the_advantage_weighted_loss_aggregated_by_the_mode(rollouts
     got, rows = trained(config)
     assert (got - expected).abs().max().item() <= 1e-6
     assert rows.steps[0]["loss"] == pytest.approx(loss.item(), rel=1e-5)
+
+
+def test_a_micro_batch_reads_which_record_each_loss_token_belongs_to_once_for_its_weights_and_advantages(
+        rollouts, token_cache_dir, monkeypatch):
+    """pg's loss weighs each loss token by its record's weight and advantage: both read from one pass over the
+    micro-batch's records (a second, for the advantages, was the engine's own cost over a plain loop's)."""
+    passes = []
+    real_owners = record_sequences._Records._owners
+    monkeypatch.setattr(record_sequences._Records, "_owners",
+                        lambda self, rows, width: passes.append(len(rows)) or real_owners(self, rows, width))
+    run = Engine(pg(rollouts, micro_batch_size=2, accum_steps=4))
+    run.run(RowKeeper(), steps=1, evaluate=False)
+    assert passes == [2, 2] * 4  # per micro-batch: its batch's targets, then its loss tokens' records
