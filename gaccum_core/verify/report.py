@@ -91,7 +91,7 @@ def _verdict(bench: Bench, results: list[SplitResult], mistake: str | None, fit:
     if mistake == "split_dependent":
         return (f"{line} It is not an accumulation error: the loss depends on which samples share a micro-batch; "
                 f"{fit.evidence}.")
-    scale = f", c = {fit.factor:.3g}" if fit.factor is not None else ""
+    scale = f", fitted scale {fit.factor:.3g}" if fit.factor is not None else ""
     return f"{line} It fits {known.name}: {known.prediction} (relative residual {fit.residual:.2g}{scale})."
 
 
