@@ -11,10 +11,10 @@ from dashboard.live import (REFRESH_S, WARM_POLL_S, await_first_step, chart_labe
 from dashboard.messages import explain
 from dashboard.server import get_runner
 from dashboard.state import adopt_settings, drop_missing, kept, session_runs, widget
-from gaccum_core.views.axes import TOKEN_AXES, X_AXES, tokens_axis_note
+from gaccum_core.views.axes import LOSS_TOKENS_NOTE, TOKEN_AXES, X_AXES, tokens_axis_note
 from gaccum_core.views.charts import ALL_CHARTS, CHART_TITLES, CHARTS, LOG_BY_DEFAULT
 from gaccum_core.views.samples import readable_sample, sample_line
-from gaccum_core.config import ConfigError
+from gaccum_core.config import RECORD_DATASETS, ConfigError
 from gaccum_core.plan.costs import warnings_for
 from gaccum_core.train.device import resolve_device
 from gaccum_core.lab.loopcode import render_loop
@@ -229,6 +229,8 @@ def live() -> None:
     for group in charts.coincidences:  # the Runs page says the same of the same runs
         st.caption(group.sentence([plain(label) for label in group.labels]))
     tokens_note(snapshots)
+    if any(s.config.dataset in RECORD_DATASETS for s in snapshots):
+        st.caption(LOSS_TOKENS_NOTE)
     left, right = st.columns(2)
     for i, (name, spec) in enumerate(charts.applicable().items()):
         live_chart.plotly_chart(left if i % 2 == 0 else right, spec, key=f"chart_{name}")

@@ -56,3 +56,11 @@ def pg(text_file: str, **changes) -> RunConfig:
     """pg on text_file at PG_SEQ by group-mean-token-mean, SGD, no evaluation, checkpoint or dropout: changes on top."""
     return RunConfig(**{**_QUIET, "dataset": "pg", "text_file": text_file, "max_seq_len": PG_SEQ,
                         "optimizer": "sgd", "lr": 0.1, "loss_agg": "group-mean-token-mean", **changes})
+
+
+def loss_tokens(record: dict, seq: int) -> int:
+    """A record's loss tokens with gpt's byte tokens, from its text alone: its completion's bytes and the ending 0, its
+    row cut to seq + 1 tokens (a record's first token is predicted by none)."""
+    prompt = len(record["prompt"].encode())
+    kept = min(len((record["prompt"] + record["completion"]).encode()) + 1, seq + 1)
+    return max(kept - max(prompt, 1), 0)

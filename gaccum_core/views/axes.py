@@ -17,6 +17,10 @@ X_AXES: dict[str, str] = {"step": "optimizer step", "samples_seen": "samples see
                           "wall_time_s": "wall time (s)"}
 TOKEN_AXES = frozenset({"tokens_seen"})  # x axes only language runs have: image runs count no tokens
 LEFT_OUT = "image runs not drawn: they count no tokens"
+# What a records run's token figures count, said under its charts.
+LOSS_TOKENS_NOTE = ("sft and pg: tokens seen and tokens/s count loss tokens, each record's completion tokens and "
+                    "its end (not its prompt, nor padding); the validation loss is the mean over the held-out "
+                    "records' loss tokens (pg's without advantages).")
 
 _TEMPLATE_KEYS = ("autotypenumbers", "colorway", "font", "hovermode", "hoverlabel", "paper_bgcolor",
                   "plot_bgcolor", "xaxis", "yaxis", "title")

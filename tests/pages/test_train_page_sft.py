@@ -1,7 +1,8 @@
 """The Train page for sft and pg (AppTest): the data sets offered, where their records come from (bundled by default, a
 .jsonl or a saved data set's folder), their fields' and loss aggregation's controls generated from their metadata
 where they apply (C for seq-mean-token-sum-norm), group-mean-token-mean offered for pg alone, and reduction sum with
-another mode refused in one line with Start off. The Equivalence page draws the records' settings too."""
+another mode refused in one line with Start off; under a pg run's charts, the C it used and what its tokens count.
+The Equivalence page draws the records' settings too."""
 
 from pathlib import Path
 
@@ -9,6 +10,11 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from gaccum_core.config import RunConfig
+from gaccum_core.execution.runner import Runner
+from gaccum_core.states import RunState
+from gaccum_core.train import engine
+from gaccum_core.views.axes import LOSS_TOKENS_NOTE
 from test_train_page_language import under
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,3 +58,19 @@ def test_the_equivalence_page_takes_the_records_settings(runs_dir, token_cache_d
     keys = [w.key for w in at.text_input]
     assert {"eq_text_file", "eq_data_dir", "eq_prompt_field", "eq_advantage_field", "eq_group_field"} <= set(keys)
     assert any("pg's advantages and the other loss aggregations are not applied" in c.value for c in at.caption)
+
+
+def test_a_pg_runs_charts_say_its_constant_c_and_that_tokens_are_loss_tokens(runs_dir, token_cache_dir, monkeypatch):
+    monkeypatch.setattr(engine, "sample_text", lambda *args: "")
+    runner = Runner(runs_dir, executor="thread")
+    config = RunConfig(model="gpt", dataset="pg", loss_agg="seq-mean-token-sum-norm", max_steps=1, max_seq_len=32,
+                       micro_batch_size=2, accum_steps=2, eval_batches=1, device="cpu", tensorboard="off")
+    run_id = runner.submit(config)
+    assert runner.wait(run_id, timeout=120).state == RunState.FINISHED
+    used = runner.store.read_status(run_id)["loss_agg_norm"]
+    runner.store.update_status(run_id, state=RunState.STOPPED)  # the run a fresh tab shows: the newest stopped one
+    st.cache_data.clear()
+    at = AppTest.from_file(str(ROOT / "app_pages/1_Train.py"), default_timeout=120).run()
+    captions = [c.value for c in at.main.caption]
+    assert f"seq-mean-token-sum-norm divides by C = {used}, the longest completion in the training split." in captions
+    assert 0 < used <= 32 and LOSS_TOKENS_NOTE in captions

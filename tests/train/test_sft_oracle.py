@@ -10,18 +10,13 @@ from pathlib import Path
 import pytest
 
 from gaccum_core.train import engine
-from records_data import SFT_SEQ as SEQ, records, sft  # noqa: F401  (the records fixture)
+from records_data import SFT_SEQ as SEQ, loss_tokens, records, sft  # noqa: F401  (the records fixture)
 from training import trained
 
 def _completion_targets(text_file: str) -> int:
     """Loss tokens of the training records, from their bytes: the completion and its ending 0, cut to SEQ + 1."""
-    total = 0
-    for i, line in enumerate(Path(text_file).read_text(encoding="utf-8").splitlines()):
-        record = json.loads(line)
-        prompt, kept = len(record["prompt"].encode()), min(len((record["prompt"] + record["completion"]).encode())
-                                                           + 1, SEQ + 1)
-        total += max(kept - max(prompt, 1), 0) if i % 10 else 0
-    return total
+    lines = Path(text_file).read_text(encoding="utf-8").splitlines()
+    return sum(loss_tokens(json.loads(line), SEQ) for i, line in enumerate(lines) if i % 10)  # every tenth held out
 
 
 @pytest.mark.parametrize("packing", ["off", "on"])
