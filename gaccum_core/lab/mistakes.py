@@ -41,6 +41,9 @@ MISTAKES: dict[str, Mistake] = {m.key: m for m in (
     Mistake("constant_scale", "a constant scale against the objective",
             "c · g for every split: split-invariant, but the gradient of c times the objective",
             "normalise by the window's own count, not a larger (or smaller) batch's", ("huggingface/trl #6024",)),
+    Mistake("unknown_weighting", "micro-batches weighted some other way",
+            "none of the predictions above, though each micro-batch's gradient adds up over its samples",
+            "divide each micro-batch's loss sum by the window's sample (token) count, counted before the first backward"),
     Mistake("split_dependent", "none of these: the loss depends on which samples share a micro-batch",
             "no scale of g: each split gives its own gradient",
             "not an accumulation error: no weighting fixes it (BatchNorm, in-batch negatives, an auxiliary loss "

@@ -7,10 +7,10 @@ from typing import Any, Callable
 
 import torch
 
+from gaccum_core.config import ConfigError
 from gaccum_core.seeding import isolated_rng
 from gaccum_core.train.device import resolve_device
 from gaccum_core.train.precision import true_fp32
-from gaccum_core.config import ConfigError
 from gaccum_core.lab.mistakes import MISTAKES
 from gaccum_core.lab.verdict import TOLERANCES, batch_norm_why, batch_norms
 from gaccum_core.verify.fit import Evidence, Fit, fits, gram, objective_scale, outside_span, scales
@@ -20,6 +20,7 @@ from gaccum_core.verify.run import Bench, VerifyCancelled
 from gaccum_core.verify.splits import Split, check_fixed_k, default_splits, within_fixed_k
 
 FIT_WITHIN = 10  # a mistake fits when its relative residual is under this many times the precision's tolerance
+PROBE = 2  # samples run together and alone, to tell a loss that mixes samples from a weighting mistake
 MIXING = 1e-3  # at least this far out of its samples' span, a batch gradient comes from a loss that mixes them
 Progress = Callable[[int, int], None]  # told (window runs done, runs planned); the plan grows for a diagnosis
 
@@ -36,7 +37,8 @@ def check_loop(window: Callable[..., Any], model: torch.nn.Module, batch: Batch,
         chosen = [split for split in chosen if min(split) > 1] or chosen[:1]
     where = _device(device)
     batch = to_device(model, batch, where)
-    with isolated_rng(include_cuda=True), true_fp32(where or _model_device(model)):
+    on = where or _model_device(model)
+    with isolated_rng(include_cuda=on.type == "cuda"), true_fp32(on):
         return _Check(Bench(window, model, batch, fixed_k), chosen, on_split, cancelled).run(objective)
 
 
@@ -67,7 +69,7 @@ class _Check:
         again = self._gradient(self.splits[0], reset_rng=False)  # the random state moved on: dropout draws anew
         tolerance = TOLERANCES[self.bench.amp]
         if _difference(again, first) > tolerance:
-            return report(self.bench, self.splits[:1], [SplitResult(self.splits[0], _difference(again, first), 1.0)],
+            return report(self.bench, [SplitResult(self.splits[0], _difference(again, first), 1.0)],
                           "nondeterministic", None, tolerance)
         self.vectors.append(first)
         for split in self.splits[1:]:
@@ -86,7 +88,7 @@ class _Check:
         results = [SplitResult(s, d, c) for s, d, c in zip(self.splits, differences, scale)]
         matches = None if target is None else invariant and _difference(first, self.vectors[target]) <= tolerance
         fit = self._diagnose(evidence, invariant, matches, tolerance)
-        return report(self.bench, self.splits, results, fit.mistake if fit else None, fit, tolerance, matches)
+        return report(self.bench, results, fit.mistake if fit else None, fit, tolerance, matches)
 
     def _diagnose(self, evidence: Evidence, invariant: bool, matches: bool | None, tolerance: float) -> Fit | None:
         """The best-fitting mistake (split_dependent when none fits), constant_scale, or None when the loop passes."""
@@ -99,28 +101,33 @@ class _Check:
         norms = batch_norms(self.bench.model)
         if norms:
             return Fit("split_dependent", best.residual, None, batch_norm_why(norms))
-        outside = self._outside_samples(evidence)
+        outside, which = self._outside_samples(evidence)
         if outside > max(FIT_WITHIN * tolerance, MIXING):
-            return Fit("split_dependent", outside, None, f"the whole batch's gradient lies {outside:.2g} (relative) "
-                       "outside the span of its samples' own gradients, so the loss mixes samples")
-        if best.residual > FIT_WITHIN * tolerance:
-            return Fit("split_dependent", best.residual, None, f"no accumulation mistake fits: the best, "
-                       f"{MISTAKES[best.mistake].name}, leaves a relative residual of {best.residual:.2g}")
+            return Fit("split_dependent", outside, None, f"{which} gradient lies {outside:.2g} (relative) outside the "
+                       "span of their own one by one, so the loss mixes samples")
+        if best.residual > FIT_WITHIN * tolerance:  # none fits: another weighting, unless mixing went unmeasured
+            return Fit("unknown_weighting" if which else "split_dependent", best.residual, None,
+                       f"no known mistake fits: the best, {MISTAKES[best.mistake].name}, leaves a relative residual "
+                       f"of {best.residual:.2g}")
         return best
 
-    def _outside_samples(self, evidence: Evidence) -> float:
-        """How far the whole batch's gradient lies outside the span of its samples' own; 0 when they were not run."""
+    def _outside_samples(self, evidence: Evidence) -> tuple[float, str]:
+        """How far a micro-batch's gradient lies outside the span of its samples' own (the whole batch's when each
+        sample ran alone, else the first PROBE samples'), and whose; 0 when too few parameters tell."""
         samples = sum(self.splits[0])
-        singles = [self.own.get((i, 1)) for i in range(samples)]
-        whole = self.own.get((0, samples))
-        if whole is None or None in singles or sum(p.numel() for p in self.bench.params) <= 2 * samples:
-            return 0.0
-        return outside_span(evidence, whole, singles)
+        for size, whose in ((samples, "the whole batch's"), (PROBE, f"the first {PROBE} samples' joint")):
+            members, joint = [self.own.get((i, 1)) for i in range(size)], self.own.get((0, size))
+            if joint is not None and None not in members and sum(p.numel() for p in self.bench.params) > 2 * size:
+                return outside_span(evidence, joint, members), whose
+        return 0.0, ""
 
     def _parts(self) -> tuple[tuple[tuple[int, int], ...], ...]:
         """Per split, each micro-batch's own one-batch gradient (an extra run each, shared by equal micro-batches)."""
         own = self.own = {(0, sum(split)): i for i, split in enumerate(self.splits) if len(split) == 1}
-        needed = {(sum(split[:j]), size) for split in self.splits for j, size in enumerate(split)} - set(own)
+        needed = {(sum(split[:j]), size) for split in self.splits for j, size in enumerate(split)}
+        if not batch_norms(self.bench.model):  # the probe of mixing: two samples together, and each alone
+            needed |= {(0, PROBE), *((i, 1) for i in range(PROBE))}
+        needed -= set(own)
         self.planned += len(needed)
         for start, size in sorted(needed):
             self.vectors.append(self._gradient((size,), start))

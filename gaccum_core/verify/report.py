@@ -56,8 +56,8 @@ class VerifyReport:
         return out
 
 
-def report(bench: Bench, splits: list[Split], results: list[SplitResult], mistake: str | None, fit: Fit | None,
-           tolerance: float, matches: bool | None = None) -> VerifyReport:
+def report(bench: Bench, results: list[SplitResult], mistake: str | None, fit: Fit | None, tolerance: float,
+           matches: bool | None = None) -> VerifyReport:
     """The report, its verdict written from what was measured and the mistake's fix."""
     invariant = mistake != "nondeterministic" and max(r.difference for r in results) <= tolerance
     words = _verdict(bench, results, mistake, fit, invariant, matches)
@@ -90,6 +90,9 @@ def _verdict(bench: Bench, results: list[SplitResult], mistake: str | None, fit:
     known = MISTAKES[mistake]
     if mistake == "split_dependent":
         return (f"{line} It is not an accumulation error: the loss depends on which samples share a micro-batch; "
+                f"{fit.evidence}.")
+    if mistake == "unknown_weighting":
+        return (f"{line} The loss adds up over samples, but the window weights its micro-batches some other way: "
                 f"{fit.evidence}.")
     scale = f", fitted scale {fit.factor:.3g}" if fit.factor is not None else ""
     return f"{line} It fits {known.name}: {known.prediction} (relative residual {fit.residual:.2g}{scale})."

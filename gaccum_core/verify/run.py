@@ -66,11 +66,12 @@ class Bench:
         return self.flat("objective")
 
     def flat(self, what: str) -> torch.Tensor:
-        """The parameters' .grad as one float32 vector (zeros where None); VerifyError when there is none at all."""
+        """The parameters' .grad as one float32 vector in host memory (the device's is the model's), zeros where
+        None; VerifyError when there is none at all."""
         if all(p.grad is None for p in self.params):
             raise VerifyError(f"{what} left no .grad on the model's parameters: a backward per micro-batch is "
                               "allowed, and no zero_grad or optimizer step")
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float()
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float().cpu()
                           for p in self.params])
         if not bool(torch.isfinite(flat).all()):
             raise VerifyError(f"{what} gave gradients that are not finite (inf/NaN): finite ones are compared")

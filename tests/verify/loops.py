@@ -115,3 +115,18 @@ def centred(model: nn.Module, micro_batches: list) -> None:
         logits = model(micro["x"])
         logits = logits - logits.mean(0, keepdim=True)
         (F.cross_entropy(logits, micro["y"], reduction="sum") / count).backward()
+
+
+def per_sample_means(model: nn.Module, micro_batches: list) -> None:
+    """Exact accumulation of another loss: each sequence's own token mean, averaged over the window's samples."""
+    samples = sum(len(m["tokens"]) for m in micro_batches)
+    for micro in micro_batches:
+        for i in range(len(micro["tokens"])):
+            one = {key: value[i:i + 1] for key, value in micro.items()}
+            (token_sum(model, one) / tokens_in(one) / samples).backward()
+
+
+def over_k_squared(model: nn.Module, micro_batches: list) -> None:
+    """A weighting no catalogued mistake predicts: each micro-batch's token mean over k²."""
+    for micro in micro_batches:
+        (token_sum(model, micro) / tokens_in(micro) / len(micro_batches) ** 2).backward()

@@ -60,6 +60,13 @@ def test_an_invariant_loop_at_half_the_objective_is_a_constant_scale():
     assert report.mistake == "constant_scale" and report.factor == pytest.approx(0.5, rel=1e-4)
 
 
+def test_an_invariant_loop_of_another_loss_is_said_to_minimise_it():
+    model, batch = loops.token_setup()
+    report = check_loop(loops.per_sample_means, model, batch, objective=loops.objective)
+    assert report.invariant and report.matches_objective is False and report.mistake is None
+    assert "no scale of the objective's" in report.verdict and not report.passed
+
+
 def test_batchnorm_is_split_dependent_and_named():
     model, batch = loops.sample_setup(nn.BatchNorm1d(6))
     report = check_loop(loops.sample_mean, model, batch)
@@ -71,7 +78,16 @@ def test_batchnorm_is_split_dependent_and_named():
 def test_a_loss_that_mixes_samples_is_split_dependent():
     model, batch = loops.sample_setup()
     report = check_loop(loops.centred, model, batch)
-    assert report.mistake == "split_dependent" and "outside the span of its samples' own" in report.verdict
+    assert report.mistake == "split_dependent" and "outside the span of their own one by one" in report.verdict
+    probed = check_loop(loops.centred, model, batch, splits=[(8,), (4, 4), (2, 6), (5, 3)])  # no sample alone
+    assert probed.mistake == "split_dependent" and "the first 2 samples' joint gradient" in probed.verdict
+
+
+def test_a_weighting_no_mistake_predicts_is_not_called_split_dependent():
+    model, batch = loops.token_setup()
+    report = check_loop(loops.over_k_squared, model, batch)
+    assert report.mistake == "unknown_weighting" and "no known mistake fits" in report.verdict
+    assert report.fix == MISTAKES["unknown_weighting"].fix
 
 
 def test_dropout_is_said_first_with_its_layer_and_the_advice():

@@ -42,7 +42,7 @@ def test_a_mistake_exits_1_with_its_name_and_fix(tmp_path, monkeypatch, capsys):
 def test_json_and_a_fixed_k_with_named_functions(tmp_path, monkeypatch, capsys):
     source = USES.format("token_setup as make, over_fixed_k as step")
     status, out, _ = _verify(tmp_path, monkeypatch, capsys, source, "--setup", "make", "--window", "step",
-                             "--fixed-k", "4", "--json")
+                             "--fixed-k", "4", "--device", "cpu", "--json")
     report = json.loads(out)
     assert status == 1 and report["mistake"] == "partial_window_over_full_k" and report["passed"] is False
     assert report["splits"][0]["sizes"] == [2, 2, 2, 2]
