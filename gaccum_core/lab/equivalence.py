@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch import nn
 
-from gaccum_core.train.accumulation import micro_batch_divisors, plan_epoch, planned_steps
+from gaccum_core.train.accumulation import plan_epoch, planned_steps
 from gaccum_core.train.checks import check_micro_batch
 from gaccum_core.config import RunConfig
 from gaccum_core.data.load import load_data
@@ -27,8 +27,7 @@ from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.activation import checkpoint_blocks
 from gaccum_core.train.precision import Precision, true_fp32
 from gaccum_core.train.step import Optimization, accumulate, accumulate_step
-from gaccum_core.train.weighting import sample_order
-from gaccum_core.data.text import IGNORE
+from gaccum_core.train.weighting import Weighting, sample_order, window_weighting
 from gaccum_core.lab.verdict import MODULE_COLUMNS, TOLERANCES, find_reasons, module_table, verdict_text
 
 if TYPE_CHECKING:  # pandas is imported on use: the command line loads this module in every process
@@ -100,7 +99,8 @@ def _quiet(done: int, total: int) -> None:
 def largest_fitting_effective_batch(config: RunConfig) -> int:
     """The largest b·k' (k' = k, k/2, k/4, …, 1) whose one-batch forward+backward fits; 0 if none does."""
     bench = _Bench(config)
-    x, y = bench.samples(0, 0, config.effective_batch_size)
+    samples = bench.samples(0, 0, config.effective_batch_size)
+    x, y = samples.x, samples.y
     k = config.accum_steps
     # Whole micro-batches only, so the answer is a b·k' the user can set.
     for accum_steps in sorted({k >> i for i in range(k.bit_length())}, reverse=True):
@@ -131,27 +131,44 @@ class _Bench:
         data = load_data(config)
         self.train = data.train
         check_micro_batch(config, len(self.train), whole_window=True)  # else fewer samples than b·k compared
+        self.norm_c = config.loss_agg_norm or getattr(self.train, "longest_completion", 0)  # the engine's C
         self.precision = Precision(config.amp, self.device, config.init_scale, config.growth_interval)
         # Eager even when config.compile is on (the question is arithmetic), in train mode as training runs it.
         self.model = build_seeded_model(config, data.input_shape, data.num_classes).to(self.device).train()
         checkpoint_blocks(self.model, config)  # as a run checkpoints them (the same gradients, less memory)
 
-    def samples(self, epoch: int, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Samples [start, stop) of the epoch's order, the engine's (pg's keeps groups together), on the device."""
-        x, y = self.train.batch(sample_order(self.config, self.train, epoch)[start:stop])
-        return x.to(self.device), y.to(self.device)
+    def samples(self, epoch: int, start: int, stop: int) -> Samples:
+        """Samples [start, stop) of the epoch's order, the engine's (pg's keeps groups together): their indices,
+        and (x, y) on the device."""
+        indices = sample_order(self.config, self.train, epoch)[start:stop]
+        x, y = self.train.batch(indices)
+        return Samples(indices, x.to(self.device), y.to(self.device))
+
+    def weighted(self, samples: Samples, micro_batch_size: int) -> tuple[list, Weighting]:
+        """The window in micro-batches of micro_batch_size, numbered, and their weighting by the engine's rule
+        (window_weighting: divisors, or a records task's per-token weights); the big batch (one micro-batch) is the
+        window's mean, aggregated by the run's loss_agg."""
+        config, size = self.config, len(samples.indices)
+        if micro_batch_size >= size:
+            config = config.replace(reduction="sum" if config.reduction == "sum" else "mean")
+        window = plan_epoch(size, micro_batch_size, -(-size // micro_batch_size))[0]
+        micro = zip(samples.indices.split(micro_batch_size), samples.x.split(micro_batch_size),
+                    samples.y.split(micro_batch_size))
+        return list(enumerate(micro)), window_weighting(config, self.train, window, samples.indices, 1, self.norm_c)
+
+    def loss(self, model: nn.Module, weighting: Weighting, precision: Precision, numbered: tuple) -> torch.Tensor:
+        """One numbered micro-batch's loss as the engine takes it (weighted, or summed for its divisor)."""
+        i, (indices, x, y) = numbered
+        return weighting.loss(i, model, precision, x, y, self.train, indices)
 
 
-def _micro_batches(x: torch.Tensor, y: torch.Tensor, micro_batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The window (x, y) as consecutive micro-batches of micro_batch_size (the last may be short)."""
-    return list(zip(x.split(micro_batch_size), y.split(micro_batch_size)))
+@dataclass(frozen=True)
+class Samples:
+    """A window's samples: their indices in the training set and their batch (x, y) on the device."""
 
-
-def _weighted(reduction: str, micro: list[tuple[torch.Tensor, torch.Tensor]], accum_steps: int | None = None):
-    """The micro-batches numbered, and each one's divisor by the engine's rule (counts: samples, or target
-    tokens when padding is marked -100); the big batch (one micro-batch, accum_steps None) is the mean."""
-    divisors = micro_batch_divisors(reduction, [int((y != IGNORE).sum()) for _, y in micro], 1, accum_steps)
-    return list(enumerate(micro)), lambda numbered: divisors[numbered[0]]
+    indices: torch.Tensor
+    x: torch.Tensor
+    y: torch.Tensor
 
 
 def _fits(bench: _Bench, x: torch.Tensor, y: torch.Tensor) -> bool:
@@ -168,42 +185,39 @@ def _fits(bench: _Bench, x: torch.Tensor, y: torch.Tensor) -> bool:
     return fitted
 
 
-def _window_gradients(bench: _Bench, x: torch.Tensor, y: torch.Tensor, micro_batch_size: int,
-                      scale: float, passed: Callable[[int], None]) -> list[torch.Tensor]:
-    """Unscaled gradients of the window x, accumulated over micro-batches by the shared step's first half."""
+def _window_gradients(bench: _Bench, samples: Samples, micro_batch_size: int, scale: float,
+                      passed: Callable[[int], None]) -> list[torch.Tensor]:
+    """Unscaled gradients of the window, accumulated over micro-batches by the shared step's first half."""
     # Under fp16 a scaler at this scale multiplies each loss, as the run's GradScaler would; else scale is 1.
     precision = Precision(bench.config.amp, bench.device, init_scale=scale)
-    big = micro_batch_size >= len(x)
-    numbered, divisor = _weighted(bench.config.reduction, _micro_batches(x, y, micro_batch_size),
-                                  None if big else bench.config.accum_steps)
+    numbered, weighting = bench.weighted(samples, micro_batch_size)
 
-    def loss(n: tuple[int, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        passed(len(n[1][1]))
-        return summed_cross_entropy(bench.model, precision, *n[1])
+    def loss(n: tuple[int, tuple[torch.Tensor, ...]]) -> torch.Tensor:
+        passed(len(n[1][0]))
+        return bench.loss(bench.model, weighting, precision, n)
 
-    accumulate(precision, numbered, loss, divisor)
+    accumulate(precision, numbered, loss, weighting.divisor)
     grads = [p.grad / scale if p.grad is not None else torch.zeros_like(p)
              for p in bench.model.parameters() if p.requires_grad]
     bench.model.zero_grad(set_to_none=True)
     return grads
 
 
-def _gradients_both_ways(bench: _Bench, x: torch.Tensor, y: torch.Tensor,
-                         progress: Progress) -> tuple[list, list, str]:
+def _gradients_both_ways(bench: _Bench, samples: Samples, progress: Progress) -> tuple[list, list, str]:
     """(big batch, accumulated) gradients, and a note when some were not finite."""
     config, uses_scaler = bench.config, bench.precision.uses_scaler
     # fp16 scales the loss as the GradScaler does, and backs off the same way when it overflows.
     scale, note = (config.init_scale if uses_scaler else 1.0), ""
     done = 0
 
-    def passed(samples: int) -> None:
+    def passed(count: int) -> None:
         nonlocal done
-        done += samples
-        progress(done, max(2 * len(x), done))  # an fp16 back-off passes the samples again
+        done += count
+        progress(done, max(2 * len(samples.x), done))  # an fp16 back-off passes the samples again
 
     while True:
-        big = _window_gradients(bench, x, y, len(x), scale, passed)
-        accumulated = _window_gradients(bench, x, y, config.micro_batch_size, scale, passed)
+        big = _window_gradients(bench, samples, len(samples.x), scale, passed)
+        accumulated = _window_gradients(bench, samples, config.micro_batch_size, scale, passed)
         broken = " and the ".join(side for side, grads in (("big-batch", big), ("accumulated", accumulated))
                                   if not all(bool(torch.isfinite(g).all()) for g in grads))
         if not broken or not uses_scaler or scale <= 1.0:
@@ -229,8 +243,9 @@ def _difference(name: str, big: torch.Tensor, accumulated: torch.Tensor) -> dict
 
 def _compare(config: RunConfig, progress: Progress) -> GradientReport:
     bench = _Bench(config)
-    x, y = bench.samples(0, 0, config.effective_batch_size)
-    big, accumulated, note = _gradients_both_ways(bench, x, y, progress)
+    samples = bench.samples(0, 0, config.effective_batch_size)
+    x = samples.x
+    big, accumulated, note = _gradients_both_ways(bench, samples, progress)
     names = [name for name, p in bench.model.named_parameters() if p.requires_grad]
     table = _frame([_difference(*row) for row in zip(names, big, accumulated)], COLUMNS)
     # NaN compares False, so a non-finite error counts as a difference.
@@ -244,13 +259,13 @@ def _compare(config: RunConfig, progress: Progress) -> GradientReport:
     return GradientReport(table, verdict, not differs.any(), modules, tuple(r.name for r in reasons))
 
 
-def _train_one_step(opt: Optimization, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-                    micro_batch_size: int, reduction: str, accum_steps: int) -> float:
-    """The shared accumulation step on the window (x, y) in micro-batches; the window's summed loss."""
-    big = micro_batch_size >= len(x)
-    numbered, divisor = _weighted(reduction, _micro_batches(x, y, micro_batch_size), None if big else accum_steps)
-    result = accumulate_step(opt, numbered, lambda n: summed_cross_entropy(model, opt.precision, *n[1]), divisor)
-    return result.loss_sum.item()
+def _train_one_step(bench: _Bench, opt: Optimization, model: nn.Module, samples: Samples,
+                    micro_batch_size: int) -> float:
+    """The shared accumulation step on the window in micro-batches; the window's loss, as the run logs it."""
+    numbered, weighting = bench.weighted(samples, micro_batch_size)
+    result = accumulate_step(opt, numbered, lambda n: bench.loss(model, weighting, opt.precision, n),
+                             weighting.divisor)
+    return result.loss_sum.item() / weighting.loss_divisor
 
 
 def _side_by_side(config: RunConfig, steps: int, progress: Progress) -> pd.DataFrame:
@@ -263,12 +278,11 @@ def _side_by_side(config: RunConfig, steps: int, progress: Progress) -> pd.DataF
     windows = ((epoch, w.micro_batches) for epoch in itertools.count() for w in plan_epoch(n, b, k))
     rows = []
     for step, (epoch, micro) in enumerate(itertools.islice(windows, steps), 1):
-        x, y = bench.samples(epoch, micro[0].start, micro[-1].stop)
-        loss_big = _train_one_step(opts["big"], models["big"], x, y, len(x), config.reduction, k)
-        loss_accum = _train_one_step(opts["accumulating"], models["accumulating"], x, y, b, config.reduction, k)
-        count = int((y != IGNORE).sum())  # samples, or target tokens
+        samples = bench.samples(epoch, micro[0].start, micro[-1].stop)
+        loss_big = _train_one_step(bench, opts["big"], models["big"], samples, len(samples.x))
+        loss_accum = _train_one_step(bench, opts["accumulating"], models["accumulating"], samples, b)
         distance = math.sqrt(sum(torch.sum((p.double() - q.double()) ** 2).item()
                                  for p, q in zip(opts["big"].params, opts["accumulating"].params)))
-        rows.append(dict(zip(SIDE_BY_SIDE_COLUMNS, (step, loss_big / count, loss_accum / count, distance))))
+        rows.append(dict(zip(SIDE_BY_SIDE_COLUMNS, (step, loss_big, loss_accum, distance))))
         progress(step, steps)
     return _frame(rows, SIDE_BY_SIDE_COLUMNS)

@@ -37,7 +37,6 @@ from gaccum_core.train.fsdp import Sharded
 from gaccum_core.train.errors import Diverged, compile_error
 from gaccum_core.train.eval_log import Evaluated, Moment, eval_row, evaluation_due
 from gaccum_core.train.evaluation import evaluate, sample_text
-from gaccum_core.train.loss import summed_cross_entropy
 from gaccum_core.train.weighting import Weighting, sample_order, window_weighting
 from gaccum_core.train.memory import MB, MemoryProbe, SavedBytesPeak, TrainingMemory, clear_cache
 from gaccum_core.train.metrics import MetricSink, Row
@@ -332,8 +331,6 @@ class Engine:
                       indices: torch.Tensor) -> torch.Tensor:
         """The loss of one micro-batch's forward pass, drawing (dropout) from the run's generators."""
         with self.rng.active():
-            if weighting.weights is None:
-                return summed_cross_entropy(self.forward, self.precision, x, y)
             return weighting.loss(i, self.forward, self.precision, x, y, self.data.train, indices)
 
     def _train_window(self, window: Window, order: torch.Tensor, epoch: int,

@@ -24,7 +24,7 @@ from gaccum_core.config import RunConfig
 from gaccum_core.data.record_sequences import NO_LOSS, grouped_order
 from gaccum_core.train.accumulation import MicroBatch, Window, epoch_order, micro_batch_divisors
 from gaccum_core.train.aggregation import LossTokens, share_weights, token_weights
-from gaccum_core.train.loss import token_losses
+from gaccum_core.train.loss import summed_cross_entropy, token_losses
 from gaccum_core.train.precision import Precision
 from gaccum_core.train.step import Divisor
 
@@ -43,8 +43,10 @@ class Weighting:
 
     def loss(self, index: int, forward: Callable[[torch.Tensor], torch.Tensor], precision: Precision,
              x: torch.Tensor, y: torch.Tensor, train: Any, indices: torch.Tensor) -> torch.Tensor:
-        """Micro-batch `index`'s loss for its backward: Σ w·l over this rank's rows (train's records at indices)."""
-        assert self.weights is not None and self.described is not None
+        """Micro-batch `index`'s loss for its backward: Σ w·l over this rank's rows (train's records at indices), or
+        with divisors its summed cross-entropy (the divisor applied by the step)."""
+        if self.weights is None or self.described is None:
+            return summed_cross_entropy(forward, precision, x, y)
         losses = token_losses(forward, precision, x, y)
         # Read on the host, where the window was described (no device sync per micro-batch), then copied over.
         owners = train.loss_owners(indices, y.shape[1])

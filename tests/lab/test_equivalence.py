@@ -15,9 +15,11 @@ from gaccum_core.lab.verdict import MODULE_COLUMNS, Reason, find_reasons, module
 from gaccum_core.data import record_sequences
 from gaccum_core.data.load import load_data
 from gaccum_core.train.accumulation import epoch_order
+from gaccum_core.train import engine as engine_module
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import RowKeeper
 from records_data import pg, rollouts  # noqa: F401  (the rollouts fixture)
+from training import trained
 
 
 def config(**fields):
@@ -294,3 +296,18 @@ def test_pg_compares_the_engines_first_window_its_groups_kept_together(rollouts,
     assert batched[0] == trained_first and len(trained_first) == 8
     unordered = epoch_order(len(load_data(pg_config).train), pg_config.seed, 0)[:8].tolist()
     assert sorted(unordered) != sorted(trained_first)  # the records' plain permutation is another window
+
+
+def test_pg_is_compared_and_trained_on_its_own_loss_aggregated_by_its_mode(rollouts, token_cache_dir, monkeypatch):
+    """The check weighs pg's -A·log p as the run does (group-mean-token-mean): side by side, the first step's loss
+    is the one the engine logs for that window, both ways; the exact weighting's gradient equals the big batch's,
+    the textbook's (each micro-batch aggregated alone) does not."""
+    monkeypatch.setattr(engine_module, "sample_text", lambda *args: "")  # the run's last greedy sample: seconds
+    pg_config = pg(rollouts, micro_batch_size=2, accum_steps=4, max_steps=1)
+    side = train_side_by_side(pg_config, 1)
+    _, rows = trained(pg_config)
+    assert side.loc[0, "loss_big"] == pytest.approx(rows.steps[0]["loss"], rel=1e-5)
+    assert side.loc[0, "loss_accum"] == pytest.approx(rows.steps[0]["loss"], rel=1e-5)
+    assert compare_gradients(pg_config).equal
+    textbook = compare_gradients(pg_config.replace(reduction="mean_per_micro_batch"))
+    assert not textbook.equal and textbook.reasons == ("textbook weighting",)

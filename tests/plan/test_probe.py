@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import gaccum_core.train.engine
+import gaccum_core.train.weighting
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.train.memory import MB, SavedBytesPeak
 from gaccum_core.models.vision import build_model
@@ -187,7 +188,7 @@ def test_an_error_that_is_not_about_memory_is_a_failure_that_stops(monkeypatch):
     def broken(forward, precision, x, y):
         raise ZeroDivisionError("something else went wrong")
 
-    monkeypatch.setattr(gaccum_core.train.engine, "summed_cross_entropy", broken)
+    monkeypatch.setattr(gaccum_core.train.weighting, "summed_cross_entropy", broken)
     candidate = measure(cnn(model="mlp"), FP32, 4, 8, BIG_BUDGET)
     assert candidate.status == "failed" and candidate.detail["larger_may_work"] is False
     assert candidate.detail["message"] == "ZeroDivisionError: something else went wrong"
@@ -209,7 +210,7 @@ OUT_OF_MEMORY_ERRORS = {
 @pytest.fixture(params=sorted(OUT_OF_MEMORY_ERRORS))
 def out_of_memory_from_16(request, monkeypatch):
     """The engine's loss raises an out-of-memory error for micro-batches of 16 samples or more."""
-    real = gaccum_core.train.engine.summed_cross_entropy
+    real = gaccum_core.train.weighting.summed_cross_entropy
     calls = []
 
     def loss(forward, precision, x, y):
@@ -218,7 +219,7 @@ def out_of_memory_from_16(request, monkeypatch):
             raise OUT_OF_MEMORY_ERRORS[request.param]()
         return real(forward, precision, x, y)
 
-    monkeypatch.setattr(gaccum_core.train.engine, "summed_cross_entropy", loss)
+    monkeypatch.setattr(gaccum_core.train.weighting, "summed_cross_entropy", loss)
     return calls
 
 
