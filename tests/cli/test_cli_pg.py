@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from gaccum_core.cli.main import main
+from gaccum_core.runs.catalog import run_table
 from gaccum_core.runs.labels import run_labels
 from gaccum_core.runs.store import RunStore
 from gaccum_core.tensorboard.event_files import read_event_folders
@@ -43,3 +44,5 @@ def test_a_sweep_over_loss_agg_trains_each_mode_labelled_by_it_and_its_hparams_c
         assert folder.hparams["loss_agg"] == store.read_config(run_id).loss_agg
         assert folder.hparams["dataset"] == "pg"
     assert sorted(config.loss_agg for config in configs) == sorted(modes)
+    table = run_table(store)  # the Runs table names a mode other than the default, as it names fp16
+    assert sorted(table["label"]) == ["gpt-tiny b=2 k=2", "gpt-tiny b=2 k=2 group-mean-token-mean"]
