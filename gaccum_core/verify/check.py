@@ -3,6 +3,7 @@ and assert_split_invariant for your own tests."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import torch
@@ -32,6 +33,7 @@ def check_loop(window: Callable[..., Any], model: torch.nn.Module, batch: Batch,
     """Run window(model, micro_batches) on each split of the batch from the same start and compare the gradients;
     diagnose the mistake when they differ. VerifyError on bad input, VerifyCancelled when cancelled() turns true."""
     samples = batch_size(batch)
+    _check_fixed_k_parameter(window, fixed_k)
     chosen = _splits(splits, fixed_k, samples)
     if splits is None and batch_norms(model):  # BatchNorm has no batch statistics in a micro-batch of one sample
         chosen = [split for split in chosen if min(split) > 1] or chosen[:1]
@@ -169,6 +171,22 @@ def _splits(splits: list[Split] | None, fixed_k: int | None, samples: int) -> li
     if fixed_k is not None:
         check_fixed_k(chosen, fixed_k)
     return list(dict.fromkeys(chosen))
+
+
+def _check_fixed_k_parameter(window: Callable[..., Any], fixed_k: int | None) -> None:
+    """VerifyError when the window requires a fixed_k that is not given, or is given one it does not take."""
+    try:
+        parameters = inspect.signature(window).parameters
+    except (TypeError, ValueError):  # no signature to read: the call itself will tell
+        return
+    taken = parameters.get("fixed_k")
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    if fixed_k is None and taken is not None and taken.default is inspect.Parameter.empty:
+        raise VerifyError("fixed_k=None is not allowed: the window takes fixed_k, the configured micro-batches per "
+                          "step (--fixed-k K)")
+    if fixed_k is not None and taken is None and not takes_any:
+        raise VerifyError(f"fixed_k={fixed_k!r} is not allowed: the window takes no fixed_k parameter "
+                          "(window(model, micro_batches, fixed_k) receives it)")
 
 
 def _device(device: str | torch.device | None) -> torch.device | None:

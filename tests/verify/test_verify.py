@@ -147,7 +147,9 @@ def _raises(model, micro_batches):
     (loops.sample_mean, {"x": torch.zeros(8, 4), "y": torch.zeros(7, dtype=torch.long)}, {}, r"unequal first.*x: 8, y: 7"),
     (loops.sample_mean, (torch.zeros(8, 4), torch.zeros(8)), {}, "batch of type tuple"),
     (loops.sample_mean, None, {"splits": [(4, 3)]}, "adding up to the batch's 8 samples"),
-    (loops.sample_mean, None, {"fixed_k": 0}, "fixed_k=0 is not allowed"),
+    (loops.over_fixed_k, None, {"fixed_k": 0}, "fixed_k=0 is not allowed"),
+    (loops.over_fixed_k, None, {}, "fixed_k=None is not allowed: the window takes fixed_k"),
+    (loops.sample_mean, None, {"fixed_k": 2}, "fixed_k=2 is not allowed: the window takes no fixed_k"),
     (_raises, None, {}, "window raised RuntimeError: shape mismatch on the split 8$"),
     (lambda model, micro: None, None, {}, "left no .grad"),
 ])

@@ -61,8 +61,10 @@ BAD = {
                                  "'y': torch.zeros(6).long()}\n", (), "unequal first dimension (x: 8, y: 6)"),
     "bad --splits": (SAMPLE.replace("sample_setup,", "sample_setup as setup,"), ("--splits", "4,4/3"),
                      "splits='4,4/3' is not allowed"),
-    "--splits over --fixed-k": (SAMPLE.replace("sample_setup,", "sample_setup as setup,"),
+    "--splits over --fixed-k": (USES.format("token_setup as setup, over_fixed_k as window"),
                                 ("--splits", "1,1,6", "--fixed-k", "2"), "at most 2 micro-batches"),
+    "a window taking fixed_k without --fixed-k": (USES.format("token_setup as setup, over_fixed_k as window"), (),
+                                                  "the window takes fixed_k, the configured micro-batches per step"),
     "a missing objective": (SAMPLE.replace("sample_setup,", "sample_setup as setup,"), ("--objective", "loss"),
                             "--objective='loss' is not allowed"),
     "a setup that raises": ("from tests.verify.loops import sample_mean as window\n"
