@@ -118,7 +118,7 @@ def test_autocast_in_the_window_is_held_to_the_bf16_tolerance():
 
     model, batch = loops.sample_setup()
     report = check_loop(in_bf16, model, batch)
-    assert report.precision == "bf16" and report.tolerance == TOLERANCES["bf16"]
+    assert report.precision == "bf16" and report.tolerance == TOLERANCES["bf16"] and report.invariant
     assert tolerance_words("bf16") in report.verdict
 
 
