@@ -4,7 +4,7 @@ combination, measured, and the fastest setting that fits with a margin."""
 import streamlit as st
 
 from dashboard.checks import device_turn, refusal, tokenise_aside
-from dashboard.choices import choose, model_note, text_settings, wants_text
+from dashboard.choices import choose, generated, model_note, text_settings, wants_text
 from dashboard.controls import AC_LABELS, CLEAR_LABELS, LABELS as TRAIN_LABELS
 from dashboard.messages import explain
 from dashboard.server import get_runner
@@ -42,6 +42,9 @@ with st.sidebar:
     dataset = choose(controls, "dataset")
     if wants_text(model, dataset):  # a language model's settings
         text_settings(controls, model, dataset)
+    if dataset in cfg.RECORD_DATASETS:  # the records' fields the measured run reads (not the aggregation: a plan flag)
+        generated(controls, "Model and data", leave_out=tuple(n for n in cfg.fields_with("section", "Model and data")
+                                                             if n not in BASE_FIELDS))
     if dataset not in cfg.TEXT_DATASETS:
         if dataset == "fake":
             controls.add("fake_samples", st.number_input, step=256)

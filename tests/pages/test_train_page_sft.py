@@ -2,7 +2,7 @@
 .jsonl or a saved data set's folder), their fields' and loss aggregation's controls generated from their metadata
 where they apply (C for seq-mean-token-sum-norm), group-mean-token-mean offered for pg alone, and reduction sum with
 another mode refused in one line with Start off; under a pg run's charts, the C it used and what its tokens count.
-The Equivalence page draws the records' settings too."""
+The Equivalence and Plan pages draw the records' settings too."""
 
 from pathlib import Path
 
@@ -52,12 +52,15 @@ def test_pg_and_sft_show_their_generated_controls_and_offer_their_own_modes(runs
     assert at.button(key="start").disabled
 
 
-def test_the_equivalence_page_takes_the_records_settings(runs_dir, token_cache_dir):
-    at = _records(AppTest.from_file(str(ROOT / "app_pages/3_Equivalence.py"), default_timeout=120).run(), "eq_", "pg")
+@pytest.mark.parametrize("page, prefix", [("3_Equivalence", "eq_"), ("5_Plan", "plan_")])
+def test_the_equivalence_and_plan_pages_take_the_records_settings(runs_dir, token_cache_dir, page, prefix):
+    at = _records(AppTest.from_file(str(ROOT / f"app_pages/{page}.py"), default_timeout=120).run(), prefix, "pg")
     assert not at.exception and not at.error, [e.value for e in at.error]
-    keys = [w.key for w in at.text_input]
-    assert {"eq_text_file", "eq_data_dir", "eq_prompt_field", "eq_advantage_field", "eq_group_field"} <= set(keys)
-    assert any("pg's advantages and the other loss aggregations are not applied" in c.value for c in at.caption)
+    keys = {w.key.removeprefix(prefix) for w in at.text_input}
+    assert {"text_file", "data_dir", "prompt_field", "completion_field", "advantage_field", "group_field"} <= keys
+    assert "loss_agg" not in [w.key.removeprefix(prefix) for w in at.selectbox]  # not applied (Equivalence), a flag
+    if prefix == "eq_":
+        assert any("pg's advantages and the other loss aggregations are not applied" in c.value for c in at.caption)
 
 
 def test_a_pg_runs_charts_say_its_constant_c_and_that_tokens_are_loss_tokens(runs_dir, token_cache_dir, monkeypatch):
