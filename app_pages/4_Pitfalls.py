@@ -151,9 +151,10 @@ def show_report_case(number: int, key: str, case, steps: int) -> None:
     text.caption(f"The mistake, as `verify` names it: {mistake(text_of.mistake).name}.")
     if case is None:
         return
-    for label, value, beside in report_metrics(case):
-        text.metric(label, value, delta=beside, delta_color="off")
     chart.plotly_chart(report_figure(case), key=f"pitfall_{key}", theme=None)
+    metrics = report_metrics(case)
+    for column, (label, value, beside) in zip(st.columns(len(metrics)), metrics):
+        column.metric(label, value, delta=beside, delta_color="off", delta_arrow="off")
 
 
 st.header("Post-training losses: four public reports")
@@ -165,7 +166,8 @@ st.write("Four accumulation bugs reported in 2025–26 post-training code, each 
          "SGD takes it as a learning-rate factor; Adam divides each step by the gradient's own running scale, so "
          "under Adam such a bug barely shows (nearly scale-invariant, up to its ε).")
 reports = st.session_state.get("pitfall_reports")
-report_steps = st.number_input("SGD steps", min_value=1, max_value=200, value=REPORT_STEPS, key="pitfalls_reports_steps")
+report_steps = st.columns([1, 3])[0].number_input("SGD steps", min_value=1, max_value=200, value=REPORT_STEPS,
+                                                   key="pitfalls_reports_steps")
 if st.button("Run the four reports", key="pitfalls_reports_run"):
     bar = st.progress(0.0, text="starting")
     reports = st.session_state["pitfall_reports"] = run_reports(

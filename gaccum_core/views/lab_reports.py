@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from gaccum_core.lab.mistakes import mistake
 from gaccum_core.lab.pitfalls.catalog import pitfall
 from gaccum_core.lab.pitfalls.reports import ReportCase
 
@@ -18,22 +17,18 @@ _FLOOR = 1e-12  # a drift of exactly 0 cannot sit on a log axis: drawn at this f
 CASE_COLUMNS = ["window_grad_ratio", "window_cosine", "predicted_scale", "sgd_lr_factor", "never_trained"]
 
 
-def _scale(value: float | None) -> str:
-    return "—" if value is None else f"{value:.6f}"
-
-
 def report_metrics(case: ReportCase) -> list[tuple[str, str, str]]:
     """The case's figures as (label, value, beside): the first window's gradient ratio and cosine, SGD's
     learning-rate factor, the drift after the last step and, where the loop drops samples, how many."""
     steps = len(case.frame)
     predicted = f"predicted {case.predicted_scale:.6f}" if case.predicted_scale is not None else "not a scale"
-    lr = ("SGD's effective lr factor", _scale(case.lr_factor),
-          "a constant scale: lr × it" if case.lr_factor is not None else "no single factor: the direction is off")
-    shown = [("‖g_bug‖ / ‖g_exact‖ (first window)", f"{case.grad_ratio:.6f}", predicted),
+    lr = ("SGD lr factor", "—", "none: the direction is off") if case.lr_factor is None else \
+        ("SGD lr factor", f"{case.lr_factor:.6f}", "a constant scale: lr × it")
+    shown = [("‖g_bug‖ / ‖g_exact‖", f"{case.grad_ratio:.6f}", f"first window; {predicted}"),
              ("Cosine(g_bug, g_exact)", f"{case.cosine:.6f}", "1 is the exact direction"), lr,
-             (f"Weight drift after {steps} SGD steps (L2)", f"{case.final_drift:.2e}", "report's loop vs exact")]
+             (f"Drift after {steps} steps", f"{case.final_drift:.2e}", "L2, report's loop vs exact")]
     if case.never_trained:
-        shown.append(("Samples never trained per epoch", str(case.never_trained), "the dropped last window"))
+        shown.append(("Never trained", f"{case.never_trained} samples", "per epoch: the last window"))
     return shown
 
 
@@ -48,9 +43,8 @@ def report_figure(case: ReportCase) -> go.Figure:
 
 
 def report_table(cases: Iterable[ReportCase]) -> pd.DataFrame:
-    """One row per report: its title, the mistake in verify's words, and its figures."""
-    return pd.DataFrame([{"report": pitfall(c.key).title, "mistake": mistake(pitfall(c.key).mistake).name,
-                          "‖g_bug‖ / ‖g_exact‖": c.grad_ratio, "cosine": c.cosine,
+    """One row per report (its repository and number, as its title begins) and its figures."""
+    return pd.DataFrame([{"report": pitfall(c.key).title.split(":")[0], "‖g_bug‖ / ‖g_exact‖": c.grad_ratio, "cosine": c.cosine,
                           "predicted scale": c.predicted_scale, "SGD lr factor": c.lr_factor,
                           "drift after N steps": c.final_drift, "never trained": c.never_trained} for c in cases])
 
