@@ -34,10 +34,8 @@ with left:
     dataset = choose(fields, "dataset")
     if wants_text(model, dataset):
         text_settings(fields, model, dataset)
-    if dataset in cfg.RECORD_DATASETS:  # the records' fields; the comparison itself is of token-mean cross-entropy
-        generated(fields, "Model and data", leave_out=("loss_agg", "loss_agg_norm"))
-        st.caption("Compared here: the cross-entropy over completion tokens, by token-mean; pg's advantages and "
-                   "the other loss aggregations are not applied on this page.")
+    if dataset in cfg.RECORD_DATASETS:  # the records' fields and aggregation, weighed as the run weighs them
+        generated(fields, "Model and data")
     if dataset not in cfg.TEXT_DATASETS:
         image_settings(fields, dataset)
 with middle:

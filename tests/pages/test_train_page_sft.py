@@ -2,7 +2,7 @@
 .jsonl or a saved data set's folder), their fields' and loss aggregation's controls generated from their metadata
 where they apply (C for seq-mean-token-sum-norm), group-mean-token-mean offered for pg alone, and reduction sum with
 another mode refused in one line with Start off; under a pg run's charts, the C it used and what its tokens count.
-The Equivalence and Plan pages draw the records' settings too."""
+The Equivalence page draws the records' settings and aggregation too, the Plan page their settings."""
 
 from pathlib import Path
 
@@ -10,7 +10,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from gaccum_core.config import RunConfig
+from gaccum_core.config import LOSS_AGGS, RunConfig
 from gaccum_core.execution.runner import Runner
 from gaccum_core.states import RunState
 from gaccum_core.train import engine
@@ -58,9 +58,11 @@ def test_the_equivalence_and_plan_pages_take_the_records_settings(runs_dir, toke
     assert not at.exception and not at.error, [e.value for e in at.error]
     keys = {w.key.removeprefix(prefix) for w in at.text_input}
     assert {"text_file", "data_dir", "prompt_field", "completion_field", "advantage_field", "group_field"} <= keys
-    assert "loss_agg" not in [w.key.removeprefix(prefix) for w in at.selectbox]  # not applied (Equivalence), a flag
-    if prefix == "eq_":
-        assert any("pg's advantages and the other loss aggregations are not applied" in c.value for c in at.caption)
+    selects = {w.key.removeprefix(prefix): w for w in at.selectbox}
+    if prefix == "eq_":  # compared as the run weighs it
+        assert list(selects["loss_agg"].options) == list(LOSS_AGGS)
+    else:  # the planner's flag, not the Plan page's
+        assert "loss_agg" not in selects
 
 
 def test_a_pg_runs_charts_say_its_constant_c_and_that_tokens_are_loss_tokens(runs_dir, token_cache_dir, monkeypatch):
