@@ -27,7 +27,7 @@ from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.activation import checkpoint_blocks
 from gaccum_core.train.precision import Precision, true_fp32
 from gaccum_core.train.step import Optimization, accumulate, accumulate_step
-from gaccum_core.train.weighting import Weighting, sample_order, window_weighting
+from gaccum_core.train.weighting import Weighting, aggregation_constant, sample_order, window_weighting
 from gaccum_core.lab.verdict import MODULE_COLUMNS, TOLERANCES, find_reasons, module_table, verdict_text
 
 if TYPE_CHECKING:  # pandas is imported on use: the command line loads this module in every process
@@ -131,7 +131,7 @@ class _Bench:
         data = load_data(config)
         self.train = data.train
         check_micro_batch(config, len(self.train), whole_window=True)  # else fewer samples than b·k compared
-        self.norm_c = config.loss_agg_norm or getattr(self.train, "longest_completion", 0)  # the engine's C
+        self.norm_c = aggregation_constant(config, self.train)  # the engine's C
         self.precision = Precision(config.amp, self.device, config.init_scale, config.growth_interval)
         # Eager even when config.compile is on (the question is arithmetic), in train mode as training runs it.
         self.model = build_seeded_model(config, data.input_shape, data.num_classes).to(self.device).train()

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Iterator
 import torch
 
 from gaccum_core import faults
-from gaccum_core.config import RECORD_DATASETS, ConfigError, RunConfig
+from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.seeding import RunRng
@@ -37,7 +37,7 @@ from gaccum_core.train.fsdp import Sharded
 from gaccum_core.train.errors import Diverged, compile_error
 from gaccum_core.train.eval_log import Evaluated, Moment, eval_row, evaluation_due
 from gaccum_core.train.evaluation import evaluate, sample_text
-from gaccum_core.train.weighting import Weighting, sample_order, window_weighting
+from gaccum_core.train.weighting import Weighting, aggregation_constant, sample_order, window_weighting
 from gaccum_core.train.memory import MB, MemoryProbe, SavedBytesPeak, TrainingMemory, clear_cache
 from gaccum_core.train.metrics import MetricSink, Row
 from gaccum_core.train.checks import check_micro_batch
@@ -79,9 +79,7 @@ class Engine:
         self.device = device or resolve_device(config.device)
         self.data = load_data(config)
         self.num_train = len(self.data.train)
-        # seq-mean-token-sum-norm's C: the run's, or the longest completion of its training split (fixed for the run)
-        self.norm_c = config.loss_agg_norm or (self.data.train.longest_completion
-                                               if config.dataset in RECORD_DATASETS else 0)
+        self.norm_c = aggregation_constant(config, self.data.train)
         check_micro_batch(config, self.num_train)
         self.model = build_seeded_model(config, self.data.input_shape, self.data.num_classes,
                                         from_weights_file).to(self.device)

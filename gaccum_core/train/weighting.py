@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from gaccum_core.config import RunConfig
+from gaccum_core.config import RECORD_DATASETS, RunConfig
 from gaccum_core.data.record_sequences import NO_LOSS, grouped_order
 from gaccum_core.train.accumulation import MicroBatch, Window, epoch_order, micro_batch_divisors
 from gaccum_core.train.aggregation import LossTokens, share_weights, token_weights
@@ -54,6 +54,12 @@ class Weighting:
         if self.advantages:  # -A · log p(token): A × cross-entropy, A = 0 off the loss tokens
             weights = weights * train.token_advantages(indices, owners=owners)
         return (weights.to(losses.device, non_blocking=True) * losses).sum()
+
+
+def aggregation_constant(config: RunConfig, train: Any) -> int:
+    """seq-mean-token-sum-norm's C for a run: its loss_agg_norm, else (0) the longest completion of its training split
+    after truncation, computed once when it starts (0 for a task without records, which takes no C)."""
+    return config.loss_agg_norm or (train.longest_completion if config.dataset in RECORD_DATASETS else 0)
 
 
 def uses_weights(config: RunConfig) -> bool:
