@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from gaccum_core.config import ConfigError
 from gaccum_core.data.load import load_data
 from gaccum_core.data.records import BUNDLED
 from gaccum_core.data.sequences import IGNORE
@@ -111,3 +112,10 @@ def test_the_exact_loop_is_one_big_batch_on_either_cut(run, cases):
     expected = torch.cat([p.grad.flatten() for p in model.parameters()]).double()
     for key in ("ms_swift_k_twice", "verl_sample_share"):
         assert (cases[key].exact_gradient - expected).abs().max().item() <= 1e-6, key
+
+
+@pytest.mark.parametrize("steps", [0, -1, 1.5, True])
+def test_steps_other_than_a_positive_integer_are_refused_in_one_line(steps):
+    with pytest.raises(ConfigError, match="steps") as refused:
+        run_reports(steps)
+    assert "\n" not in str(refused.value) and "integer ≥ 1" in str(refused.value)

@@ -17,6 +17,7 @@ from typing import Callable
 import pandas as pd
 import torch
 
+from gaccum_core.config import ConfigError
 from gaccum_core.data.load import load_data
 from gaccum_core.lab.pitfalls.catalog import REPORT_PITFALLS, case_config, setup_words
 from gaccum_core.lab.pitfalls.report_loops import LOOPS, SPLITS, WINDOWS, Learner, Loop, by_samples, exact
@@ -72,6 +73,8 @@ def case_words(key: str, steps: int = STEPS) -> str:
 
 def run_reports(steps: int = STEPS, progress: Progress | None = None) -> dict[str, ReportCase]:
     """Every report's case, by REPORT_PITFALLS key in its order: its loop and the exact loop for `steps` steps."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError("steps", steps, "an integer ≥ 1")
     config = case_config(next(iter(REPORT_PITFALLS)))  # the four share their settings
     data = load_data(config)
     model = build_seeded_model(config, data.input_shape, data.num_classes)
