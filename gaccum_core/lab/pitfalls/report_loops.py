@@ -19,7 +19,7 @@ from gaccum_core.lab.pitfalls.result import Snapshot, flat
 from gaccum_core.train.accumulation import MicroBatch, Window, plan_epoch
 from gaccum_core.train.loss import token_losses
 from gaccum_core.train.step import Optimization, accumulate_step
-from gaccum_core.train.weighting import sample_order, window_weighting
+from gaccum_core.train.weighting import aggregation_constant, sample_order, window_weighting
 
 Epoch = tuple[torch.Tensor, list[Window]]  # an epoch's sample order and its windows
 
@@ -119,7 +119,7 @@ def exact(split: Split) -> Loop:
 def _exact_step(learner: Learner, order: torch.Tensor, window: Window) -> Snapshot:
     """One window as the engine takes it: window_weighting's per-token weights, then accumulate_step."""
     config, train, model, precision = learner.config, learner.train, learner.model, learner.opt.precision
-    weighting = window_weighting(config, train, window, order, 1, config.loss_agg_norm)
+    weighting = window_weighting(config, train, window, order, 1, aggregation_constant(config, train))
 
     def loss(numbered: tuple[int, MicroBatch]) -> torch.Tensor:
         i, micro = numbered
