@@ -109,11 +109,12 @@ class CacheStatus:
 
     def words(self) -> str:
         """'12.3 MB to tokenise on Start (about 4 s at the last measured speed)', or that it is cached."""
+        size = f"{self.megabytes:.1f} MB" if self.megabytes >= 0.1 else f"{self.megabytes * 1024:.0f} kB"
         if self.cached:
-            return f"{self.megabytes:.1f} MB, tokenised"
+            return f"{size}, tokenised"
         about = (f"about {max(self.seconds, 1):.0f} s at the last measured speed" if self.seconds is not None
                  else "no speed measured here yet")
-        return f"{self.megabytes:.1f} MB to tokenise on Start ({about})"
+        return f"{size} to tokenise on Start ({about})"
 
 
 def corpus_name(config: RunConfig) -> str:

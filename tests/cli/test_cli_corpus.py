@@ -60,7 +60,7 @@ def test_check_on_a_corpus_not_tokenised_yet_says_so_and_caches_nothing(tmp_path
     code, out, err = _run(capsys, *flags)
     assert code == 2 and out == ""
     assert err.splitlines() == [
-        f"gaccum: --text-file={str(corpus)!r} is not tokenised yet (text: 0.0 MB to tokenise on Start (no speed "
+        f"gaccum: --text-file={str(corpus)!r} is not tokenised yet (text: 9 kB to tokenise on Start (no speed "
         "measured here yet), bytes); check reads windows of the tokenised corpus and writes nothing: `plan` or `run` on "
         "it tokenises it once into the token cache, then check compares on it"]
     assert _folders(token_cache_dir) == []
@@ -73,7 +73,7 @@ def test_check_on_a_corpus_not_tokenised_yet_says_so_and_caches_nothing(tmp_path
 
     other = _jsonl(tmp_path, "other.jsonl", TEXTS[::-1])
     code, _, err = _run(capsys, *flags[:-5], str(other), *flags[-4:])
-    assert code == 2 and "is not tokenised yet (text: 0.0 MB to tokenise on Start (about 1 s at the last measured " \
+    assert code == 2 and "is not tokenised yet (text: 9 kB to tokenise on Start (about 1 s at the last measured " \
                           "speed), bytes)" in err
     assert len(_folders(token_cache_dir)) == 1
 
@@ -90,7 +90,7 @@ def test_check_on_a_saved_dataset_dict_says_its_rows_without_tokenising(tmp_path
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == [
         f"gaccum: --data-dir={str(data)!r} is not tokenised yet (hf-dataset: 50 train / 10 validation rows of 'text' "
-        "(save_to_disk, the validation split); 0.0 MB to tokenise on Start (no speed measured here yet), bytes); "
+        "(save_to_disk, the validation split); 10 kB to tokenise on Start (no speed measured here yet), bytes); "
         "check reads windows of the tokenised corpus and writes nothing: `plan` or `run` on it tokenises it once "
         "into the token cache, then check compares on it"]
     assert _folders(token_cache_dir) == []

@@ -100,7 +100,7 @@ def test_pydoc_is_tokenised_in_memory_by_the_same_rule():
 def test_the_cache_layout_is_nanogpts_with_document_spans(tmp_path):
     path = _corpus(tmp_path)
     config = _config(path, tmp_path / "cache")
-    assert not cache_status(config).cached and "MB to tokenise on Start" in describe_text(config)
+    assert not cache_status(config).cached and "kB to tokenise on Start" in describe_text(config)
     text_sources(config)
     folder, = (tmp_path / "cache").glob("notes.txt-*/")
     meta = json.loads((folder / "meta.json").read_text())
