@@ -41,5 +41,7 @@ def window(model: nn.Module, micro_batches: list[dict[str, torch.Tensor]], fixed
 
 
 def objective(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """What the recipe means to minimise: the mean cross-entropy over the whole batch."""
-    return F.cross_entropy(model(batch["inputs"]), batch["targets"])
+    """What the recipe means to minimise: the mean cross-entropy over the whole batch (on the device the
+    Accelerator put the model on)."""
+    device = next(model.parameters()).device
+    return F.cross_entropy(model(batch["inputs"].to(device)), batch["targets"].to(device))

@@ -26,9 +26,11 @@ class Classifier(L.LightningModule):
         self.net = nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, CLASSES))
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        """The micro-batch's mean loss: Lightning divides it by accumulate_grad_batches before the backward."""
         return F.cross_entropy(self.net(batch["inputs"]), batch["targets"])
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
+        """Plain SGD: the step it takes does not matter here, only the gradients it is handed."""
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
@@ -36,9 +38,12 @@ class GradientsHandedToTheOptimizer(L.Callback):
     """Copies each parameter's .grad just before the optimizer step."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.grads: list[torch.Tensor | None] = []
 
-    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer) -> None:
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                                 optimizer: torch.optim.Optimizer) -> None:
+        """Keep a copy of every parameter's gradient as the optimizer receives it."""
         self.grads = [None if p.grad is None else p.grad.detach().clone() for p in pl_module.parameters()]
 
 
