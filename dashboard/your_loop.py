@@ -16,7 +16,7 @@ from dashboard.server import get_runner
 from dashboard.state import kept, set_kept, widget
 from gaccum_core.config import ConfigError
 from gaccum_core.execution.aside import call_aside
-from gaccum_core.execution.your_loop import OBJECTIVE, check_file
+from gaccum_core.execution.your_loop import OBJECTIVE, check_file_aside
 from gaccum_core.train.device import device_choices, resolve_device
 from gaccum_core.usercode import USER_CODE_ENV, allowed_folder, check_named
 from gaccum_core.verify.loop import VerifyError
@@ -131,22 +131,31 @@ def your_loop(progress_bar: ProgressBar) -> None:
 
 
 def _run(file: str, ready: bool, arguments: tuple, progress_bar: ProgressBar, splits_slot: Any) -> None:
-    """The Check button: check_file in a worker process, a Cancel button and the progress bar while it runs."""
+    """The Check button: check_file in a worker process, a Cancel button and the progress bar while it runs. Cancel
+    reruns the page: Streamlit stops this run at its next call (told, within a beat), and call_aside kills the worker."""
     if st.session_state.get(KEY + "cancel"):  # clicked while it ran: that rerun ended the worker process
-        st.info("Cancelled: the check's worker process was ended.")
+        st.info("Cancelled: the check's worker process is ended.")
     if not st.button("Check my loop", type="primary", key=KEY + "run", disabled=not ready):
         return
     st.session_state.pop(KEY + "report", None)
     cancel = st.empty()
     cancel.button("Cancel", key=KEY + "cancel")
     bar, moved = progress_bar("Checking your loop", "window run")
+
+    def told(*progress: int) -> None:
+        """A window run done, or the worker saying it still works: a call at which a page's run that ended stops."""
+        if progress:
+            moved(*progress)
+        else:
+            bar.progress(0.0, text="Checking your loop: importing it, calling setup() and its first window…")
+
     device = arguments[-1]
     try:
         on = resolve_device(device) if device else None
         turn = device_turn(get_runner(), bar, "Checking your loop…")((f"cuda:{on.index or 0}",)) \
             if on is not None and on.type == "cuda" else nullcontext()
         with turn:  # your file is imported there, never in the server
-            st.session_state[KEY + "report"] = (file, call_aside(check_file, *arguments, progress=moved))
+            st.session_state[KEY + "report"] = (file, call_aside(check_file_aside, *arguments, progress=told))
     except VerifyError as exc:
         message = " ".join(str(exc).split())
         (splits_slot if message.startswith("splits=") else st).error(message)

@@ -3,11 +3,14 @@ process of its own; the verdict, the charts' data, the diagnosis and its fix; re
 cancelled check (the page's run ended while it runs) leaves no process behind."""
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 import streamlit as st
+from streamlit.runtime.scriptrunner_utils.script_run_context import SCRIPT_RUN_CONTEXT_ATTR_NAME
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1.element_tree import Block
 
@@ -16,21 +19,13 @@ from page_charts import plotly_values
 
 ROOT = Path(__file__).resolve().parents[2]
 CORRECT = '''
-import os
-import time
-from pathlib import Path
-
 import torch
 from torch import nn
 
-SAMPLES = 12
-
 
 def setup():
-    Path(__file__).with_suffix(".pid").write_text(str(os.getpid()))
     generator = torch.Generator().manual_seed(0)
-    model = nn.Linear(3, 2)
-    return model, {"x": torch.randn(SAMPLES, 3, generator=generator), "y": torch.randn(SAMPLES, 2, generator=generator)}
+    return nn.Linear(3, 2), {"x": torch.randn(12, 3, generator=generator), "y": torch.randn(12, 2, generator=generator)}
 
 
 def window(model, micro_batches):
@@ -41,9 +36,29 @@ def window(model, micro_batches):
 TWICE = CORRECT.replace(".div(count).backward()", ".div(count).div(len(micro_batches)).backward()")
 RAISING = CORRECT.replace("    count = sum(", "    raise ValueError('no such layer')\n    count = sum(")
 NO_WINDOW = CORRECT[:CORRECT.index("def window")]
-SLOW = CORRECT.replace("SAMPLES = 12", "SAMPLES = 4").replace(
-    "    count = sum(", "    with Path(__file__).with_suffix('.runs').open('a') as runs:\n        runs.write('run\\n')\n"
-    "    time.sleep(1.0)\n    count = sum(")
+SLOW = '''
+import os
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+def setup():
+    Path(__file__).with_suffix(".pid").write_text(str(os.getpid()))
+    return nn.Linear(3, 2), {"x": torch.ones(4, 3), "y": torch.zeros(4, 2)}
+
+
+def window(model, micro_batches):
+    with Path(__file__).with_suffix(".runs").open("a") as runs:
+        runs.write("began\\n")
+    time.sleep(10)  # a long window: the check runs it 7 times
+    with Path(__file__).with_suffix(".runs").open("a") as runs:
+        runs.write("ended\\n")
+    for micro in micro_batches:
+        ((model(micro["x"]) - micro["y"]) ** 2).sum().backward()
+'''
 OFFERED = ["correct.py", "no_window.py", "raising.py", "slow.py", "twice.py", "sub/nested.py"]  # the folder's first
 
 pytestmark = pytest.mark.timeout(300)
@@ -147,15 +162,33 @@ def test_a_correct_loop_passes_one_divided_by_k_twice_is_diagnosed_and_one_that_
     assert message.startswith("window raised ValueError: no such layer on the split") and "\n" not in message
 
 
+def stop_the_page_once(marker: Path, within_s: float = 120) -> threading.Thread:
+    """Once marker exists, end the AppTest page's run as the server ends it on Cancel (a rerun: fastReruns stops the
+    run going on) or a closed tab: its script runner is asked to stop, and stops at the page's next Streamlit call."""
+
+    def stop() -> None:
+        deadline = time.monotonic() + within_s
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        threads = [getattr(t, SCRIPT_RUN_CONTEXT_ATTR_NAME, None) for t in threading.enumerate()]
+        for context in filter(None, threads):
+            context.script_requests.request_stop()
+
+    stopping = threading.Thread(target=stop, daemon=True)
+    stopping.start()
+    return stopping
+
+
 @pytest.mark.multiprocess  # a worker process of its own, ended
-def test_a_check_whose_page_run_ends_leaves_no_worker_process(code):
-    """Cancel and a rerun end the page's run while the check runs, as AppTest's timeout does: Streamlit raises in the
-    page's thread at its next call, the progress bar's, and the worker process is killed (its 7 windows take 7 s)."""
+def test_a_check_cancelled_during_a_long_window_leaves_no_worker_process(code):
+    """Cancel while the first of 7 window runs of 10 s each sleeps: the worker says it still works every beat, the
+    page's run stops at that call and kills it, long before the window would end."""
     at = page()
     choose(at, "slow.py").button(key="eq_loop_run").click()
-    with pytest.raises(RuntimeError, match="timed out"):
-        at.run(timeout=2.5)
+    stopping = stop_the_page_once(code / "slow.runs")
+    at.run(timeout=120)
+    stopping.join()
     pid = int((code / "slow.pid").read_text())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    assert len((code / "slow.runs").read_text().splitlines()) < 7  # killed, not finished
+    assert (code / "slow.runs").read_text().splitlines() == ["began"]  # killed inside the window, not after it
     assert not [p for p in psutil.Process().children(recursive=True) if "gaccum_core.execution.aside" in p.cmdline()]
