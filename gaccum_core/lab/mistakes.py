@@ -38,6 +38,10 @@ MISTAKES: dict[str, Mistake] = {m.key: m for m in (
     Mistake("partial_window_over_full_k", "a partial window divided by the full K",
             "(m / K) · g on a window of m < K micro-batches; exact on full windows",
             "divide by this window's count (its micro-batches or samples), not the configured K"),
+    Mistake("means_over_fixed_k", "each micro-batch's mean divided by the configured K: micro-batches weighted "
+            "equally, and a partial window scaled by m / K",
+            "(1/K) Σ g_i: exact only for a full window of equal micro-batches",
+            "divide each micro-batch's loss sum by the window's sample (token) count, counted before the first backward"),
     Mistake("constant_scale", "a constant scale against the objective",
             "c · g for every split: split-invariant, but the gradient of c times the objective",
             "normalise by the window's own count, not a larger (or smaller) batch's", ("huggingface/trl #6024",)),

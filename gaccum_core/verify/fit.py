@@ -84,14 +84,19 @@ def fits(evidence: Evidence) -> list[Fit]:
 
 
 def _summed_class(evidence: Evidence) -> str:
-    """Whom a gradient ∝ k (micro-batch means summed) names: a partial window over a fixed K when the loop has one
-    and its full window (the first split) is exact against the objective, or when there is no objective to ask."""
+    """Whom a gradient ∝ Σ g_i (micro-batch means summed, times a constant) names. Without a fixed K: summed without
+    dividing. With one, unless the full window (the first split) is off the objective: the means divided by K, which
+    the splits show as equal weights (a window of uneven micro-batches), as a partial window's m / K (fewer than K),
+    or as both."""
     if evidence.fixed_k is None:
         return "not_divided_by_k"
-    if evidence.objective is None:
-        return "partial_window_over_full_k"
-    full = scales(evidence, evidence.objective)[0]
-    return "partial_window_over_full_k" if abs(full - 1) < 0.5 else "not_divided_by_k"
+    if evidence.objective is not None and abs(scales(evidence, evidence.objective)[0] - 1) >= 0.5:
+        return "not_divided_by_k"
+    partial = any(len(parts) < evidence.fixed_k for parts in evidence.parts)
+    uneven = any(len({samples for _, samples in parts}) > 1 for parts in evidence.parts)
+    if partial and uneven:
+        return "means_over_fixed_k"
+    return "micro_batches_weighted_equally" if uneven else "partial_window_over_full_k"
 
 
 def objective_scale(evidence: Evidence) -> Fit:

@@ -56,15 +56,15 @@ def test_the_transformers_trainer_counting_num_items_in_batch_passes(nothing_wri
 
 
 @pytest.mark.parametrize("example", ["accelerate_recipe", "lightning_loop"])
-def test_a_mean_loss_over_the_configured_k_is_diagnosed_as_a_partial_window_over_the_full_k(example, nothing_written):
+def test_a_mean_loss_over_the_configured_k_is_diagnosed_as_means_over_the_fixed_k(example, nothing_written):
     report = _verify(example, FIXED_K)
-    assert not report.invariant and report.mistake == "partial_window_over_full_k" and report.residual < 1e-4
+    assert not report.invariant and report.mistake == "means_over_fixed_k" and report.residual < 1e-4
     scales = {s.sizes: s.scale for s in report.splits}  # projected on the objective's gradient
     assert scales[(2, 2, 2, 2)] == pytest.approx(1, rel=1e-4)  # a full window of equal micro-batches is exact
     assert scales[(8,)] == pytest.approx(1 / FIXED_K, rel=1e-4)  # one micro-batch's mean, divided by K all the same
     assert scales[(4, 4)] == pytest.approx(2 / FIXED_K, rel=1e-4)
     uneven = _verify(example, FIXED_K, splits=[(2, 2, 2, 2), (1, 2, 2, 3)])  # two full windows differ all the same:
-    assert not uneven.invariant  # each micro-batch's mean weighs the same, whatever its samples
+    assert not uneven.invariant and uneven.mistake == "micro_batches_weighted_equally"  # whatever its samples
 
 
 def test_the_docs_table_names_each_example_with_the_installed_version():

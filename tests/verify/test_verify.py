@@ -33,8 +33,10 @@ def test_a_correct_loop_passes_on_a_list_batch():
     (loops.not_divided_by_k, "not_divided_by_k", {}),
     (loops.weighted_equally, "micro_batches_weighted_equally", {}),
     (loops.weighted_by_sample_share, "weighted_by_sample_share", {}),
-    (loops.over_fixed_k, "partial_window_over_full_k", {"fixed_k": 4}),
-    (loops.over_fixed_k, "partial_window_over_full_k", {"fixed_k": 4, "objective": loops.objective}),
+    (loops.over_fixed_k, "means_over_fixed_k", {"fixed_k": 4}),
+    (loops.over_fixed_k, "means_over_fixed_k", {"fixed_k": 4, "objective": loops.objective}),
+    (loops.over_fixed_k, "partial_window_over_full_k", {"fixed_k": 4, "splits": [(2, 2, 2, 2), (4, 4), (8,)]}),
+    (loops.over_fixed_k, "micro_batches_weighted_equally", {"fixed_k": 4, "splits": [(2, 2, 2, 2), (1, 2, 2, 3)]}),
 ])
 def test_each_mistake_gets_its_diagnosis(window, mistake, options):
     model, batch = loops.token_setup()

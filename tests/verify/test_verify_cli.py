@@ -44,7 +44,7 @@ def test_json_and_a_fixed_k_with_named_functions(tmp_path, monkeypatch, capsys):
     status, out, _ = _verify(tmp_path, monkeypatch, capsys, source, "--setup", "make", "--window", "step",
                              "--fixed-k", "4", "--device", "cpu", "--json")
     report = json.loads(out)
-    assert status == 1 and report["mistake"] == "partial_window_over_full_k" and report["passed"] is False
+    assert status == 1 and report["mistake"] == "means_over_fixed_k" and report["passed"] is False
     assert report["splits"][0]["sizes"] == [2, 2, 2, 2]
 
 
