@@ -14,7 +14,7 @@ from gaccum_core.verify.report import VerifyReport
 from gaccum_core.verify.splits import describe
 from gaccum_core.views.lab import _FLOOR, _figure, _floored
 
-_ABOVE, _BELOW, _REFERENCE = "#d62728", "#2ca02c", "#7f7f7f"
+_ABOVE, _BELOW = "#d62728", "#2ca02c"  # a split above the tolerance, and within it
 
 
 def split_table(report: VerifyReport) -> pd.DataFrame:
@@ -27,23 +27,21 @@ def split_table(report: VerifyReport) -> pd.DataFrame:
 
 
 def difference_figure(report: VerifyReport) -> go.Figure:
-    """Each split's relative gradient difference on a log axis (0 drawn at the floor), a dashed line at the tolerance;
-    the first split is the reference, except for a random loop: its one split run twice."""
+    """Each split's relative gradient difference from the first split's (the reference, not drawn) on a log axis,
+    0 drawn at the floor, a dashed line at the tolerance; for a random loop, its one split run twice."""
     table, twice = split_table(report), report.mistake == "nondeterministic"
     first = table["split"].iloc[0]
     title = f"the split {first} run twice" if twice else f"each split's gradient against the split {first}'s"
     figure = _figure("verify_differences", title, "split (micro-batch sizes)", "relative max-abs difference",
                      log_y=True)
     figure.update_xaxes(type="category")  # "12" is a split, not a number
-    differences = table["relative difference"].to_numpy(dtype=float)
-    colours = np.where(differences > report.tolerance, _ABOVE, _BELOW).astype(object)
-    notes = np.where(differences == 0, f"0 (drawn at {_FLOOR:g})", [f"{d:.2e}" for d in differences]).astype(object)
-    if not twice:
-        colours[0], notes[0] = _REFERENCE, "the reference"
-    figure.add_scatter(x=table["split"], y=_floored(table["relative difference"]), mode="markers", name="split",
-                       marker=dict(size=11, color=list(colours)), customdata=notes,
-                       hovertemplate="split %{x}<br>%{customdata}<extra></extra>")
-    figure.add_hline(y=report.tolerance, line=dict(dash="dash", color=_ABOVE),
+    shown = table if twice else table.iloc[1:]
+    differences = shown["relative difference"].to_numpy(dtype=float)
+    notes = [f"0 (drawn at {_FLOOR:g})" if d == 0 else f"{d:.2e}" for d in differences]
+    figure.add_scatter(x=shown["split"], y=_floored(shown["relative difference"]), mode="markers", name="split",
+                       marker=dict(size=11, color=list(np.where(differences > report.tolerance, _ABOVE, _BELOW))),
+                       customdata=notes, hovertemplate="split %{x}<br>%{customdata}<extra></extra>")
+    figure.add_hline(y=report.tolerance, line=dict(dash="dash", color=_ABOVE), annotation_position="bottom right",
                      annotation_text=f"{report.precision} tolerance {report.tolerance:g}")
     figure.update_yaxes(exponentformat="e")
     return figure
