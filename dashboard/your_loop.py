@@ -98,41 +98,57 @@ def your_loop(progress_bar: ProgressBar) -> None:
                 "naming the folder that holds your loop's FILE.py (it runs there, in a worker process; the command "
                 "line's `verify` takes any file).")
         return
-    if kept(KEY + "file") not in files:
-        set_kept(KEY + "file", files[0])
     left, middle, right = st.columns(3)
     with left:
-        file = widget(st.selectbox, f"Your loop's file (in {folder})", KEY + "file", files[0], options=files)
-        path = folder / file
-        (setup, setup_refused), (window, window_refused) = (
-            _box(st.text_input, f"{role} function", role, role, lambda name, role=role: _name_refusal(path, role, name))
-            for role in ("setup", "window"))
-        objective, refused = _box(st.text_input, "objective function (optional)", "objective", OBJECTIVE,
-                                  lambda name: _name_refusal(path, "objective", name)
-                                  if name.strip() not in ("", OBJECTIVE) else None)
+        file, names, named = _file_and_names(folder, files)
     with middle:
-        splits, splits_refused = _box(st.text_input, "Splits (empty: the default set)", "splits", "",
-                                      lambda text: splits_refusal(text) if text.strip() else None,
-                                      placeholder="12/6,6/1,11", help="micro-batch sizes between commas, splits "
-                                      "between slashes: 12/6,6/1,11 (default: the whole batch, halves, [1, B-1], "
-                                      "[B-1, 1], one sample each when B ≤ 16, a seeded uneven three-way split)")
-        splits_slot = st.empty()  # the worker's refusal of splits that do not add up to the batch's samples
-        fixed_k, k_refused = _box(st.number_input, "Fixed K (0: none)", "fixed_k", 0, _fixed_k_refusal, step=1,
-                                  help="for loops configured with K micro-batches per step: passed as "
-                                  "window(model, micro_batches, fixed_k=K); splits then hold at most K")
+        (splits, fixed_k), read, splits_slot = _how_to_split()
     with right:
         device = widget(st.selectbox, "Device", KEY + "device", AS_SET_UP, options=[AS_SET_UP, *device_choices()],
                         help="moves the model and a dict batch's tensors there (a list batch stays as it is)")
-    ready = not any([setup_refused, window_refused, refused, splits_refused, k_refused])
-    arguments = (str(path), setup, window, objective.strip() if objective.strip() not in ("", OBJECTIVE) else None,
-                 splits.strip() or None, fixed_k or None, None if device == AS_SET_UP else device)
-    _run(file, ready, arguments, progress_bar, splits_slot)
+    arguments = (str(folder / file) if file else "", *names, splits.strip() or None, fixed_k or None,
+                 None if device == AS_SET_UP else device)
+    _run(file, bool(file) and named and read, arguments, progress_bar, splits_slot)
     _results(st.session_state.get(KEY + "report"))
 
 
-def _run(file: str, ready: bool, arguments: tuple, progress_bar: ProgressBar, splits_slot: Any) -> None:
+def _file_and_names(folder: Path, files: list[str]) -> tuple[str | None, tuple[str, str, str | None], bool]:
+    """The file picked (None until one is), the setup, window and objective names (None: the optional one), and
+    whether the file defines them; each refusal under its box."""
+    if kept(KEY + "file") not in files:
+        set_kept(KEY + "file", None)
+    file = widget(st.selectbox, f"Your loop's file (in {folder})", KEY + "file", None, options=files,
+                  placeholder="choose your loop's file")
+
+    def defined(role: str) -> Callable[[str], str | None]:
+        return lambda name: _name_refusal(folder / file, role, name) if file else None
+
+    (setup, no_setup), (window, no_window) = (_box(st.text_input, f"{role} function", role, role, defined(role))
+                                              for role in ("setup", "window"))
+    objective, no_objective = _box(st.text_input, "objective function (optional)", "objective", OBJECTIVE,
+                                   lambda name: defined("objective")(name) if name.strip() != OBJECTIVE else None)
+    wanted = objective.strip() if objective.strip() not in ("", OBJECTIVE) else None
+    return file, (setup, window, wanted), not (no_setup or no_window or no_objective)
+
+
+def _how_to_split() -> tuple[tuple[str, Any], bool, Any]:
+    """The splits typed and the fixed K, whether both are allowed (each refusal under its box), and the slot under
+    the splits for the worker's refusal of splits that do not add up to the batch's samples."""
+    splits, no_splits = _box(st.text_input, "Splits (empty: the default set)", "splits", "",
+                             lambda text: splits_refusal(text) if text.strip() else None, placeholder="12/6,6/1,11",
+                             help="micro-batch sizes between commas, splits between slashes: 12/6,6/1,11 (default: "
+                             "the whole batch, halves, [1, B-1], [B-1, 1], one sample each when B ≤ 16, a seeded "
+                             "uneven three-way split)")
+    slot = st.empty()
+    fixed_k, no_k = _box(st.number_input, "Fixed K (0: none)", "fixed_k", 0, _fixed_k_refusal, step=1,
+                         help="for loops configured with K micro-batches per step: passed as window(model, "
+                         "micro_batches, fixed_k=K); splits then hold at most K")
+    return (splits, fixed_k), not (no_splits or no_k), slot
+
+
+def _run(file: str | None, ready: bool, arguments: tuple, progress_bar: ProgressBar, splits_slot: Any) -> None:
     """The Check button: check_file in a worker process, a Cancel button and the progress bar while it runs. Cancel
-    reruns the page: Streamlit stops this run at its next call (told, within a beat), and call_aside kills the worker."""
+    reruns the page: Streamlit stops this run at its next call (told, within a beat); call_aside kills the worker."""
     if st.session_state.get(KEY + "cancel"):  # clicked while it ran: that rerun ended the worker process
         st.info("Cancelled: the check's worker process is ended.")
     if not st.button("Check my loop", type="primary", key=KEY + "run", disabled=not ready):

@@ -113,6 +113,8 @@ def traces(at: AppTest) -> dict[str, dict]:
 def test_only_the_folders_files_are_offered_and_bad_names_or_splits_are_refused_under_their_box(code):
     at = page()
     assert at.selectbox(key="eq_loop_file").options == OFFERED  # not outside.py, its link, nor the hidden folder's
+    assert at.selectbox(key="eq_loop_file").value is None and not at.error  # none picked: nothing said yet
+    assert at.button(key="eq_loop_run").disabled
     choose(at, "no_window.py")
     message = under(at, "eq_loop_window")
     assert message.startswith("window function = 'window' is not allowed: a function window in") and "\n" not in message
