@@ -3,6 +3,7 @@ process of its own; the verdict, the charts' data, the diagnosis and its fix; re
 cancelled check (the page's run ended while it runs) leaves no process behind."""
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -19,8 +20,13 @@ from page_charts import plotly_values
 
 ROOT = Path(__file__).resolve().parents[2]
 CORRECT = '''
+import os
+from pathlib import Path
+
 import torch
 from torch import nn
+
+Path(__file__).with_suffix(".imported").write_text(str(os.getpid()))
 
 
 def setup():
@@ -120,6 +126,7 @@ def test_only_the_folders_files_are_offered_and_bad_names_or_splits_are_refused_
     assert message.startswith("window function = 'window' is not allowed: a function window in") and "\n" not in message
     assert at.button(key="eq_loop_run").disabled
     choose(at, "correct.py", "6,6/6,x")
+    assert not (code / "correct.imported").exists()  # the server read its syntax tree only
     message = under(at, "eq_loop_splits")
     assert message.startswith("splits='6,6/6,x' is not allowed: positive integers") and "\n" not in message
     assert at.button(key="eq_loop_run").disabled and not at.exception
@@ -139,6 +146,7 @@ def test_a_correct_loop_passes_one_divided_by_k_twice_is_diagnosed_and_one_that_
     choose(at, "correct.py").button(key="eq_loop_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert "split-invariant" in at.success[0].value and not at.warning
+    assert int((code / "correct.imported").read_text()) != os.getpid()  # imported in the worker process
     charts = traces(at)
     assert set(charts) == {"eq_loop_differences"}  # no mistake, no scale chart
     # the splits the issue names for 12 samples, against the whole batch (not drawn), then a three-way one
