@@ -41,9 +41,12 @@ def difference_figure(report: VerifyReport) -> go.Figure:
     figure.add_scatter(x=shown["split"], y=_floored(shown["relative difference"]), mode="markers", name="split",
                        marker=dict(size=11, color=list(np.where(differences > report.tolerance, _ABOVE, _BELOW))),
                        customdata=notes, hovertemplate="split %{x}<br>%{customdata}<extra></extra>")
-    figure.add_hline(y=report.tolerance, line=dict(dash="dash", color=_ABOVE), annotation_position="bottom right",
-                     annotation_text=f"{report.precision} tolerance {report.tolerance:g}")
-    figure.update_yaxes(exponentformat="e")
+    figure.add_hline(y=report.tolerance, line=dict(dash="dash", color=_ABOVE))
+    # On a log axis an annotation's y and the range are given as log10 (add_hline's own annotation is not).
+    ys = np.log10(np.concatenate([_floored(shown["relative difference"]), [report.tolerance]]))
+    figure.add_annotation(x=1, xref="x domain", y=float(np.log10(report.tolerance)), yref="y", showarrow=False,
+                          xanchor="right", yanchor="top", text=f"{report.precision} tolerance {report.tolerance:g}")
+    figure.update_yaxes(exponentformat="e", range=[float(ys.min()) - 0.5, float(ys.max()) + 0.5])
     return figure
 
 

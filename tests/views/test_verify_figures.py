@@ -5,6 +5,7 @@ import io
 import json
 
 import pandas as pd
+import pytest
 
 from gaccum_core.verify.report import SplitResult, VerifyReport
 from gaccum_core.views.verify import difference_figure, report_csv, report_json, scale_figure
@@ -30,6 +31,11 @@ def test_a_split_dependent_loop_has_no_scale_chart_and_an_exact_split_sits_on_th
     figure = difference_figure(report)
     assert list(figure.data[0].x) == ["4,4", "1,7"]  # the whole batch is the reference
     assert list(figure.data[0].y) == [1e-12, 0.02] and "0 (drawn at 1e-12)" in figure.data[0].customdata
+    # the tolerance's words beside its line at 1e-5 (on a log axis, given as log10: -5), and the axis showing both
+    (words,) = figure.layout.annotations
+    assert words.text == "fp32 tolerance 1e-05" and words.y == pytest.approx(-5)
+    low, high = figure.layout.yaxis.range
+    assert low < -12 and high > -1.7  # the floor (1e-12) and 0.02 (10^-1.7), the tolerance between
     assert scale_figure(report) is None
 
 
