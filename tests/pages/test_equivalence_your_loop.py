@@ -174,12 +174,12 @@ def test_a_correct_loop_passes_one_divided_by_k_twice_is_diagnosed_and_one_that_
 
 
 def stop_the_page_once(marker: Path, within_s: float = 120) -> threading.Thread:
-    """Once marker exists, end the AppTest page's run as the server ends it on Cancel (a rerun: fastReruns stops the
+    """Once marker says a window began, end the AppTest page's run as the server ends it on Cancel (a rerun: fastReruns stops the
     run going on) or a closed tab: its script runner is asked to stop, and stops at the page's next Streamlit call."""
 
     def stop() -> None:
         deadline = time.monotonic() + within_s
-        while not marker.exists() and time.monotonic() < deadline:
+        while "began" not in (marker.read_text() if marker.exists() else "") and time.monotonic() < deadline:
             time.sleep(0.05)
         threads = [getattr(t, SCRIPT_RUN_CONTEXT_ATTR_NAME, None) for t in threading.enumerate()]
         for context in filter(None, threads):
