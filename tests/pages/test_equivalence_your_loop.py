@@ -174,8 +174,9 @@ def test_a_correct_loop_passes_one_divided_by_k_twice_is_diagnosed_and_one_that_
 
 
 def stop_the_page_once(marker: Path, within_s: float = 120) -> threading.Thread:
-    """Once marker says a window began, end the AppTest page's run as the server ends it on Cancel (a rerun: fastReruns stops the
-    run going on) or a closed tab: its script runner is asked to stop, and stops at the page's next Streamlit call."""
+    """Once marker says a window began, end the AppTest page's run as the server ends it on Cancel (a rerun:
+    fastReruns stops the run going on) or a closed tab: its script runner is asked to stop, and stops at the page's
+    next Streamlit call."""
 
     def stop() -> None:
         deadline = time.monotonic() + within_s
