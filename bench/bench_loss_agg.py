@@ -279,6 +279,10 @@ def _parser() -> argparse.ArgumentParser:
 def main() -> None:
     """Run the cases in fresh processes; print each repeat, the table of medians and (--json) the JSON line."""
     args = _parser().parse_args()
+    if not _case_keys(args):
+        print(f"bench_loss_agg.py: --loss-agg {' '.join(args.loss_agg)} applies to none of --dataset "
+              f"{' '.join(args.dataset)} (group-mean-token-mean: pg only)", file=sys.stderr)
+        raise SystemExit(2)
     if args.quick:
         args.processes, args.repeats, args.steps, args.max_seq_len, args.eval_batches = 1, 1, 1, 32, 1
     device = chosen_device(args.device)

@@ -4,11 +4,13 @@ figures."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 
 import pytest
 
-from test_bench_device_flags import HEAD
+from test_bench_device_flags import HEAD, ROOT
 
 pytestmark = pytest.mark.multiprocess  # the benchmark runs in a fresh Python process (conftest.py)
 SFT_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
@@ -37,3 +39,14 @@ def test_quick_json_measures_every_mode_of_sft_and_pg_padded_and_packed_and_plai
     assert "same weights, plain and exact, after every repeat: yes" in done.stdout
     table = [line for line in done.stdout.splitlines() if line.startswith("| pg | group-mean-token-mean | on | ")]
     assert len(table) == 1, done.stdout
+
+
+def test_a_mode_that_applies_to_none_of_the_data_sets_is_refused_in_one_line(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    bench = importlib.import_module("bench_loss_agg")
+    monkeypatch.setattr(sys, "argv", ["bench_loss_agg.py", "--dataset", "sft", "--loss-agg", "group-mean-token-mean"])
+    with pytest.raises(SystemExit) as ended:
+        bench.main()
+    assert ended.value.code == 2
+    assert capsys.readouterr().err == ("bench_loss_agg.py: --loss-agg group-mean-token-mean applies to none of "
+                                       "--dataset sft (group-mean-token-mean: pg only)\n")
