@@ -16,7 +16,8 @@ from dashboard.server import get_runner
 from dashboard.state import kept, set_kept, widget
 from gaccum_core.config import ConfigError
 from gaccum_core.execution.aside import call_aside
-from gaccum_core.execution.your_loop import OBJECTIVE, check_file_aside
+from gaccum_core.execution.your_loop import check_file_aside
+from gaccum_core.verify.loop import OBJECTIVE
 from gaccum_core.train.device import device_choices, resolve_device
 from gaccum_core.usercode import USER_CODE_ENV, allowed_folder, check_named
 from gaccum_core.verify.loop import VerifyError

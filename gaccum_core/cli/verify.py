@@ -11,10 +11,10 @@ import textwrap
 
 from gaccum_core.cli.args import Commands, typed
 from gaccum_core.cli.check import WIDTH
-from gaccum_core.verify.check import check_loop
-from gaccum_core.verify.loop import VerifyError, batch_size, call_setup, load_loop
+from gaccum_core.verify.check import check_file
+from gaccum_core.verify.loop import VerifyError
 from gaccum_core.verify.report import VerifyReport
-from gaccum_core.verify.splits import describe, parse_splits
+from gaccum_core.verify.splits import describe
 
 
 def add_parser(commands: Commands) -> argparse.ArgumentParser:
@@ -53,13 +53,8 @@ def add_parser(commands: Commands) -> argparse.ArgumentParser:
 def verify_command(args: argparse.Namespace) -> int:
     """Check the loop and print the verdict (or JSON); 0 passed, 1 not, 2 bad input, one line on stderr."""
     try:
-        loop = load_loop(args.file, args.setup, args.window, args.objective or "objective")
-        if args.objective and loop.objective is None:
-            raise VerifyError(f"--objective={args.objective!r} is not allowed: a function {args.objective} in "
-                              f"{args.file}: it defines none")
-        model, batch = call_setup(loop)
-        splits = None if args.splits is None else parse_splits(args.splits, batch_size(batch))
-        report = check_loop(loop.window, model, batch, splits, args.fixed_k, loop.objective, args.device)
+        report = check_file(args.file, args.setup, args.window, args.objective, args.splits, args.fixed_k,
+                            args.device, objective_flag="--objective")
     except VerifyError as exc:
         print(f"gaccum: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

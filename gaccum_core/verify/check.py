@@ -15,10 +15,10 @@ from gaccum_core.train.precision import true_fp32
 from gaccum_core.lab.mistakes import MISTAKES
 from gaccum_core.lab.verdict import TOLERANCES, batch_norm_why, batch_norms
 from gaccum_core.verify.fit import Evidence, Fit, fits, gram, objective_scale, outside_span, scales
-from gaccum_core.verify.loop import Batch, VerifyError, batch_size, to_device
+from gaccum_core.verify.loop import OBJECTIVE, Batch, VerifyError, batch_size, call_setup, load_loop, to_device
 from gaccum_core.verify.report import SplitResult, VerifyReport, report
 from gaccum_core.verify.run import Bench, VerifyCancelled
-from gaccum_core.verify.splits import Split, check_fixed_k, default_splits, within_fixed_k
+from gaccum_core.verify.splits import Split, check_fixed_k, default_splits, parse_splits, within_fixed_k
 
 FIT_WITHIN = 10  # a mistake fits when its relative residual is under this many times the precision's tolerance
 PROBE = 2  # samples run together and alone, to tell a loss that mixes samples from a weighting mistake
@@ -43,6 +43,21 @@ def check_loop(window: Callable[..., Any], model: torch.nn.Module, batch: Batch,
     with isolated_rng(include_cuda=on.type == "cuda"), true_fp32(on):
         return _Check(Bench(window, model, batch, fixed_k), chosen, on_split, cancelled).run(objective)
 
+
+
+def check_file(path: str, setup: str = "setup", window: str = "window", objective: str | None = None,
+               splits: str | None = None, fixed_k: int | None = None, device: str | None = None,
+               on_split: Progress | None = None, objective_flag: str = "objective") -> VerifyReport:
+    """check_loop on FILE.py's window and setup() (the command and the Equivalence page): objective, a name the file
+    must define (None: OBJECTIVE where it is defined, named objective_flag in the refusal); splits written as
+    --splits writes them (None: the default set); VerifyError in one line."""
+    loop = load_loop(path, setup, window, objective or OBJECTIVE)
+    if objective and loop.objective is None:
+        raise VerifyError(f"{objective_flag}={objective!r} is not allowed: a function {objective} in {path}: it "
+                          "defines none")
+    model, batch = call_setup(loop)
+    chosen = None if splits is None else parse_splits(splits, batch_size(batch))
+    return check_loop(loop.window, model, batch, chosen, fixed_k, loop.objective, device, on_split)
 
 def assert_split_invariant(window: Callable[..., Any], model: torch.nn.Module, batch: Batch,
                            **options: Any) -> VerifyReport:

@@ -18,6 +18,7 @@ from gaccum_core.usercode import user_function
 from gaccum_core.words import first_line
 
 Batch = Mapping[str, torch.Tensor] | list  # a dict of tensors (first dimension: samples) or a list of samples
+OBJECTIVE = "objective"  # the optional objective's name when none is asked for
 
 
 class VerifyError(ValueError):
@@ -34,7 +35,7 @@ class Loop:
     path: str = ""
 
 
-def load_loop(path: str, setup: str = "setup", window: str = "window", objective: str = "objective") -> Loop:
+def load_loop(path: str, setup: str = "setup", window: str = "window", objective: str = OBJECTIVE) -> Loop:
     """Import your file (as whoever runs the command runs it) and return its functions; objective is optional."""
     if not str(path).endswith(".py"):
         raise VerifyError(f"file={str(path)!r} is not allowed: a Python file (FILE.py) defining {setup} and {window}")
