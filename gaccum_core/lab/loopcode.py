@@ -4,13 +4,15 @@ The dashboard shows it under "The loop you are running": the loop the engine run
 a person would write it, with only the lines this config needs (no branches for disabled features).
 Images: logits (B, classes) against labels. Text (gpt): token ids in, logits (B, T, vocab) flattened
 against next-token targets, padding's targets -100 (ignored); a mean divides by the window's target
-tokens, counted before its backward passes.
+tokens, counted before its backward passes. Records (sft, pg): their loss tokens weighed by the run's loss
+aggregation, pg's advantages and grouped order (loopcode_records).
 """
 
 from __future__ import annotations
 
-from gaccum_core.config import RunConfig
-from gaccum_core.lab import fsdp_loop
+from gaccum_core.config import RECORD_DATASETS, RunConfig
+from gaccum_core.lab import fsdp_loop, loopcode_records as records
+from gaccum_core.train.weighting import uses_weights
 
 _OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}
 _GET_BATCH_DOC = (
@@ -39,9 +41,12 @@ def render_loop(config: RunConfig) -> str:
         single = config.replace(micro_batch_size=config.world_size * config.micro_batch_size, nproc=1, nnodes=1)
         return "\n".join(_data_parallel_note(config)) + "\n" + render_loop(single)
     signature = "model, blocks, get_batch, num_samples, device" if sharded else "model, get_batch, num_samples, device"
+    if config.dataset == "pg" and not sharded:
+        signature = "model, get_batch, num_samples, groups, device"
     doc = ("Shard model (blocks first), train it on this process's share" if sharded
            else "Train model in place on samples 0..num_samples-1")
-    lines = [*(fsdp_loop.note(config) if sharded else []), *_header(config), "", *_constants(config), "", "",
+    helper = records.helper(config) if _weighted(config) else []
+    lines = [*(fsdp_loop.note(config) if sharded else []), *_header(config), "", *_constants(config), *helper, "", "",
              f"def train({signature}):",
              f'    """{doc} as gaccum does; returns the model."""',
              *_indent(_setup(config), 1), *_indent(_loop(config), 1), "    return model"]
@@ -62,6 +67,11 @@ def _data_parallel_note(cfg: RunConfig) -> list[str]:
             "# The update is exactly that of this one-process loop:", ""]
 
 
+def _weighted(cfg: RunConfig) -> bool:
+    """A records run weighing its loss tokens (one process's loop: the FSDP loop does not render them yet)."""
+    return uses_weights(cfg) and not fsdp_loop.is_sharded(cfg)
+
+
 def _indent(lines: list[str], levels: int) -> list[str]:
     return [("    " * levels + line) if line else "" for line in lines]
 
@@ -78,6 +88,8 @@ def _unit(cfg: RunConfig) -> str:
 def _batch_doc(cfg: RunConfig) -> tuple[str, ...]:
     if not cfg.is_text:
         return _GET_BATCH_DOC
+    if cfg.dataset in RECORD_DATASETS and not fsdp_loop.is_sharded(cfg):
+        return records.batch_doc(cfg)
     return _GET_TEXT_BATCH_DOC if cfg.model == "gpt" else _GET_HF_BATCH_DOC
 
 
@@ -128,7 +140,7 @@ def _setup(cfg: RunConfig) -> list[str]:
     if cfg.compile != "off":
         mode = "" if cfg.compile == "default" else f', mode="{cfg.compile}"'
         lines.append(f"model = torch.compile(model{mode})  # same parameters, compiled forward")
-    return lines + _scheduler(cfg)
+    return lines + _scheduler(cfg) + (records.norm_constant(cfg) if _weighted(cfg) else [])
 
 
 def _scheduler(cfg: RunConfig) -> list[str]:
@@ -161,7 +173,7 @@ def _loop(cfg: RunConfig) -> list[str]:
     lines += ["for epoch in range(epochs):",
               "    # The order depends on (seed, epoch) only, never on b or k.",
               f"    generator = torch.Generator().manual_seed({seed})",
-              "    order = torch.randperm(num_samples, generator=generator)",
+              *_indent(records.order(cfg), 1),
               "    for start in range(0, num_samples, window_size):",
               "        window = order[start:start + window_size]  # the epoch's last window may be shorter",
               *_indent(_window_start(cfg), 2),
@@ -179,6 +191,8 @@ def _window_start(cfg: RunConfig) -> list[str]:
     """What a window needs before its first micro-batch, and the micro-batch loop's header."""
     if fsdp_loop.is_sharded(cfg):
         return fsdp_loop.window_start(cfg, IGNORE_INDEX)
+    if _weighted(cfg):
+        return records.window_start(cfg)
     if _counts_window_tokens(cfg):
         return [
             "# Every micro-batch's loss is divided by the window's target tokens: count them first.",
@@ -193,7 +207,8 @@ def _window_start(cfg: RunConfig) -> list[str]:
 def _micro_batch(cfg: RunConfig) -> list[str]:
     text = cfg.is_text
     shape = "(B, T, vocab): next-token logits" if text else "(B, classes)"
-    lines = ["x, y = x.to(device), y.to(device)"]
+    fields = records.batch_fields(cfg) if _weighted(cfg) else ("x", "y")
+    lines = [f"{', '.join(fields)} = {', '.join(f'{name}.to(device)' for name in fields)}"]
     if cfg.amp == "off":
         lines.append(f"logits = model(x)  # {shape}")
     else:
@@ -217,6 +232,8 @@ def _micro_batch(cfg: RunConfig) -> list[str]:
 def _loss(cfg: RunConfig, args: str) -> list[str]:
     """The micro-batch's weighted loss, whose backward adds its share of the window's gradient: one process's,
     or under FSDP the same comments over each process's loss."""
+    if _weighted(cfg):
+        return records.loss(cfg, args)
     lines = _one_process_loss(cfg, args)
     return [*lines[:-1], *fsdp_loop.loss(cfg, args)] if fsdp_loop.is_sharded(cfg) else lines
 
