@@ -64,6 +64,20 @@ def ended(runner: Runner, run_id: str) -> RunSnapshot:
     return snapshot
 
 
+def command_line(proc: psutil.Process) -> str:
+    """The process's command line, '' once it has exited, is a zombie not yet reaped, or is not ours to read: a
+    poll of a process's children races their ends."""
+    try:
+        return " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):  # ZombieProcess is a NoSuchProcess
+        return ""
+
+
+def children_running(module: str, recursive: bool = False) -> list[psutil.Process]:
+    """This process's children (and theirs, recursive) whose command line names `module`."""
+    return [p for p in psutil.Process().children(recursive=recursive) if module in command_line(p)]
+
+
 def gone(pid: int) -> bool:
     """Whether the process has exited (or is a zombie) within 10 s."""
     deadline = time.monotonic() + 10

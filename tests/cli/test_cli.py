@@ -9,6 +9,7 @@ import pytest
 from gaccum_core.cli.main import build_parser, command_help, main
 from gaccum_core.config import CHOICES, RunConfig
 from gaccum_core.config import by_field
+from workers import command_line
 
 
 def test_every_config_field_has_a_flag_and_help():
@@ -119,7 +120,7 @@ def test_a_multi_node_cli_killed_at_the_rendezvous_leaves_no_torchrun(tmp_path):
         while not (torchrun and listening()):
             assert time.monotonic() < deadline and cli.poll() is None, "torchrun never waited at the rendezvous"
             torchrun = [child for child in psutil.Process(cli.pid).children()
-                        if "torch.distributed.run" in " ".join(child.cmdline())]
+                        if "torch.distributed.run" in command_line(child)]
             time.sleep(0.1)
         cli.send_signal(signal.SIGKILL)
         gone, alive = psutil.wait_procs(torchrun, timeout=15)

@@ -9,6 +9,7 @@ import pytest
 from gaccum_core.config import ConfigError, RunConfig
 from gaccum_core.lab.equivalence import compare_gradients
 from gaccum_core.execution.aside import call_aside
+from workers import children_running
 
 pytestmark = pytest.mark.multiprocess
 
@@ -41,7 +42,7 @@ def test_the_process_is_killed_when_the_page_stops_waiting():
     seen = []
 
     def stop_the_page(*_):
-        seen.extend(p for p in psutil.Process().children() if "gaccum_core.execution.aside" in " ".join(p.cmdline()))
+        seen.extend(children_running("gaccum_core.execution.aside"))
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):

@@ -4,7 +4,6 @@ measures; on the CPU it stays in the page's thread. No GPU here: the device is p
 import os
 from contextlib import contextmanager
 
-import psutil
 import pytest
 import torch
 
@@ -12,6 +11,7 @@ import gaccum_core.usercode as usercode
 from gaccum_core.config import RunConfig
 from gaccum_core.lab.equivalence import compare_gradients
 from gaccum_core.execution.aside import call_for, goes_aside
+from workers import children_running
 
 CONFIG = RunConfig(model="mlp", micro_batch_size=4, accum_steps=2, device="cpu")
 
@@ -41,7 +41,7 @@ def test_a_gpu_computation_measures_in_a_worker_process_while_it_holds_its_gpu()
 
     def progress(*_):
         if not seen:  # the worker computing it, and whether the turn is held meanwhile
-            seen.extend(p.pid for p in psutil.Process().children() if "gaccum_core.execution.aside" in " ".join(p.cmdline()))
+            seen.extend(p.pid for p in children_running("gaccum_core.execution.aside"))
             seen.append(held == [("cuda:1",)])
 
     report = call_for(CONFIG, compare_gradients, CONFIG, progress=progress, device=torch.device("cuda", 1), turn=turn)

@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1.element_tree import Block
 
 from gaccum_core.lab.mistakes import MISTAKES
+from workers import children_running
 from page_charts import plotly_values
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,4 +204,4 @@ def test_a_check_cancelled_during_a_long_window_leaves_no_worker_process(code):
     pid = int((code / "slow.pid").read_text())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert (code / "slow.runs").read_text().splitlines() == ["began"]  # killed inside the window, not after it
-    assert not [p for p in psutil.Process().children(recursive=True) if "gaccum_core.execution.aside" in p.cmdline()]
+    assert not children_running("gaccum_core.execution.aside", recursive=True)
