@@ -53,7 +53,7 @@ def _check_choices(cfg: RunConfig) -> None:
     if cfg.dataset not in DATASETS and not is_factory(cfg.dataset):
         raise ConfigError("dataset", cfg.dataset, "one of " + ", ".join(DATASETS) + ", or MODULE:FUNCTION / "
                           "FILE.py:FUNCTION (your function returning (train, test) datasets)")
-    for name in ("text_field", "prompt_field", "completion_field", "advantage_field", "group_field"):
+    for name in _field_names(cfg):
         if not re.match(r"^\w{1,100}$", getattr(cfg, name)):
             raise ConfigError(name, getattr(cfg, name), "a JSON field name (letters, digits, _)")
     for f in dataclasses.fields(cfg):
@@ -131,11 +131,17 @@ def _check_task(cfg: RunConfig) -> None:
         _int_range(cfg, "max_seq_len", 1, MAX_SEQ_LEN)
 
 
+def _field_names(cfg: RunConfig, applying: bool = False) -> list[str]:
+    """The settings naming a record's (or a text row's) JSON field (text_field, prompt_field, ...), in field order;
+    applying: only those cfg's data set reads (their `applies`)."""
+    return [f.name for f in dataclasses.fields(cfg) if f.name.endswith("_field")
+            and (not applying or f.metadata.get("applies") is None or f.metadata["applies"](cfg))]
+
+
 def _check_loss_agg(cfg: RunConfig) -> None:
     """A records task's fields differ; a loss aggregation other than token-mean: not with reduction sum, on its
     tasks (group-mean-token-mean on pg's alone)."""
-    fields = {"sft": ("prompt_field", "completion_field"),
-              "pg": ("prompt_field", "completion_field", "advantage_field", "group_field")}.get(cfg.dataset, ())
+    fields = _field_names(cfg, applying=True) if cfg.dataset in RECORD_DATASETS else []
     for i, name in enumerate(fields):
         other = next((o for o in fields[:i] if getattr(cfg, o) == getattr(cfg, name)), None)
         if other is not None:
