@@ -14,6 +14,8 @@ end in a batch. Only per-record and per-row arrays are kept (numpy, from the mem
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
 
@@ -42,17 +44,30 @@ class _Records:
         return np.concatenate(tokens) if tokens else np.zeros(0, np.int64)
 
     def _owners(self, rows: list[range], width: int) -> torch.Tensor:
-        """(N, width) long: at each target that is a loss token the index of its record, NO_LOSS elsewhere. The one
-        rule: record r's targets from max(p_r, 1) - 1 to L_r - 1 at its offset in the row predict its completion."""
-        owners = torch.full((len(rows), width), NO_LOSS, dtype=torch.long)
-        for n, records in enumerate(rows):
-            offset = 0
-            for r in records:
-                kept, first = int(self.kept[r]), max(int(self.prompts[r]), 1)
-                if kept > first:
-                    owners[n, offset + first - 1:offset + kept - 1] = r
-                offset += kept
-        return owners
+        """(N, width) long: at each target that is a loss token the index of its record, NO_LOSS elsewhere."""
+        return self._at_loss_targets(rows, width, lambda records: records, NO_LOSS)
+
+    def _at_loss_targets(self, rows: list[range], width: int, per_record: Callable[[np.ndarray], np.ndarray],
+                         fill: float | int) -> torch.Tensor:
+        """(N, width): at each loss target the value per_record gives its record (per_record(records) for the
+        records of the rows, in order), fill elsewhere. The one rule: record r's targets from max(p_r, 1) - 1 to
+        L_r - 1 at its offset in the row predict its completion (losses[r] of them). A few array operations over the
+        rows' records, not a loop over them."""
+        per_row = np.fromiter((len(records) for records in rows), np.int64, len(rows))
+        records = np.concatenate([np.arange(r.start, r.stop, dtype=np.int64) for r in rows]) if rows else \
+            np.zeros(0, np.int64)
+        values = np.asarray(per_record(records))
+        out = np.full((len(rows), width), fill, dtype=values.dtype)
+        if len(records):
+            kept, losses = self.kept[records], self.losses[records]
+            starts = np.cumsum(kept) - kept  # each record's start counted over all the rows, then within its row
+            row_starts = starts[np.cumsum(per_row) - per_row][per_row > 0]
+            offsets = starts - np.repeat(row_starts, per_row[per_row > 0])
+            first = offsets + np.maximum(self.prompts[records], 1) - 1  # each record's first loss target in its row
+            within = np.arange(int(losses.sum())) - np.repeat(np.cumsum(losses) - losses, losses)
+            out[np.repeat(np.repeat(np.arange(len(rows)), per_row), losses),
+                np.repeat(first, losses) + within] = np.repeat(values, losses)
+        return torch.from_numpy(out)
 
     def _batch(self, rows: list[range]) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs (N, T) padded with pad and targets (N, T): IGNORE but where a loss token is predicted."""
@@ -76,9 +91,11 @@ class _Records:
         """(N, T) beside batch(indices)'s targets (T: theirs unless given): each loss token's record index,
         NO_LOSS elsewhere (which record each loss token belongs to: what the aggregation modes weigh by)."""
         rows = self._rows_at(indices)
-        if width is None:
-            width = max((int(self.kept[records.start:records.stop].sum()) for records in rows), default=2) - 1
-        return self._owners(rows, width)
+        return self._owners(rows, self._width(rows) if width is None else width)
+
+    def _width(self, rows: list[range]) -> int:
+        """batch's T for these rows: the longest row's tokens - 1."""
+        return max((int(self.kept[records.start:records.stop].sum()) for records in rows), default=2) - 1
 
     def describe(self, indices: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """The records of the samples at these indices (in batch order) and each one's loss tokens: a micro-batch
@@ -88,15 +105,23 @@ class _Records:
             np.zeros(0, np.int64)
         return ids, self.losses[ids]
 
-    def token_advantages(self, indices: torch.Tensor, width: int | None = None,
-                         owners: torch.Tensor | None = None) -> torch.Tensor:
+    def at_loss_tokens(self, indices: torch.Tensor, width: int, per_record: Callable[[np.ndarray], np.ndarray],
+                       fill: float | int = 0) -> torch.Tensor:
+        """(N, width) beside batch(indices)'s targets: at each loss token the value per_record gives its record
+        (per_record(records): one value per record of the samples, in batch order), fill elsewhere. How a
+        micro-batch's per-token weights are read from its records' (the aggregation modes weigh by record)."""
+        return self._at_loss_targets(self._rows_at(indices), width, per_record, fill)
+
+    def token_advantages(self, indices: torch.Tensor, width: int | None = None) -> torch.Tensor:
         """(N, width) float32 beside batch(indices)'s targets: each loss token's record's advantage, 0 elsewhere
-        (pg; 0 everywhere for sft's records). owners: loss_owners(indices, width), where the caller has read it."""
-        owners = self.loss_owners(indices, width) if owners is None else owners
+        (pg; 0 everywhere for sft's records)."""
+        rows = self._rows_at(indices)
+        width = self._width(rows) if width is None else width
         if self.advantages is None:
-            return torch.zeros(owners.shape, dtype=torch.float32)
-        per_record = torch.from_numpy(np.asarray(self.advantages, np.float32))
-        return torch.where(owners != NO_LOSS, per_record[owners.clamp(min=0)], 0.0)
+            return torch.zeros((len(rows), width), dtype=torch.float32)
+        # Only the records read: never the whole (memory-mapped, float64) column.
+        return self._at_loss_targets(rows, width, lambda records: np.asarray(self.advantages)[records].astype(
+            np.float32), 0.0)
 
     @property
     def longest_completion(self) -> int:

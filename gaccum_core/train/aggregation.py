@@ -1,4 +1,4 @@
-"""Per-token loss weights for every loss aggregation mode (values.LOSS_AGGS), exact under accumulation.
+"""Loss weights for every loss aggregation mode (values.LOSS_AGGS), exact under accumulation, one per record.
 
 Every mode is a mean over units of each unit's token-loss sum divided by the unit's denominator:
 
@@ -9,93 +9,94 @@ Every mode is a mean over units of each unit's token-loss sum divided by the uni
     group-mean-token-mean    each prompt group     its loss tokens (all its sequences')
 
 so a loss token of unit u weighs 1 / (units · denominator_u), and a unit without loss tokens counts in no mean.
-reduction mean counts units and tokens over the whole window: Σ_micro Σ_t w_t · l_t is the window's loss
-aggregated by the mode, as one big batch would compute it (exact). mean_per_micro_batch counts them within each
-micro-batch and divides by k (the textbook; k = accum_steps even in a partial last window). sum weighs every loss
-token 1 (token-mean only). As in micro_batch_divisors, every weight is multiplied by world_size: DDP averages the
-ranks' gradients, so each rank's Σ w · l over its share, averaged over ranks, is the window's loss. Token-mean's
-weights are 1 / micro_batch_divisors(...) exactly: today's weighting is a special case.
+Every loss token of a record weighs the same in every mode (its unit is the batch, the record or the record's
+group): a window is weighed once per record, from each record's loss-token count (and group) alone, and each
+micro-batch's per-token weights are one gather by the record each loss token belongs to (RecordWeights.at).
+
+reduction mean counts units and tokens over the whole window: Σ_micro Σ_t w_t · l_t is the window's loss aggregated
+by the mode, as one big batch would compute it (exact). mean_per_micro_batch counts them within each micro-batch and
+divides by k (the textbook; k = accum_steps even in a partial last window). sum weighs every loss token 1 (token-mean
+only). As in micro_batch_divisors, every weight is multiplied by world_size: DDP averages the ranks' gradients, so
+each rank's Σ w · l over its share, averaged over ranks, is the window's loss. Token-mean's weights are
+1 / micro_batch_divisors(...) exactly: today's weighting is a special case.
 
 Counts come from the window's data alone (no forward pass, no collective): every rank describes the whole window
-(each sequence's loss-token count is enough: LossTokens.counted) and reads its own rows' weights from it, by
-sequence id, since a sequence's tokens weigh the same within a micro-batch in every mode.
+(Records: each record's loss-token count) and reads its own rows' weights from it, by record id.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
 
+import numpy as np
 import torch
 
-from gaccum_core.data.record_sequences import NO_LOSS  # LossTokens.seq where a target has no loss
-from gaccum_core.data.sequences import IGNORE
+from gaccum_core.data.record_sequences import NO_LOSS  # where a target is no record's loss token
 from gaccum_core.values import LOSS_AGGS, REDUCTIONS
 
 
+@dataclass(frozen=True)
+class Records:
+    """One (global) micro-batch described by its records: ids (unique within the window, across micro-batches and
+    ranks), each one's loss tokens, and each one's prompt group (pg; None without groups)."""
+
+    ids: np.ndarray
+    tokens: np.ndarray
+    groups: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, ids, tokens, groups=None) -> "Records":
+        """From any sequences of ids, counts and groups."""
+        return cls(np.asarray(ids, np.int64).reshape(-1), np.asarray(tokens, np.int64).reshape(-1),
+                   None if groups is None else np.asarray(groups, np.int64).reshape(-1))
+
 
 @dataclass(frozen=True)
-class LossTokens:
-    """One (global) micro-batch's loss tokens, row-aligned with its targets (N, T).
+class RecordWeights:
+    """One micro-batch's weights by record: its record ids, sorted, and the weight of each one's loss tokens."""
 
-    seq: (N, T) long, at each target with a loss the id of the sequence (record) it belongs to, NO_LOSS elsewhere.
-    Ids are unique within the window, across micro-batches and ranks; a packed row holds several ids.
-    groups: each sequence id's prompt group (pg), None without groups (sft)."""
-
-    seq: torch.Tensor
-    groups: Mapping[int, int] | None = None
+    ids: np.ndarray
+    weights: np.ndarray
 
     @classmethod
-    def rows(cls, targets: torch.Tensor, ids: torch.Tensor | list[int],
-             groups: Mapping[int, int] | None = None) -> "LossTokens":
-        """One sequence per row (padded): row n's targets other than IGNORE belong to sequence ids[n]."""
-        column = torch.as_tensor(ids, dtype=torch.long, device=targets.device).view(-1, 1)
-        return cls(torch.where(targets != IGNORE, column, NO_LOSS), groups)
+    def of(cls, records: Records, weights: np.ndarray, dtype: np.dtype | type = np.float32,
+           factors: np.ndarray | None = None) -> "RecordWeights":
+        """record_weights' weights for `records` (float64, in their order) in `dtype`, each times its factor when
+        given (pg: the record's advantage, in dtype), sorted by id for lookup()."""
+        order = np.argsort(records.ids, kind="stable")
+        weights = weights[order].astype(dtype)
+        return cls(records.ids[order], weights if factors is None else weights * factors[order].astype(dtype))
 
-    @classmethod
-    def counted(cls, ids: torch.Tensor | list[int], counts: torch.Tensor | list[int],
-                groups: Mapping[int, int] | None = None) -> "LossTokens":
-        """A micro-batch described by its sequences' loss-token counts alone (one row, no targets built): enough to
-        weigh a window, whose weights each rank then reads for its own rows (token_weights' shares)."""
-        return cls(torch.repeat_interleave(torch.as_tensor(ids, dtype=torch.long),
-                                           torch.as_tensor(counts, dtype=torch.long)).view(1, -1), groups)
+    def lookup(self, records: np.ndarray) -> np.ndarray:
+        """The weight of each of these records' loss tokens; a record these weights do not hold is refused (a rank's
+        rows must be among its micro-batch's)."""
+        position = np.searchsorted(self.ids, records).clip(max=max(len(self.ids) - 1, 0))
+        found = self.ids[position] == records if len(self.ids) else np.zeros(len(records), bool)
+        if not found.all():
+            raise ValueError(f"loss tokens: record {int(records[~found][0])} of a rank's share is not in its "
+                             "micro-batch's description")
+        return self.weights[position] if len(self.ids) else self.weights[:0]
+
+    def at(self, owners: torch.Tensor) -> torch.Tensor:
+        """(N, T) weights beside owners (each loss token's record id, NO_LOSS elsewhere): its record's weight at each
+        loss token, 0 elsewhere (the data sets read them straight from their rows: at_loss_tokens(..., lookup))."""
+        owners = owners.cpu().numpy()
+        out = np.zeros(owners.shape, dtype=self.weights.dtype)
+        out[owners != NO_LOSS] = self.lookup(owners[owners != NO_LOSS])
+        return torch.from_numpy(out)
 
 
-def token_weights(mode: str, reduction: str, window: list[LossTokens], accum_steps: int | None = None,
-                  world_size: int = 1, norm_c: float = 0.0, dtype: torch.dtype = torch.float32,
-                  shares: list[LossTokens] | None = None) -> list[torch.Tensor]:
-    """Per micro-batch, a weight per target (0 where no loss) for its Σ w · l, counted over the whole window.
-
-    `window` describes every global micro-batch (full rows, or LossTokens.counted); the weights take the shape of
-    `shares` (this rank's own rows of each micro-batch) when given, else of `window`."""
+def record_weights(mode: str, reduction: str, window: list[Records], accum_steps: int | None = None,
+                   world_size: int = 1, norm_c: float = 0.0) -> list[np.ndarray]:
+    """Per micro-batch of the window (each global micro-batch described), the weight of each record's loss tokens
+    (float64, in the records' order; 0 for a record without loss tokens), counted over the whole window."""
     _check(mode, reduction, norm_c)
     if reduction == "sum":
-        weights = [(tokens.seq != NO_LOSS).to(torch.float64) * world_size for tokens in window]
-    elif reduction == "mean":
-        weights = _aggregated(mode, window, norm_c, 1, world_size)
-    else:
-        k = accum_steps or len(window)
-        weights = [_aggregated(mode, [tokens], norm_c, k, world_size)[0] for tokens in window]
-    if shares is not None:
-        weights = [share_weights(tokens, w, share) for tokens, w, share in zip(window, weights, shares, strict=True)]
-    return [w.to(dtype) for w in weights]
-
-
-def share_weights(described: LossTokens, weights: torch.Tensor, share: LossTokens) -> torch.Tensor:
-    """A rank's share's weights, read by sequence id from its micro-batch's `weights` (as token_weights gave them
-    for `described`): a window weighed once, then each micro-batch's share as its batch is built."""
-    ids, where = torch.unique(described.seq, return_inverse=True)  # sorted; a sequence's tokens weigh the same
-    per_id = torch.zeros(len(ids), dtype=weights.dtype, device=weights.device).scatter_(0, where.flatten(),
-                                                                                       weights.flatten())
-    ids, per_id = ids.to(share.seq.device), per_id.to(share.seq.device)  # counts on the host, a share on the device
-    wanted = share.seq[share.seq != NO_LOSS]
-    missing = wanted[~torch.isin(wanted, ids)]
-    if len(missing):
-        raise ValueError(f"loss tokens: sequence {int(missing[0])} of a rank's share is not in its micro-batch's "
-                         "description")
-    out = torch.zeros(share.seq.shape, dtype=weights.dtype, device=share.seq.device)
-    out[share.seq != NO_LOSS] = per_id[torch.searchsorted(ids, wanted)]
-    return out
+        return [np.where(records.tokens > 0, float(world_size), 0.0) for records in window]
+    if reduction == "mean":
+        return _aggregated(mode, window, norm_c, 1, world_size)
+    k = accum_steps or len(window)
+    return [_aggregated(mode, [records], norm_c, k, world_size)[0] for records in window]
 
 
 def _check(mode: str, reduction: str, norm_c: float) -> None:
@@ -110,40 +111,26 @@ def _check(mode: str, reduction: str, norm_c: float) -> None:
         raise ValueError(f"loss_agg_norm: {norm_c!r} for seq-mean-token-sum-norm; C must be a number > 0")
 
 
-def _aggregated(mode: str, micro_batches: list[LossTokens], norm_c: float, k: int,
-                world_size: int) -> list[torch.Tensor]:
-    """Weights aggregating the micro-batches' loss tokens as one batch by the mode, divided by k / world_size."""
-    masks = [tokens.seq != NO_LOSS for tokens in micro_batches]
-    seqs = torch.cat([tokens.seq[mask] for tokens, mask in zip(micro_batches, masks)])
-    _, unit, tokens_per_unit = torch.unique(_units(mode, seqs, micro_batches), return_inverse=True,
-                                            return_counts=True)
-    denominator = tokens_per_unit.to(torch.float64)
-    if mode == "seq-mean-token-sum":
-        denominator = torch.ones_like(denominator)
-    elif mode == "seq-mean-token-sum-norm":
-        denominator = torch.full_like(denominator, float(norm_c))
-    # In micro_batch_divisors' order of operations (count · k / world_size), so token-mean's weights are its 1 / divisor.
-    weight = 1 / (len(tokens_per_unit) * denominator[unit] * k / world_size)
-    out, offset = [], 0
-    for tokens, mask in zip(micro_batches, masks):
-        w = torch.zeros(tokens.seq.shape, dtype=torch.float64, device=tokens.seq.device)
-        count = int(mask.sum())
-        w[mask] = weight[offset:offset + count]
-        out.append(w)
-        offset += count
-    return out
-
-
-def _units(mode: str, seqs: torch.Tensor, micro_batches: list[LossTokens]) -> torch.Tensor:
-    """The unit each loss token (sequence ids `seqs`) is averaged in: the batch, its sequence, or its group."""
+def _aggregated(mode: str, micro_batches: list[Records], norm_c: float, k: int, world_size: int) -> list[np.ndarray]:
+    """Weights aggregating the micro-batches' records as one batch by the mode, divided by k / world_size."""
+    tokens = np.concatenate([records.tokens for records in micro_batches]).astype(np.float64)
+    counted = tokens > 0  # a record without loss tokens counts in no mean
     if mode == "token-mean":
-        return torch.zeros_like(seqs)
-    if mode != "group-mean-token-mean":
-        return seqs
-    groups = {seq: group for tokens in micro_batches for seq, group in (tokens.groups or {}).items()}
-    ids, index = torch.unique(seqs, return_inverse=True)
-    missing = [seq for seq in ids.tolist() if seq not in groups]
-    if missing:
-        raise ValueError(f"loss_agg: group-mean-token-mean needs every sequence's group (pg data); "
-                         f"sequence {missing[0]} has none")
-    return torch.tensor([groups[seq] for seq in ids.tolist()], dtype=torch.long, device=seqs.device)[index]
+        units, denominator = 1, np.full_like(tokens, tokens.sum())
+    elif mode == "group-mean-token-mean":
+        if any(records.groups is None for records in micro_batches):
+            missing = next(records for records in micro_batches if records.groups is None)
+            raise ValueError(f"loss_agg: group-mean-token-mean needs every sequence's group (pg data); "
+                             f"sequence {int(missing.ids[0]) if len(missing.ids) else '?'} has none")
+        groups = np.concatenate([records.groups for records in micro_batches])
+        distinct, group = np.unique(groups, return_inverse=True)
+        per_group = np.bincount(group, weights=tokens, minlength=len(distinct))  # its records' loss tokens
+        units, denominator = int((per_group > 0).sum()), per_group[group]
+    else:
+        units = int(counted.sum())
+        denominator = {"seq-mean-token-mean": tokens, "seq-mean-token-sum": np.ones_like(tokens),
+                       "seq-mean-token-sum-norm": np.full_like(tokens, float(norm_c))}[mode]
+    # In micro_batch_divisors' order of operations (count · k / world_size), so token-mean's weights are its 1 / divisor.
+    weight = np.zeros_like(tokens)
+    np.divide(1.0, units * denominator * k / world_size, out=weight, where=counted)
+    return np.split(weight, np.cumsum([len(records.ids) for records in micro_batches])[:-1])

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+import torch
 
 from gaccum_core.config import ConfigError, RunConfig
+from gaccum_core.data.record_sequences import PackedRecords, PaddedRecords
 from gaccum_core.data.text import corpus_name, text_sources
 
 IGNORE = -100
@@ -169,3 +172,28 @@ def test_a_model_tokenizer_ends_each_record_with_eos_after_its_prompt_and_comple
         ids = ids.tolist()
         assert ids[-1] == tokens.eos and tokens.eos not in ids[:-1]
         assert tokens.decode(ids[:length]) == prompt and tokens.decode(ids[length:-1]) == completion
+
+
+@pytest.mark.parametrize("kind", [PaddedRecords, PackedRecords], ids=["padded", "packed"])
+def test_each_loss_token_is_read_as_its_records_by_the_one_rule(kind):
+    """loss_owners and at_loss_tokens (built in array operations) against the rule written record by record: record
+    r's targets from max(p_r, 1) - 1 to L_r - 1 at its offset in its row, for random records (some of one token,
+    some with no completion, some truncated) and random rows."""
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        lengths, prompts = rng.integers(1, 20, 30), rng.integers(0, 8, 30)
+        starts = np.cumsum(lengths) - lengths
+        data = kind(rng.integers(0, 50, lengths.sum()), np.stack([starts, starts + lengths], 1), prompts,
+                    int(rng.integers(3, 30)), 0)
+        indices = torch.from_numpy(rng.integers(0, len(data), rng.integers(1, 6)))
+        width = data.batch(indices)[1].shape[1] + int(rng.integers(0, 3))
+        expected = torch.full((len(indices), width), -1, dtype=torch.long)
+        for n, row in enumerate(data._rows_at(indices)):
+            offset = 0
+            for r in row:
+                kept, first = int(data.kept[r]), max(int(data.prompts[r]), 1)
+                expected[n, offset + first - 1:offset + kept - 1] = r if kept > first else -1
+                offset += kept
+        assert torch.equal(data.loss_owners(indices, width), expected)
+        spread = data.at_loss_tokens(indices, width, lambda records: records * 10.0 + 1)
+        assert torch.equal(spread, torch.where(expected >= 0, expected * 10.0 + 1, 0.0))

@@ -22,7 +22,7 @@ def _get_batch(train, fields: tuple[str, ...]):
     def get_batch(indices):
         x, y = train.batch(indices)
         record = train.loss_owners(indices, y.shape[1])
-        extra = {"record": record, "advantage": lambda: train.token_advantages(indices, owners=record),
+        extra = {"record": record, "advantage": lambda: train.token_advantages(indices, y.shape[1]),
                  "group": lambda: torch.where(record >= 0, record_groups[record.clamp(min=0)], -1)}
         return (x, y, *(extra[name]() if callable(extra[name]) else extra[name] for name in fields[2:]))
     return get_batch

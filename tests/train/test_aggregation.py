@@ -1,19 +1,22 @@
-"""Loss aggregation modes' per-token weights: the accumulated gradient against each mode's formula on one big batch.
+"""Loss aggregation modes' weights: the accumulated gradient against each mode's formula on one big batch.
 
 The references aggregate each record's per-token losses directly by the mode's formula (issue 43 part 2), record by
-record, with no weights and no rows; the accumulated side runs the weights on padded or packed micro-batches.
+record, with no weights and no rows; the accumulated side weighs the window by record (record_weights) and reads
+each micro-batch's per-token weights by the record each loss token belongs to (RecordWeights.at), on padded or packed
+micro-batches.
 """
 
 import copy
 import random
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from gaccum_core.data.sequences import IGNORE
 from gaccum_core.train.accumulation import micro_batch_divisors
-from gaccum_core.train.aggregation import NO_LOSS, LossTokens, token_weights
+from gaccum_core.train.aggregation import NO_LOSS, Records, RecordWeights, record_weights
 from gaccum_core.values import LOSS_AGGS
 
 V, B, K, C = 11, 3, 2, 5.0  # vocabulary, micro-batch rows, accumulation steps, seq-mean-token-sum-norm's C
@@ -47,8 +50,9 @@ def _rows(records: list[dict], packed: bool) -> list[list[dict]]:
     return rows
 
 
-def _batch(rows: list[list[dict]]) -> tuple[torch.Tensor, torch.Tensor, LossTokens]:
-    """Inputs, targets (IGNORE where no loss) and loss tokens of rows, padded to their longest."""
+def _batch(rows: list[list[dict]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Inputs, targets (IGNORE where no loss) and each loss token's record id (NO_LOSS elsewhere) of rows, padded
+    to their longest."""
     width = max((sum(len(r["x"]) for r in row) for row in rows), default=1)
     x = torch.zeros(len(rows), width, dtype=torch.long)
     y = torch.full((len(rows), width), IGNORE, dtype=torch.long)
@@ -60,7 +64,7 @@ def _batch(rows: list[list[dict]]) -> tuple[torch.Tensor, torch.Tensor, LossToke
             x[n, span], y[n, span] = r["x"], r["y"]
             seq[n, span] = torch.where(r["y"] != IGNORE, r["id"], NO_LOSS)
             at += len(r["x"])
-    return x, y, LossTokens(seq, {r["id"]: r["group"] for row in rows for r in row})
+    return x, y, seq
 
 
 def _model() -> torch.nn.Module:
@@ -97,11 +101,20 @@ def _reference_grad(model: torch.nn.Module, micro_records: list[list[dict]], mod
     return _grad(model)
 
 
-def _counted(rows: list[list[dict]]) -> LossTokens:
-    """A micro-batch described by its records' loss-token counts alone."""
+def _counted(rows: list[list[dict]]) -> Records:
+    """A micro-batch described by its records' loss-token counts (and groups) alone."""
     records = [r for row in rows for r in row]
-    return LossTokens.counted([r["id"] for r in records], [int((r["y"] != IGNORE).sum()) for r in records],
-                              {r["id"]: r["group"] for r in records})
+    return Records.of([r["id"] for r in records], [int((r["y"] != IGNORE).sum()) for r in records],
+                      [r["group"] for r in records])
+
+
+def _token_weights(mode: str, reduction: str, window: list[Records], shares: list[torch.Tensor], world_size: int = 1,
+                   dtype: type = np.float32) -> list[torch.Tensor]:
+    """Each share's per-token weights (shares: each micro-batch's loss-token record ids on this rank), read from the
+    window's weights by record."""
+    weights = record_weights(mode, reduction, window, K, world_size, C)
+    return [RecordWeights.of(records, w, dtype).at(owners) for records, w, owners in zip(window, weights, shares,
+                                                                                          strict=True)]
 
 
 def _backward(model: torch.nn.Module, batches: list, weights: list[torch.Tensor]) -> torch.Tensor:
@@ -118,13 +131,14 @@ def _accumulated(model: torch.nn.Module, micro_rows: list[list[list[dict]]], mod
                  shares: list[slice] | None = None) -> torch.Tensor:
     """The window's gradient from Σ w · l per micro-batch; with shares, ranks averaged as DDP averages them,
     each weighing its own rows (padded to their own longest) from the window's counts alone."""
+    window = [_counted(rows) for rows in micro_rows]
     if shares is None:
         batches = [_batch(rows) for rows in micro_rows]
-        return _backward(model, batches, token_weights(mode, reduction, [t for *_, t in batches], K, 1, C))
-    window, grads = [_counted(rows) for rows in micro_rows], []
+        return _backward(model, batches, _token_weights(mode, reduction, window, [t for *_, t in batches]))
+    grads = []
     for share in shares:
         batches = [_batch(rows[share]) for rows in micro_rows]
-        weights = token_weights(mode, reduction, window, K, len(shares), C, shares=[t for *_, t in batches])
+        weights = _token_weights(mode, reduction, window, [t for *_, t in batches], len(shares))
         grads.append(_backward(copy.deepcopy(model), batches, weights))
     return torch.stack(grads).mean(0)
 
@@ -171,18 +185,13 @@ def test_a_group_split_across_micro_batches_is_one_unit_of_group_mean():
     micro_rows = _windows(packed=False)[0]
     first, second = _records_of(micro_rows)
     assert {r["group"] for r in first} & {r["group"] for r in second} == {0}
-    weights = token_weights("group-mean-token-mean", "mean", [_batch(rows)[2] for rows in micro_rows])
+    weights = _token_weights("group-mean-token-mean", "mean", [_counted(rows) for rows in micro_rows],
+                             [_batch(rows)[2] for rows in micro_rows])
     # Group 0's tokens weigh the same in both micro-batches: 1 / (groups · group 0's tokens in the window).
     tokens0 = sum(int((r["y"] != IGNORE).sum()) for r in first + second if r["group"] == 0)
-    for (_, _, tokens), w in zip(map(_batch, micro_rows), weights):
-        in_group0 = torch.isin(tokens.seq, torch.tensor([r["id"] for r in first + second if r["group"] == 0]))
-        assert torch.allclose(w[in_group0], torch.tensor(1 / (2 * tokens0)))
-
-
-def test_padded_rows_describe_their_loss_tokens():
-    rows = _rows(_records()[:4], packed=False)
-    _, y, tokens = _batch(rows)
-    assert torch.equal(LossTokens.rows(y, [row[0]["id"] for row in rows]).seq, tokens.seq)
+    for (_, _, owners), w in zip(map(_batch, micro_rows), weights):
+        in_group0 = torch.isin(owners, torch.tensor([r["id"] for r in first + second if r["group"] == 0]))
+        assert in_group0.any() and torch.allclose(w[in_group0], torch.tensor(1 / (2 * tokens0)))
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "mean_per_micro_batch"])
@@ -191,15 +200,26 @@ def test_token_mean_weights_are_todays_divisors(reduction):
     for _ in range(50):
         k, world_size = rng.randint(1, 4), rng.randint(1, 3)
         counts = [rng.randint(1, 30) for _ in range(rng.randint(1, k))]  # a partial window now and then
-        window = []
+        window, owners, first = [], [], 0
         for count in counts:
-            seq = torch.full((2 * rng.randint(count // 2 + 1, 20),), NO_LOSS)  # room for count loss tokens and more
-            seq[torch.randperm(len(seq))[:count]] = torch.randint(0, 5, (count,))
-            window.append(LossTokens(seq.view(2, -1)))
-        weights = token_weights("token-mean", reduction, window, k, world_size, dtype=torch.float64)
-        for tokens, w, divisor in zip(window, weights, micro_batch_divisors(reduction, counts, world_size, k)):
-            assert set(w[tokens.seq != NO_LOSS].tolist()) == {1 / divisor}
-            assert not w[tokens.seq == NO_LOSS].any()
+            records = Records.of(range(first, first + 3), [0, *_split(count, rng)])  # one record without loss tokens
+            first += 3
+            row = torch.full((2 * rng.randint(count // 2 + 1, 20),), NO_LOSS)  # room for count loss tokens and more
+            row[torch.randperm(len(row))[:count]] = torch.from_numpy(np.repeat(records.ids, records.tokens))
+            window.append(records)
+            owners.append(row.view(2, -1))
+        weights = record_weights("token-mean", reduction, window, k, world_size)
+        for records, w, at, divisor in zip(window, weights, owners, micro_batch_divisors(reduction, counts, world_size,
+                                                                                          k)):
+            token = RecordWeights.of(records, w, np.float64).at(at)
+            assert set(token[at != NO_LOSS].tolist()) == {1 / divisor}
+            assert not token[at == NO_LOSS].any()
+
+
+def _split(count: int, rng: random.Random) -> list[int]:
+    """count loss tokens over two records."""
+    first = rng.randint(0, count)
+    return [first, count - first]
 
 
 @pytest.mark.parametrize("mode,reduction,norm_c,groups,message", [
@@ -211,10 +231,26 @@ def test_token_mean_weights_are_todays_divisors(reduction):
 ])
 def test_what_cannot_be_weighed_is_refused_in_one_line(mode, reduction, norm_c, groups, message):
     with pytest.raises(ValueError, match=message) as refused:
-        token_weights(mode, reduction, [LossTokens(torch.tensor([[7, 7, NO_LOSS]]), groups)], 2, norm_c=norm_c)
+        record_weights(mode, reduction, [Records.of([7], [2], groups)], 2, norm_c=norm_c)
     assert "\n" not in str(refused.value)
 
 
-def test_a_share_with_a_sequence_its_micro_batch_lacks_is_refused():
-    with pytest.raises(ValueError, match="sequence 9 of a rank's share is not in its micro-batch's description"):
-        token_weights("token-mean", "mean", [LossTokens.counted([7], [2])], shares=[LossTokens(torch.tensor([[7, 9]]))])
+def test_a_share_with_a_record_its_micro_batch_lacks_is_refused():
+    records = Records.of([7], [2])
+    weights = RecordWeights.of(records, record_weights("token-mean", "mean", [records])[0])
+    assert weights.at(torch.tensor([[7, 7, NO_LOSS]])).tolist() == [[0.5, 0.5, 0.0]]
+    for owners, record in ((torch.tensor([[7, 9]]), 9), (torch.tensor([[3, NO_LOSS]]), 3)):
+        with pytest.raises(ValueError, match=f"record {record} of a rank's share is not in its micro-batch's"):
+            weights.at(owners)
+    with pytest.raises(ValueError, match="record 7 of a rank's share"):  # a micro-batch described with no records
+        RecordWeights.of(Records.of([], []), np.zeros(0)).at(torch.tensor([[7]]))
+
+
+def test_a_record_weighs_the_same_whatever_order_its_micro_batch_lists_it_in():
+    """Weights are read by record id: a micro-batch's records listed out of order (pg's grouped epoch order) still
+    give each loss token its own record's weight."""
+    records = Records.of([30, 10, 20], [1, 2, 4])
+    weights = RecordWeights.of(records, record_weights("seq-mean-token-mean", "mean", [records])[0],
+                               np.float64, factors=np.array([3.0, 5.0, 7.0]))
+    owners = torch.tensor([[20, 10, NO_LOSS, 30]])
+    assert weights.at(owners).tolist() == [pytest.approx([7 / (3 * 4), 5 / (3 * 2), 0.0, 3 / (3 * 1)], rel=1e-15)]

@@ -101,11 +101,12 @@ def test_one_step_is_the_advantage_weighted_loss_aggregated_by_the_mode(rollouts
 def test_a_micro_batch_reads_which_record_each_loss_token_belongs_to_once_for_its_weights_and_advantages(
         rollouts, token_cache_dir, monkeypatch):
     """pg's loss weighs each loss token by its record's weight and advantage: both read from one pass over the
-    micro-batch's records (a second, for the advantages, was the engine's own cost over a plain loop's)."""
+    micro-batch's records, the advantage folded into its record's weight (a second pass, for the advantages, was the
+    engine's own cost over a plain loop's)."""
     passes = []
-    real_owners = record_sequences._Records._owners
-    monkeypatch.setattr(record_sequences._Records, "_owners",
-                        lambda self, rows, width: passes.append(len(rows)) or real_owners(self, rows, width))
+    real = record_sequences._Records._at_loss_targets
+    monkeypatch.setattr(record_sequences._Records, "_at_loss_targets",
+                        lambda self, rows, *args: passes.append(len(rows)) or real(self, rows, *args))
     run = Engine(pg(rollouts, micro_batch_size=2, accum_steps=4))
     run.run(RowKeeper(), steps=1, evaluate=False)
-    assert passes == [2, 2] * 4  # per micro-batch: its batch's targets, then its loss tokens' records
+    assert passes == [2, 2] * 4  # per micro-batch: its batch's targets, then its loss tokens' weights
