@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+import torch
 
 from gaccum_core.config import RunConfig
 from gaccum_core.data.records import BUNDLED
@@ -64,3 +66,17 @@ def loss_tokens(record: dict, seq: int) -> int:
     prompt = len(record["prompt"].encode())
     kept = min(len((record["prompt"] + record["completion"]).encode()) + 1, seq + 1)
     return max(kept - max(prompt, 1), 0)
+
+
+def rendered_get_batch(train, fields: tuple[str, ...]):
+    """get_batch as the rendered loop's comment describes it (lab.loopcode_records.batch_doc), from the data set's
+    own records: x, y, then each loss token's record, advantage or group as `fields` asks."""
+    record_groups = torch.tensor(np.asarray(train.groups if train.groups is not None else []), dtype=torch.long)
+
+    def get_batch(indices):
+        x, y = train.batch(indices)
+        record = train.loss_owners(indices, y.shape[1])
+        extra = {"record": record, "advantage": lambda: train.token_advantages(indices, y.shape[1]),
+                 "group": lambda: torch.where(record >= 0, record_groups[record.clamp(min=0)], -1)}
+        return (x, y, *(extra[name]() if callable(extra[name]) else extra[name] for name in fields[2:]))
+    return get_batch

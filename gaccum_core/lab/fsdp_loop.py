@@ -17,8 +17,8 @@ def is_sharded(cfg: RunConfig) -> bool:
     return cfg.sharding == "fsdp"
 
 
-def note(cfg: RunConfig) -> list[str]:
-    """What the processes do, above the loop each of them runs."""
+def note(cfg: RunConfig, weighted: bool = False) -> list[str]:
+    """What the processes do, above the loop each of them runs (weighted: a records run weighing its loss tokens)."""
     n, b = cfg.world_size, cfg.micro_batch_size
     unit = "target tokens" if cfg.is_text else "samples"
     sync = ("# fsdp_sync=every: gradients are reduce-scattered after every backward (each process keeps 1/N).",) if cfg.fsdp_sync == "every" else (
@@ -27,8 +27,11 @@ def note(cfg: RunConfig) -> list[str]:
     return [f"# Run as N={n} processes under torchrun, sharded with FSDP2 (fully_shard): each process holds 1/N",
             "# of every weight, gradient and optimizer state, all-gathers a block's weights just before it computes,",
             f"# and runs train() below on its own b={b} of every micro-batch of N*b={n * b} {_unit(cfg)}.", *sync,
-            "# Each process multiplies its loss by N (FSDP averages the processes' gradients); a mean divides by",
-            f"# the window's {unit}: the update is exactly that of one process with micro-batches of N*b.",
+            *(("# Each process multiplies its loss by N (FSDP averages the processes' gradients); its loss tokens'",
+               "# weights are counted over every process's records: the update is exactly that of one process with",
+               "# micro-batches of N*b.") if weighted else
+              ("# Each process multiplies its loss by N (FSDP averages the processes' gradients); a mean divides by",
+               f"# the window's {unit}: the update is exactly that of one process with micro-batches of N*b.")),
             "# Before train(): dist.init_process_group() (torchrun sets each process's rank and the world size).", ""]
 
 
@@ -74,19 +77,26 @@ def window_start(cfg: RunConfig, ignore_index: int) -> list[str]:
                   "window_tokens = sum(int((get_batch(window[s:s + micro_batch_size])[1] != "
                   f"{ignore_index}).sum())",
                   "                    for s in range(0, len(window), micro_batch_size))  # padding has no target"]
-    sync = _sync(cfg)
-    lines += ["for micro_start in range(0, len(window), global_micro_batch):",
-              *(["    last = micro_start + global_micro_batch >= len(window)  # the window's last micro-batch"]
-                if sync else []),
-              *("    " + line for line in sync),
-              "    share = window[micro_start:micro_start + global_micro_batch]  # every process's N*b",
-              "    # This process's b (fewer, or none, in an epoch's last micro-batch: every process still runs",
-              "    # it, since each backward's collectives need them all).",
-              "    x, y = get_batch(share[rank * micro_batch_size:(rank + 1) * micro_batch_size])"]
+    lines += micro_batch_header(cfg)
     if cfg.reduction == "mean_per_micro_batch":  # the textbook's mean over the whole micro-batch (all N*b), / k
         count = f"int((get_batch(share)[1] != {ignore_index}).sum())" if cfg.is_text else "len(share)"
         lines.append(f"    divisor = {count} * accum_steps")
     return lines
+
+
+def micro_batch_header(cfg: RunConfig, fields: tuple[str, ...] = ("x", "y")) -> list[str]:
+    """Per micro-batch: whether it ends the window, the sync and reshard it gets, and this process's share (get_batch
+    returning `fields`)."""
+    sync = _sync(cfg)
+    return ["for micro_start in range(0, len(window), global_micro_batch):",
+            *(["    last = micro_start + global_micro_batch >= len(window)  # the window's last micro-batch"]
+              if sync else []),
+            *("    " + line for line in sync),
+            "    share = window[micro_start:micro_start + global_micro_batch]  # every process's N*b",
+            "    # This process's b (fewer, or none, in an epoch's last micro-batch: every process still runs",
+            "    # it, since each backward's collectives need them all).",
+            "    mine = share[rank * micro_batch_size:(rank + 1) * micro_batch_size]",
+            f"    {', '.join(fields)} = get_batch(mine)"]
 
 
 def _sync(cfg: RunConfig) -> list[str]:
@@ -100,6 +110,11 @@ def _sync(cfg: RunConfig) -> list[str]:
                   "# all-gathers, more memory); the window's last backward frees them.",
                   "model.set_reshard_after_backward(last)"]
     return lines
+
+
+def scaled(loss_lines: list[str]) -> list[str]:
+    """A records loop's weighted loss lines, then times N: each process's share of the one-process loss."""
+    return [*loss_lines, "loss = loss * world_size  # * N: FSDP averages the N processes' gradients"]
 
 
 def loss(cfg: RunConfig, args: str) -> list[str]:

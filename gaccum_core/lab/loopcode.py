@@ -41,12 +41,13 @@ def render_loop(config: RunConfig) -> str:
         single = config.replace(micro_batch_size=config.world_size * config.micro_batch_size, nproc=1, nnodes=1)
         return "\n".join(_data_parallel_note(config)) + "\n" + render_loop(single)
     signature = "model, blocks, get_batch, num_samples, device" if sharded else "model, get_batch, num_samples, device"
-    if config.dataset == "pg" and not sharded:
-        signature = "model, get_batch, num_samples, groups, device"
+    if config.dataset == "pg":
+        signature = signature.replace("num_samples", "num_samples, groups")
     doc = ("Shard model (blocks first), train it on this process's share" if sharded
            else "Train model in place on samples 0..num_samples-1")
     helper = records.helper(config) if _weighted(config) else []
-    lines = [*(fsdp_loop.note(config) if sharded else []), *_header(config), "", *_constants(config), *helper, "", "",
+    note = fsdp_loop.note(config, _weighted(config)) if sharded else []
+    lines = [*note, *_header(config), "", *_constants(config), *helper, "", "",
              f"def train({signature}):",
              f'    """{doc} as gaccum does; returns the model."""',
              *_indent(_setup(config), 1), *_indent(_loop(config), 1), "    return model"]
@@ -68,8 +69,8 @@ def _data_parallel_note(cfg: RunConfig) -> list[str]:
 
 
 def _weighted(cfg: RunConfig) -> bool:
-    """A records run weighing its loss tokens (one process's loop: the FSDP loop does not render them yet)."""
-    return uses_weights(cfg) and not fsdp_loop.is_sharded(cfg)
+    """A records run weighing its loss tokens (sft aggregated other than by token-mean, pg)."""
+    return uses_weights(cfg)
 
 
 def _indent(lines: list[str], levels: int) -> list[str]:
@@ -88,7 +89,7 @@ def _unit(cfg: RunConfig) -> str:
 def _batch_doc(cfg: RunConfig) -> tuple[str, ...]:
     if not cfg.is_text:
         return _GET_BATCH_DOC
-    if cfg.dataset in RECORD_DATASETS and not fsdp_loop.is_sharded(cfg):
+    if cfg.dataset in RECORD_DATASETS:
         return records.batch_doc(cfg)
     return _GET_TEXT_BATCH_DOC if cfg.model == "gpt" else _GET_HF_BATCH_DOC
 
@@ -189,7 +190,10 @@ def _counts_window_tokens(cfg: RunConfig) -> bool:
 
 def _window_start(cfg: RunConfig) -> list[str]:
     """What a window needs before its first micro-batch, and the micro-batch loop's header."""
-    if fsdp_loop.is_sharded(cfg):
+    sharded = fsdp_loop.is_sharded(cfg)
+    if sharded and _weighted(cfg):
+        return records.sharded_window_start(cfg, fsdp_loop.micro_batch_header(cfg, records.batch_fields(cfg)))
+    if sharded:
         return fsdp_loop.window_start(cfg, IGNORE_INDEX)
     if _weighted(cfg):
         return records.window_start(cfg)
@@ -233,6 +237,8 @@ def _loss(cfg: RunConfig, args: str) -> list[str]:
     """The micro-batch's weighted loss, whose backward adds its share of the window's gradient: one process's,
     or under FSDP the same comments over each process's loss."""
     if _weighted(cfg):
+        if fsdp_loop.is_sharded(cfg):
+            return fsdp_loop.scaled(records.loss(cfg, args, counted=cfg.reduction == "mean_per_micro_batch"))
         return records.loss(cfg, args)
     lines = _one_process_loss(cfg, args)
     return [*lines[:-1], *fsdp_loop.loss(cfg, args)] if fsdp_loop.is_sharded(cfg) else lines

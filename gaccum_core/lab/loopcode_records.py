@@ -92,6 +92,22 @@ def _counts(cfg: RunConfig, window: bool) -> list[str]:
             f"tokens = loss_tokens({ids}){where}", "units = int((tokens > 0).sum())"]
 
 
+def sharded_window_start(cfg: RunConfig, header: list[str]) -> list[str]:
+    """FSDP: the micro-batch loop's header (this process's share, fsdp_loop.micro_batch_header) with the counts its
+    weights need over every process's records: the window's before its first backward (mean), or the whole
+    micro-batch's, all N*b, before its backward (mean_per_micro_batch: the textbook's micro-batch is the global one)."""
+    if cfg.reduction == "mean":
+        return ["# Every loss token's weight is counted over the whole window (every process's records),",
+                "# before its first backward.",
+                "starts = range(0, len(window), micro_batch_size)",
+                "batches = [get_batch(window[s:s + micro_batch_size]) for s in starts]",
+                *_counts(cfg, True), *header]
+    if cfg.reduction == "sum":
+        return header
+    return [*header, "    # reduction=mean_per_micro_batch: counted over the whole micro-batch (every process's N*b).",
+            "    batches = [get_batch(share)]", *("    " + line for line in _counts(cfg, True))]
+
+
 def window_start(cfg: RunConfig) -> list[str]:
     """Before the window's first micro-batch: its counts (reduction mean), and the micro-batch loop's header."""
     fields = ", ".join(batch_fields(cfg))
@@ -104,13 +120,16 @@ def window_start(cfg: RunConfig) -> list[str]:
             *_counts(cfg, True), f"for {fields} in batches:"]
 
 
-def loss(cfg: RunConfig, args: str) -> list[str]:
-    """The micro-batch's weighted loss: Σ weight · (advantage ·) cross-entropy over its loss tokens."""
+def loss(cfg: RunConfig, args: str, counted: bool = False) -> list[str]:
+    """The micro-batch's weighted loss: Σ weight · (advantage ·) cross-entropy over its loss tokens (counted: the
+    micro-batch's counts were made before, as the FSDP loop makes them over every process's share)."""
     per_micro = cfg.reduction == "mean_per_micro_batch"
     lines = []
     if per_micro:
-        lines += ["# reduction=mean_per_micro_batch: counted within this micro-batch, then divided by k",
-                  "# (NOT exact: a loss token of a short micro-batch weighs more).", *_counts(cfg, False)]
+        lines += (["# reduction=mean_per_micro_batch: divided by k (NOT exact: a loss token of a short",
+                   "# micro-batch weighs more)."] if counted else
+                  ["# reduction=mean_per_micro_batch: counted within this micro-batch, then divided by k",
+                   "# (NOT exact: a loss token of a short micro-batch weighs more).", *_counts(cfg, False)])
     lines.append(f'token_loss = F.cross_entropy({args}, reduction="none")  # (B*T,)')
     if cfg.dataset == "pg":
         lines.append("token_loss = advantage.flatten() * token_loss  # -A·log p: the record's advantage A")

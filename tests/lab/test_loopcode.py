@@ -10,13 +10,15 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from gaccum_core.config import RunConfig
+from gaccum_core.config import RECORD_DATASETS, RunConfig
 from gaccum_core.data.load import load_data
 from gaccum_core.models.build import build_seeded_model
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.fsdp import blocks
 from gaccum_core.lab.loopcode import render_loop
+from gaccum_core.lab.loopcode_records import batch_fields
 from gaccum_core.train.metrics import NullSink
+from records_data import pg, records, rendered_get_batch, rollouts, sft  # noqa: F401  (fixtures)
 
 
 class SkipCounter(NullSink):
@@ -256,7 +258,10 @@ def _train_rendered_fsdp_loops(rank: int, configs_json: dict[str, str], init_fil
             model = build_seeded_model(config, data.input_shape, data.num_classes)
             namespace = {}
             exec(compile(render_loop(config), "<loop>", "exec"), namespace)
-            trained = namespace["train"](model, blocks(model), data.train.batch, len(data.train), torch.device("cpu"))
+            get_batch = (rendered_get_batch(data.train, batch_fields(config)) if config.dataset in RECORD_DATASETS
+                         else data.train.batch)
+            groups = [torch.tensor(data.train.sequence_groups)] if config.dataset == "pg" else []
+            trained = namespace["train"](model, blocks(model), get_batch, len(data.train), *groups, torch.device("cpu"))
             weights[case] = {name: p.full_tensor().detach().clone() for name, p in trained.named_parameters()}
         if rank == 0:
             torch.save(weights, out)
@@ -276,6 +281,14 @@ FSDP_LOOPS = {
     "last, reshard off, clipped, empty share": dict(fake_samples=100, fsdp_sync="last",
                                                     fsdp_reshard_after_backward="off", grad_clip=0.5),
 }
+# The records tasks (records_data): pg's 20 training records at b=3, k=2 are windows of 12 and 8 (global
+# micro-batches 6, then 2: rank 1's share of the last is empty); sft's 19 packed into rows at b=2, k=2.
+RECORD_LOOPS = {
+    "pg seq-mean-token-mean, empty share": dict(loss_agg="seq-mean-token-mean", micro_batch_size=3, accum_steps=2),
+    "sft seq-mean-token-sum-norm packed, textbook, last": dict(
+        loss_agg="seq-mean-token-sum-norm", packing="on", reduction="mean_per_micro_batch", micro_batch_size=2,
+        accum_steps=2, fsdp_sync="last"),
+}
 
 
 def _one_process(config: RunConfig) -> dict[str, torch.Tensor]:
@@ -285,34 +298,47 @@ def _one_process(config: RunConfig) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in engine.model.named_parameters()}
 
 
-def _fsdp_loop_config(case: str) -> RunConfig:
+def _fsdp_loop_config(case: str, text_files: dict[str, str]) -> RunConfig:
+    """Each case's config; the records cases read text_files (sft, pg: records_data's fixtures)."""
+    if case in RECORD_LOOPS:
+        dataset = case.split()[0]
+        return {"sft": sft, "pg": pg}[dataset](text_files[dataset], nproc=2, epochs=1, sharding="fsdp",
+                                               **RECORD_LOOPS[case])
     return RunConfig(model="mlp", dataset="fake", image_size=8, fake_classes=10, micro_batch_size=4, accum_steps=4,
                      nproc=2, epochs=1, device="cpu", lr=0.05, sharding="fsdp", **FSDP_LOOPS[case])
 
 
 @pytest.fixture(scope="module")
-def fsdp_loop_weights(tmp_path_factory) -> dict[str, dict[str, torch.Tensor]]:
-    """Every FSDP_LOOPS case trained by one pair of gloo processes (spawning a pair costs seconds of imports)."""
+def text_files(records, rollouts) -> dict[str, str]:  # noqa: F811  (records_data's fixtures)
+    return {"sft": records, "pg": rollouts}
+
+
+@pytest.fixture(scope="module")
+def fsdp_loop_weights(tmp_path_factory, text_files) -> dict[str, dict[str, torch.Tensor]]:
+    """Every FSDP_LOOPS and RECORD_LOOPS case trained by one pair of gloo processes (spawning a pair costs seconds of
+    imports)."""
     folder = tmp_path_factory.mktemp("fsdp_loops")
-    configs_json = {case: _fsdp_loop_config(case).to_json() for case in FSDP_LOOPS}
+    configs_json = {case: _fsdp_loop_config(case, text_files).to_json() for case in [*FSDP_LOOPS, *RECORD_LOOPS]}
     mp.spawn(_train_rendered_fsdp_loops, args=(configs_json, str(folder / "init"), str(folder / "weights.pt")),
              nprocs=2)
     return torch.load(folder / "weights.pt")
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("case", list(FSDP_LOOPS))
-def test_the_rendered_fsdp_loop_run_by_two_processes_trains_like_one_process(case, fsdp_loop_weights):
+@pytest.mark.parametrize("case", [*FSDP_LOOPS, *RECORD_LOOPS])
+def test_the_rendered_fsdp_loop_run_by_two_processes_trains_like_one_process(case, fsdp_loop_weights, text_files):
     """Two gloo processes running the loop shown for sharding fsdp end with the parameters of one process
-    trained on micro-batches of N*b, and of one batch per window (the oracle)."""
-    config = _fsdp_loop_config(case)
+    trained on micro-batches of N*b, and of one batch per window (the oracle; not for the textbook's reduction,
+    which differs from it by design). The records cases weigh each loss token over every process's records."""
+    config = _fsdp_loop_config(case, text_files)
     trained = fsdp_loop_weights[case]
     single = config.replace(nproc=1, sharding="ddp", fsdp_sync="every", fsdp_reshard_after_backward="on",
-                            micro_batch_size=8)
+                            micro_batch_size=2 * config.micro_batch_size)
     data = load_data(config)
     start = dict(build_seeded_model(config, data.input_shape, data.num_classes).named_parameters())
     assert max((trained[k] - start[k]).abs().max().item() for k in start) > 1e-3  # it trained
-    for reference in (single, single.replace(micro_batch_size=32, accum_steps=1)):
+    one_batch = single.replace(micro_batch_size=config.effective_batch_size, accum_steps=1)
+    for reference in (single, *([one_batch] if config.reduction == "mean" else [])):
         for key, want in _one_process(reference).items():
             torch.testing.assert_close(trained[key], want, atol=1e-5, rtol=1e-5,
                                        msg=lambda m, key=key, b=reference.micro_batch_size: f"{key}, b={b}: {m}")

@@ -3,7 +3,6 @@ order, training exactly like the engine."""
 
 import copy
 
-import numpy as np
 import pytest
 import torch
 
@@ -12,20 +11,7 @@ from gaccum_core.lab.loopcode import render_loop
 from gaccum_core.lab.loopcode_records import batch_fields
 from gaccum_core.train.engine import Engine
 from gaccum_core.train.metrics import NullSink
-from records_data import pg, records, rollouts, sft  # noqa: F401  (the records and rollouts fixtures)
-
-
-def _get_batch(train, fields: tuple[str, ...]):
-    """get_batch as the rendered loop's comment describes it, from the data set's own records."""
-    record_groups = torch.tensor(np.asarray(train.groups if train.groups is not None else []), dtype=torch.long)
-
-    def get_batch(indices):
-        x, y = train.batch(indices)
-        record = train.loss_owners(indices, y.shape[1])
-        extra = {"record": record, "advantage": lambda: train.token_advantages(indices, y.shape[1]),
-                 "group": lambda: torch.where(record >= 0, record_groups[record.clamp(min=0)], -1)}
-        return (x, y, *(extra[name]() if callable(extra[name]) else extra[name] for name in fields[2:]))
-    return get_batch
+from records_data import pg, records, rendered_get_batch, rollouts, sft  # noqa: F401  (fixtures)
 
 
 def run_both(config: RunConfig) -> float:
@@ -36,7 +22,7 @@ def run_both(config: RunConfig) -> float:
     namespace = {}
     exec(compile(render_loop(config), "<loop>", "exec"), namespace)
     train = engine.data.train
-    args = [model, _get_batch(train, batch_fields(config)), len(train)]
+    args = [model, rendered_get_batch(train, batch_fields(config)), len(train)]
     if config.dataset == "pg":
         args.append(torch.tensor(train.sequence_groups))
     assert namespace["train"](*args, torch.device("cpu")) is model
@@ -77,6 +63,15 @@ RECORD_CASES = [
     # Two data-parallel processes: the one-process loop they equal, with pg's grouped order and weights.
     (dict(dataset="pg", nproc=2, loss_agg="group-mean-token-mean"),
      ["# Run as N=2 data-parallel", "groups.unique()", "1 / (units * tokens[group.clamp(min=0)])"], ["record:"]),
+    # FSDP2: each process's share weighed from every process's records (executed in test_loopcode's FSDP job).
+    (dict(dataset="pg", nproc=2, sharding="fsdp", loss_agg="seq-mean-token-mean"),
+     ["def train(model, blocks, get_batch, num_samples, groups, device):", "counted over every process's records",
+      "mine = share[rank * micro_batch_size:", "x, y, record, advantage = get_batch(mine)", "loss = loss * world_size",
+      "batches = [get_batch(window[s:s + micro_batch_size]) for s in starts]"],
+     ["window_tokens", "a mean divides by", "batches = [get_batch(share)]"]),
+    (dict(dataset="sft", nproc=2, sharding="fsdp", loss_agg="seq-mean-token-sum", reduction="mean_per_micro_batch"),
+     ["batches = [get_batch(share)]", "token_loss.sum() / units / accum_steps", "loss = loss * world_size"],
+     ["advantage", "counted within", "divisor = "]),
 ]
 
 
