@@ -55,7 +55,8 @@ def show_case(number: int, key: str, result, steps: int, measures: list[tuple[st
         text.caption(f"The mistake, as `verify` names it: {mistake(case.mistake).name}.")
     if result is not None:
         text.metric("Weight distance after the last step", f"{result.final_distance_pitfall:.2e}",
-                    delta=f"correct loop: {result.final_distance_correct:.1e}", delta_color="off")
+                    delta=f"correct loop: {result.final_distance_correct:.1e}", delta_color="off",
+                    delta_arrow="off")
         text.metric("Gradient-norm ratio (pitfall / reference)", f"{result.grad_norm_ratio:.2f}")
         chart.plotly_chart(pitfall_figure(result.frame, case.title), key=f"pitfall_{key}", theme=None)
     for label, value in measures:
@@ -97,7 +98,7 @@ def show_checkpointing_case(number: int, key: str, case) -> None:
     if case is None:
         return
     for label, value, beside in checkpointing_metrics(case):
-        text.metric(label, value, delta=beside, delta_color="off")
+        text.metric(label, value, delta=beside, delta_color="off", delta_arrow="off")
     for label, value in checkpointing_notes(case):
         text.markdown(f"{label}: **{value}**")
     table.write(case.verdict)

@@ -55,9 +55,11 @@ class BuildProgress:
         """'tokenising corpus.jsonl: 12 of 100 MB · 3.1 MB/s · 28 s left'."""
         if self.waiting:
             return f"{TOKENISING}{self.name}: waiting for another process that tokenises it"
-        digits = 0 if (self.bytes_total or self.bytes_done) >= 10 * 2**20 else 1  # 0.4 MB, 12 MB
-        done = f"{self.bytes_done / 2**20:.{digits}f}"
-        size = f"{done} of {self.bytes_total / 2**20:.{digits}f} MB" if self.bytes_total else f"{done} MB"
+        whole = self.bytes_total or self.bytes_done  # 40 kB, 0.4 MB, 12 MB
+        scale, unit, digits = ((2**10, "kB", 0) if whole < 0.1 * 2**20 else
+                               (2**20, "MB", 0 if whole >= 10 * 2**20 else 1))
+        done = f"{self.bytes_done / scale:.{digits}f}"
+        size = f"{done} of {self.bytes_total / scale:.{digits}f} {unit}" if self.bytes_total else f"{done} {unit}"
         again = f" again, its token cache being {self.damaged}" if self.damaged else ""
         parts = [f"{TOKENISING}{self.name}{again}: {size}"]
         if self.seconds > 0:

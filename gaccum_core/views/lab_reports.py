@@ -45,13 +45,19 @@ def report_figure(case: ReportCase) -> go.Figure:
 def report_table(cases: Iterable[ReportCase]) -> pd.DataFrame:
     """One row per report (its repository and number, as its title begins) and its figures."""
     return pd.DataFrame([{"report": pitfall(c.key).title.split(":")[0], "‖g_bug‖ / ‖g_exact‖": c.grad_ratio, "cosine": c.cosine,
-                          "predicted scale": c.predicted_scale, "SGD lr factor": c.lr_factor,
+                          "predicted scale": _or_not_a_scale(c.predicted_scale),
+                          "SGD lr factor": _or_not_a_scale(c.lr_factor),
                           "drift after N steps": c.final_drift, "never trained": c.never_trained} for c in cases])
 
 
+def _or_not_a_scale(value: float | None) -> str:
+    """A scale to 6 decimals, or what its absence means (the bug changes the gradient's direction, not its size)."""
+    return "— (not a scale)" if value is None else f"{value:.6f}"
+
+
 def report_table_formats() -> dict[str, str]:
-    """printf formats of report_table's numbers."""
-    six = {name: "%.6f" for name in ("‖g_bug‖ / ‖g_exact‖", "cosine", "predicted scale", "SGD lr factor")}
+    """printf formats of report_table's numbers (the scales are text: a case without one says so)."""
+    six = {name: "%.6f" for name in ("‖g_bug‖ / ‖g_exact‖", "cosine")}
     return {**six, "drift after N steps": "%.2e"}
 
 

@@ -39,6 +39,9 @@ def test_pitfall_page_runs_the_four_reports_and_exports(runs_dir, downloads):
     assert table["report"].tolist() == ["volcengine/verl #5625", "huggingface/trl #6024", "modelscope/ms-swift #10117",
                                         "ml-explore/mlx-lm #1413"]
     assert table["‖g_bug‖ / ‖g_exact‖"].tolist() == pytest.approx(ratios, abs=1e-6)
+    # A report whose bug turns the gradient (verl, mlx-lm) has no scale, and its cells say so (not "None").
+    assert table["predicted scale"].tolist()[::3] == table["SGD lr factor"].tolist()[::3] == ["— (not a scale)"] * 2
+    assert float(table["predicted scale"][2]) == pytest.approx(0.25, abs=1e-6)
     frame = pd.read_csv(pd.io.common.BytesIO(downloads["gaccum-pitfalls-reports.csv"]))
     assert list(frame.columns) == [*REPORT_COLUMNS, "pitfall", "window_grad_ratio", "window_cosine",
                                    "predicted_scale", "sgd_lr_factor", "never_trained"]
