@@ -159,8 +159,10 @@ def _pick(page: Page, picker: Locator, name: str) -> None:
     chip = page.locator(".st-key-chart_overlay [data-tag]").filter(has_text=name)
 
     def pick() -> None:
-        picker.click()
-        page.get_by_role("option").filter(has_text=name).click()
+        # Under load a rerun can keep the list redrawing past Playwright's 30 s default (seen once beside a busy
+        # suite): wait for it as long as for anything else on this page.
+        picker.click(timeout=WAIT_MS)
+        page.get_by_role("option").filter(has_text=name).click(timeout=WAIT_MS)
         page.keyboard.press("Escape")
 
     take(page, pick, lambda ms: expect(chip).to_have_count(1, timeout=ms), wait_ms=WAIT_MS)

@@ -146,7 +146,7 @@ def test_the_command_line_says_why_it_tokenises_again(cached, capsys):
     tokenise_with_progress(config, every_s=0)
     err = capsys.readouterr().err
     assert err.startswith("gaccum: tokenising notes.txt again, its token cache being damaged (meta.json says dtype "
-                            "'uint8', where a vocabulary of 256 ids is written as uint16): 0.0 of 0.0 MB"), err
+                            "'uint8', where a vocabulary of 256 ids is written as uint16): 0 of 13 kB"), err
 
 
 @pytest.fixture

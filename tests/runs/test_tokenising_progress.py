@@ -35,7 +35,7 @@ def test_a_run_tokenises_its_corpus_first_saying_how_far_in_its_message(tmp_path
     state, _ = execute(store, run_id, config, torch.device("cpu"), lambda: False, on_message=said.append)
     assert state == RunState.FINISHED
     assert len(said) == 9 and said[-1] == ""  # one message a batch of 10 documents, then the one it had
-    assert said[0].startswith("tokenising notes.txt: 0.0 of 0.0 MB · ") and " s left" in said[0]
+    assert said[0].startswith("tokenising notes.txt: ") and " of 5 kB · " in said[0] and " s left" in said[0]
     assert [m for m in written if m is not None] == said and store.read_status(run_id)["message"] == ""
     said.clear()
     assert execute(store, store.create(config), config, torch.device("cpu"), lambda: False,
