@@ -1,4 +1,4 @@
-"""verify on code nobody here wrote: examples/verify/'s five loops give the verdicts docs/verify.md's table states,
+"""verify on code nobody here wrote: examples/verify/'s six loops give the verdicts docs/verify.md's table states,
 with the installed transformers, accelerate and Lightning, so that a version that changes one is noticed here. Each
 runs in a temporary working folder and temporary-files folder, which must be left empty."""
 
@@ -65,6 +65,24 @@ def test_a_mean_loss_over_the_configured_k_is_diagnosed_as_means_over_the_fixed_
     assert scales[(4, 4)] == pytest.approx(2 / FIXED_K, rel=1e-4)
     uneven = _verify(example, FIXED_K, splits=[(2, 2, 2, 2), (1, 2, 2, 3)])  # two full windows differ all the same:
     assert not uneven.invariant and uneven.mistake == "micro_batches_weighted_equally"  # whatever its samples
+
+
+def test_a_policy_gradient_token_mean_scaled_by_sample_share_is_named_as_verl_5625_reports_it(nothing_written):
+    """-A · log p, each micro-batch's token mean times its share of the window's samples: weighted_by_sample_share.
+    The same loss summed per micro-batch over the window's loss tokens passes, and matches the objective."""
+    report = _verify("grpo_sample_share")
+    assert not report.invariant and report.mistake == "weighted_by_sample_share"
+    assert report.residual < 1e-4 and report.factor == pytest.approx(1, rel=1e-3)
+    loop = load_loop(str(EXAMPLES / "grpo_sample_share.py"))
+    token_losses = loop.window.__globals__["token_losses"]  # the example's own -A · log p
+
+    def fixed(model, micro_batches):
+        tokens = sum(int((micro["labels"][:, 1:] != -100).sum()) for micro in micro_batches)
+        for micro in micro_batches:
+            (token_losses(model, micro)[0].sum() / tokens).backward()
+    model, batch = loop.setup()
+    report = check_loop(fixed, model, batch, objective=loop.objective)
+    assert report.passed and report.matches_objective and report.mistake is None
 
 
 def test_the_docs_table_names_each_example_with_the_installed_version():
