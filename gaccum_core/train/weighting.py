@@ -86,7 +86,8 @@ def window_weighting(config: RunConfig, train: Any, window: Window, order: torch
         described.append(Records(ids, counts, np.asarray(train.groups)[ids] if grouped else None))
     weights = record_weights(config.loss_agg, config.reduction, described, config.accum_steps, world_size,
                              float(norm_c))
-    # pg: -A · log p(token) = A × cross-entropy, A (float32, as stored) folded into its record's weight.
+    # pg: -A · log p(token) = A × cross-entropy, A (stored float64, taken in the weights' float32) folded into its
+    # record's weight.
     by_record = [RecordWeights.of(records, w, factors=np.asarray(train.advantages)[records.ids].astype(np.float32)
                                   if pg else None) for records, w in zip(described, weights)]
     count = int(sum(records.tokens.sum() for records in described))
