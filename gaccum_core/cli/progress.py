@@ -140,10 +140,13 @@ def _tokenising(snap: RunSnapshot) -> bool:
 
 
 def _line(snap: RunSnapshot) -> str:
-    """'RUN_ID [running] step 40 of 200 (20%) · loss 1.2345 · skipped 0 · 00:12 left', or while it tokenises
-    'RUN_ID [running] tokenising corpus.jsonl: 12 of 100 MB · 3.1 MB/s · ...'."""
+    """'RUN_ID [running] step 40 of 200 (20%) · loss 1.2345 · skipped 0 · 00:12 left', while it tokenises
+    'RUN_ID [running] tokenising corpus.jsonl: 12 of 100 MB · 3.1 MB/s · ...', and before its steps are counted
+    'RUN_ID [running] starting: loading its data and model…'."""
     if _tokenising(snap):
         return f"{snap.run_id} [{snap.state}] {snap.message}"
+    if snap.state == RunState.RUNNING and not snap.total_steps:  # its steps not counted yet: data, model loading
+        return f"{snap.run_id} [{snap.state}] starting: loading its data and model…"
     step = f"step {snap.steps_done} of {snap.total_steps or '?'}"
     if snap.total_steps:
         step += f" ({snap.steps_done / snap.total_steps:.0%})"

@@ -1,4 +1,5 @@
-"""The command line's progress while a run goes: what a second Ctrl-C leaves in the run's message."""
+"""The command line's progress while a run goes: what a second Ctrl-C leaves in the run's message, the latest
+evaluation, and a run not yet counted said to be starting (not "step 0 of ?")."""
 
 from types import SimpleNamespace
 
@@ -42,3 +43,19 @@ def test_the_progress_line_says_the_latest_evaluation_and_what_it_covered(capsys
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].endswith("· perplexity 12.35 over 6,400 tokens")
     assert lines[1].endswith("· test acc 0.912 over 1,600 images") and lines[2].endswith("· test acc 0.500")
+
+
+def test_a_run_whose_steps_are_not_counted_yet_is_said_to_be_starting(capsys):
+    """Before the worker has loaded the data and built the model, a run's total is unknown: 'starting', not 'step 0
+    of ?'; once counted, its steps of the total."""
+    from gaccum_core.config import RunConfig
+
+    def snap(state, total, steps):
+        return SimpleNamespace(run_id="r1", state=state, steps_done=steps, total_steps=total, eta_s=None, metrics=(),
+                               evals=(), config=RunConfig(model="mlp"), done=state == RunState.FINISHED, message="")
+
+    shown = iter([snap(RunState.RUNNING, 0, 0), snap(RunState.RUNNING, 4, 2), snap(RunState.FINISHED, 4, 4)])
+    follow(SimpleNamespace(wait=lambda run_id, timeout=None: next(shown)), "r1")
+    lines = capsys.readouterr().err.splitlines()
+    # Away from a terminal a line when the state changes, at most one per interval else, and the last.
+    assert lines == ["r1 [running] starting: loading its data and model…", "r1 [finished] step 4 of 4 (100%)"]
