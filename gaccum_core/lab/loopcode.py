@@ -45,8 +45,8 @@ def render_loop(config: RunConfig) -> str:
         signature = signature.replace("num_samples", "num_samples, groups")
     doc = ("Shard model (blocks first), train it on this process's share" if sharded
            else "Train model in place on samples 0..num_samples-1")
-    helper = records.helper(config) if _weighted(config) else []
-    note = fsdp_loop.note(config, _weighted(config)) if sharded else []
+    helper = records.helper(config) if uses_weights(config) else []
+    note = fsdp_loop.note(config, uses_weights(config)) if sharded else []
     lines = [*note, *_header(config), "", *_constants(config), *helper, "", "",
              f"def train({signature}):",
              f'    """{doc} as gaccum does; returns the model."""',
@@ -66,11 +66,6 @@ def _data_parallel_note(cfg: RunConfig) -> list[str]:
             f"# takes its b={b} of every micro-batch of N*b={n * b} {_unit(cfg)} below and divides its loss sum",
             f"# by {divisor}, since DDP averages the processes' gradients.", *sync,
             "# The update is exactly that of this one-process loop:", ""]
-
-
-def _weighted(cfg: RunConfig) -> bool:
-    """A records run weighing its loss tokens (sft aggregated other than by token-mean, pg)."""
-    return uses_weights(cfg)
 
 
 def _indent(lines: list[str], levels: int) -> list[str]:
@@ -141,7 +136,7 @@ def _setup(cfg: RunConfig) -> list[str]:
     if cfg.compile != "off":
         mode = "" if cfg.compile == "default" else f', mode="{cfg.compile}"'
         lines.append(f"model = torch.compile(model{mode})  # same parameters, compiled forward")
-    return lines + _scheduler(cfg) + (records.norm_constant(cfg) if _weighted(cfg) else [])
+    return lines + _scheduler(cfg) + (records.norm_constant(cfg) if uses_weights(cfg) else [])
 
 
 def _scheduler(cfg: RunConfig) -> list[str]:
@@ -191,11 +186,11 @@ def _counts_window_tokens(cfg: RunConfig) -> bool:
 def _window_start(cfg: RunConfig) -> list[str]:
     """What a window needs before its first micro-batch, and the micro-batch loop's header."""
     sharded = fsdp_loop.is_sharded(cfg)
-    if sharded and _weighted(cfg):
+    if sharded and uses_weights(cfg):
         return records.sharded_window_start(cfg, fsdp_loop.micro_batch_header(cfg, records.batch_fields(cfg)))
     if sharded:
         return fsdp_loop.window_start(cfg, IGNORE_INDEX)
-    if _weighted(cfg):
+    if uses_weights(cfg):
         return records.window_start(cfg)
     if _counts_window_tokens(cfg):
         return [
@@ -211,7 +206,7 @@ def _window_start(cfg: RunConfig) -> list[str]:
 def _micro_batch(cfg: RunConfig) -> list[str]:
     text = cfg.is_text
     shape = "(B, T, vocab): next-token logits" if text else "(B, classes)"
-    fields = records.batch_fields(cfg) if _weighted(cfg) else ("x", "y")
+    fields = records.batch_fields(cfg) if uses_weights(cfg) else ("x", "y")
     lines = [f"{', '.join(fields)} = {', '.join(f'{name}.to(device)' for name in fields)}"]
     if cfg.amp == "off":
         lines.append(f"logits = model(x)  # {shape}")
@@ -236,7 +231,7 @@ def _micro_batch(cfg: RunConfig) -> list[str]:
 def _loss(cfg: RunConfig, args: str) -> list[str]:
     """The micro-batch's weighted loss, whose backward adds its share of the window's gradient: one process's,
     or under FSDP the same comments over each process's loss."""
-    if _weighted(cfg):
+    if uses_weights(cfg):
         if fsdp_loop.is_sharded(cfg):
             return fsdp_loop.scaled(records.loss(cfg, args, counted=cfg.reduction == "mean_per_micro_batch"))
         return records.loss(cfg, args)

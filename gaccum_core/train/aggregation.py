@@ -11,7 +11,8 @@ Every mode is a mean over units of each unit's token-loss sum divided by the uni
 so a loss token of unit u weighs 1 / (units · denominator_u), and a unit without loss tokens counts in no mean.
 Every loss token of a record weighs the same in every mode (its unit is the batch, the record or the record's
 group): a window is weighed once per record, from each record's loss-token count (and group) alone, and each
-micro-batch's per-token weights are one gather by the record each loss token belongs to (RecordWeights.at).
+micro-batch's per-token weights are one gather by the record each loss token belongs to (RecordWeights.lookup,
+through the data set's at_loss_tokens).
 
 reduction mean counts units and tokens over the whole window: Σ_micro Σ_t w_t · l_t is the window's loss aggregated
 by the mode, as one big batch would compute it (exact). mean_per_micro_batch counts them within each micro-batch and
@@ -29,9 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from gaccum_core.data.record_sequences import NO_LOSS  # where a target is no record's loss token
 from gaccum_core.values import LOSS_AGGS, REDUCTIONS
 
 
@@ -43,12 +42,6 @@ class Records:
     ids: np.ndarray
     tokens: np.ndarray
     groups: np.ndarray | None = None
-
-    @classmethod
-    def of(cls, ids, tokens, groups=None) -> "Records":
-        """From any sequences of ids, counts and groups."""
-        return cls(np.asarray(ids, np.int64).reshape(-1), np.asarray(tokens, np.int64).reshape(-1),
-                   None if groups is None else np.asarray(groups, np.int64).reshape(-1))
 
 
 @dataclass(frozen=True)
@@ -70,20 +63,13 @@ class RecordWeights:
     def lookup(self, records: np.ndarray) -> np.ndarray:
         """The weight of each of these records' loss tokens; a record these weights do not hold is refused (a rank's
         rows must be among its micro-batch's)."""
-        position = np.searchsorted(self.ids, records).clip(max=max(len(self.ids) - 1, 0))
-        found = self.ids[position] == records if len(self.ids) else np.zeros(len(records), bool)
+        position = np.searchsorted(self.ids, records)
+        found = position < len(self.ids)
+        found[found] = self.ids[position[found]] == records[found]
         if not found.all():
             raise ValueError(f"loss tokens: record {int(records[~found][0])} of a rank's share is not in its "
                              "micro-batch's description")
-        return self.weights[position] if len(self.ids) else self.weights[:0]
-
-    def at(self, owners: torch.Tensor) -> torch.Tensor:
-        """(N, T) weights beside owners (each loss token's record id, NO_LOSS elsewhere): its record's weight at each
-        loss token, 0 elsewhere (the data sets read them straight from their rows: at_loss_tokens(..., lookup))."""
-        owners = owners.cpu().numpy()
-        out = np.zeros(owners.shape, dtype=self.weights.dtype)
-        out[owners != NO_LOSS] = self.lookup(owners[owners != NO_LOSS])
-        return torch.from_numpy(out)
+        return self.weights[position]
 
 
 def record_weights(mode: str, reduction: str, window: list[Records], accum_steps: int | None = None,
@@ -118,8 +104,8 @@ def _aggregated(mode: str, micro_batches: list[Records], norm_c: float, k: int, 
     if mode == "token-mean":
         units, denominator = 1, np.full_like(tokens, tokens.sum())
     elif mode == "group-mean-token-mean":
-        if any(records.groups is None for records in micro_batches):
-            missing = next(records for records in micro_batches if records.groups is None)
+        missing = next((records for records in micro_batches if records.groups is None), None)
+        if missing is not None:
             raise ValueError(f"loss_agg: group-mean-token-mean needs every sequence's group (pg data); "
                              f"sequence {int(missing.ids[0]) if len(missing.ids) else '?'} has none")
         groups = np.concatenate([records.groups for records in micro_batches])

@@ -2,7 +2,7 @@
 
 The references aggregate each record's per-token losses directly by the mode's formula (issue 43 part 2), record by
 record, with no weights and no rows; the accumulated side weighs the window by record (record_weights) and reads
-each micro-batch's per-token weights by the record each loss token belongs to (RecordWeights.at), on padded or packed
+each micro-batch's per-token weights by the record each loss token belongs to (RecordWeights.lookup), on padded or packed
 micro-batches.
 """
 
@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 from gaccum_core.data.sequences import IGNORE
 from gaccum_core.train.accumulation import micro_batch_divisors
-from gaccum_core.train.aggregation import NO_LOSS, Records, RecordWeights, record_weights
+from gaccum_core.data.record_sequences import NO_LOSS
+from gaccum_core.train.aggregation import Records, RecordWeights, record_weights
 from gaccum_core.values import LOSS_AGGS
 
 V, B, K, C = 11, 3, 2, 5.0  # vocabulary, micro-batch rows, accumulation steps, seq-mean-token-sum-norm's C
@@ -101,10 +102,25 @@ def _reference_grad(model: torch.nn.Module, micro_records: list[list[dict]], mod
     return _grad(model)
 
 
+def _records_of_ids(ids, tokens, groups=None) -> Records:
+    """A micro-batch's description from any sequences of ids, loss-token counts and groups."""
+    return Records(np.asarray(ids, np.int64).reshape(-1), np.asarray(tokens, np.int64).reshape(-1),
+                   None if groups is None else np.asarray(groups, np.int64).reshape(-1))
+
+
+def _at(weights: RecordWeights, owners: torch.Tensor) -> torch.Tensor:
+    """(N, T) weights beside owners (each loss token's record id, NO_LOSS elsewhere), each read by its record as the
+    data sets read them (at_loss_tokens with weights.lookup), 0 elsewhere."""
+    owners = owners.numpy()
+    out = np.zeros(owners.shape, dtype=weights.weights.dtype)
+    out[owners != NO_LOSS] = weights.lookup(owners[owners != NO_LOSS])
+    return torch.from_numpy(out)
+
+
 def _counted(rows: list[list[dict]]) -> Records:
     """A micro-batch described by its records' loss-token counts (and groups) alone."""
     records = [r for row in rows for r in row]
-    return Records.of([r["id"] for r in records], [int((r["y"] != IGNORE).sum()) for r in records],
+    return _records_of_ids([r["id"] for r in records], [int((r["y"] != IGNORE).sum()) for r in records],
                       [r["group"] for r in records])
 
 
@@ -113,7 +129,7 @@ def _token_weights(mode: str, reduction: str, window: list[Records], shares: lis
     """Each share's per-token weights (shares: each micro-batch's loss-token record ids on this rank), read from the
     window's weights by record."""
     weights = record_weights(mode, reduction, window, K, world_size, C)
-    return [RecordWeights.of(records, w, dtype).at(owners) for records, w, owners in zip(window, weights, shares,
+    return [_at(RecordWeights.of(records, w, dtype), owners) for records, w, owners in zip(window, weights, shares,
                                                                                           strict=True)]
 
 
@@ -202,7 +218,8 @@ def test_token_mean_weights_are_todays_divisors(reduction):
         counts = [rng.randint(1, 30) for _ in range(rng.randint(1, k))]  # a partial window now and then
         window, owners, first = [], [], 0
         for count in counts:
-            records = Records.of(range(first, first + 3), [0, *_split(count, rng)])  # one record without loss tokens
+            # One record without loss tokens, two sharing the count.
+            records = _records_of_ids(range(first, first + 3), [0, *_split(count, rng)])
             first += 3
             row = torch.full((2 * rng.randint(count // 2 + 1, 20),), NO_LOSS)  # room for count loss tokens and more
             row[torch.randperm(len(row))[:count]] = torch.from_numpy(np.repeat(records.ids, records.tokens))
@@ -211,7 +228,7 @@ def test_token_mean_weights_are_todays_divisors(reduction):
         weights = record_weights("token-mean", reduction, window, k, world_size)
         for records, w, at, divisor in zip(window, weights, owners, micro_batch_divisors(reduction, counts, world_size,
                                                                                           k)):
-            token = RecordWeights.of(records, w, np.float64).at(at)
+            token = _at(RecordWeights.of(records, w, np.float64), at)
             assert set(token[at != NO_LOSS].tolist()) == {1 / divisor}
             assert not token[at == NO_LOSS].any()
 
@@ -231,26 +248,26 @@ def _split(count: int, rng: random.Random) -> list[int]:
 ])
 def test_what_cannot_be_weighed_is_refused_in_one_line(mode, reduction, norm_c, groups, message):
     with pytest.raises(ValueError, match=message) as refused:
-        record_weights(mode, reduction, [Records.of([7], [2], groups)], 2, norm_c=norm_c)
+        record_weights(mode, reduction, [_records_of_ids([7], [2], groups)], 2, norm_c=norm_c)
     assert "\n" not in str(refused.value)
 
 
 def test_a_share_with_a_record_its_micro_batch_lacks_is_refused():
-    records = Records.of([7], [2])
+    records = _records_of_ids([7], [2])
     weights = RecordWeights.of(records, record_weights("token-mean", "mean", [records])[0])
-    assert weights.at(torch.tensor([[7, 7, NO_LOSS]])).tolist() == [[0.5, 0.5, 0.0]]
+    assert _at(weights, torch.tensor([[7, 7, NO_LOSS]])).tolist() == [[0.5, 0.5, 0.0]]
     for owners, record in ((torch.tensor([[7, 9]]), 9), (torch.tensor([[3, NO_LOSS]]), 3)):
         with pytest.raises(ValueError, match=f"record {record} of a rank's share is not in its micro-batch's"):
-            weights.at(owners)
+            _at(weights, owners)
     with pytest.raises(ValueError, match="record 7 of a rank's share"):  # a micro-batch described with no records
-        RecordWeights.of(Records.of([], []), np.zeros(0)).at(torch.tensor([[7]]))
+        _at(RecordWeights.of(_records_of_ids([], []), np.zeros(0)), torch.tensor([[7]]))
 
 
 def test_a_record_weighs_the_same_whatever_order_its_micro_batch_lists_it_in():
     """Weights are read by record id: a micro-batch's records listed out of order (pg's grouped epoch order) still
     give each loss token its own record's weight."""
-    records = Records.of([30, 10, 20], [1, 2, 4])
+    records = _records_of_ids([30, 10, 20], [1, 2, 4])
     weights = RecordWeights.of(records, record_weights("seq-mean-token-mean", "mean", [records])[0],
                                np.float64, factors=np.array([3.0, 5.0, 7.0]))
     owners = torch.tensor([[20, 10, NO_LOSS, 30]])
-    assert weights.at(owners).tolist() == [pytest.approx([7 / (3 * 4), 5 / (3 * 2), 0.0, 3 / (3 * 1)], rel=1e-15)]
+    assert _at(weights, owners).tolist() == [pytest.approx([7 / (3 * 4), 5 / (3 * 2), 0.0, 3 / (3 * 1)], rel=1e-15)]
